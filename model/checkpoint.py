@@ -1,0 +1,93 @@
+"""A checkpoint is a directory: config.json, model.safetensors, tokenizer.json, metadata.json. No pickle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from model.tokenizer import Tokenizer
+from model.transformer import Transformer, TransformerConfig
+
+CONFIG, WEIGHTS, TOKENIZER, METADATA = "config.json", "model.safetensors", "tokenizer.json", "metadata.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is missing files or does not match its config."""
+
+
+def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """state_dict without aliases (shared embeddings appear once, under their first name)."""
+    seen, out = set(), {}
+    for name, t in model.state_dict().items():
+        if t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        out[name] = t
+    return out
+
+
+def save_checkpoint(path: str | Path, model: Transformer, tokenizer: Tokenizer, metadata: dict[str, Any] | None = None):
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / CONFIG).write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in unique_state_dict(model).items()}
+    save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
+    tokenizer.save(path / TOKENIZER)
+    write_metadata(path, metadata or {})
+
+
+def write_metadata(path: str | Path, metadata: dict[str, Any]) -> None:
+    (Path(path) / METADATA).write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    f = Path(path) / METADATA
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> tuple[Transformer, Tokenizer, dict[str, Any]]:
+    """Build the model from config.json, check every tensor's name and shape, load, move, eval()."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
+    missing_files = [f for f in (CONFIG, WEIGHTS, TOKENIZER) if not (path / f).is_file()]
+    if missing_files:
+        raise CheckpointError(f"checkpoint {str(path)!r} is missing {', '.join(missing_files)}")
+    try:
+        config = TransformerConfig.from_dict(json.loads((path / CONFIG).read_text()))
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{path / CONFIG}: {e}") from e
+    tokenizer = Tokenizer.from_file(path / TOKENIZER)
+    if tokenizer.vocab_size != config.tgt_vocab_size or tokenizer.vocab_size != config.src_vocab_size:
+        raise CheckpointError(
+            f"tokenizer has {tokenizer.vocab_size} tokens but config says "
+            f"src_vocab_size={config.src_vocab_size}, tgt_vocab_size={config.tgt_vocab_size}"
+        )
+    model = Transformer(config)
+    expected = unique_state_dict(model)
+    with safe_open(str(path / WEIGHTS), framework="pt") as f:
+        found = {k: f.get_slice(k).get_shape() for k in f.keys()}
+        problems = []
+        missing = sorted(set(expected) - set(found))
+        unexpected = sorted(set(found) - set(expected))
+        if missing:
+            problems.append(f"missing tensors {missing}")
+        if unexpected:
+            problems.append(f"unexpected tensors {unexpected}")
+        for k in sorted(set(expected) & set(found)):
+            if list(found[k]) != list(expected[k].shape):
+                problems.append(f"{k} has shape {list(found[k])}, config expects {list(expected[k].shape)}")
+        if problems:
+            raise CheckpointError(f"{path / WEIGHTS} does not match {CONFIG}: " + "; ".join(problems))
+        with torch.no_grad():
+            for k, t in expected.items():
+                t.copy_(f.get_tensor(k))
+    model.to(device=device, dtype=dtype).eval()
+    return model, tokenizer, read_metadata(path)

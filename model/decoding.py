@@ -1,0 +1,191 @@
+"""KV cache, prefill, the one-token decoder step, and greedy decoding (cached and the recompute reference)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from model.transformer import Transformer, padding_mask, subsequent_mask
+
+
+class KVCache:
+    """Preallocated decoder state for up to `max_batch` rows (slots).
+
+    Per decoder layer: self-attention keys/values written by position as tokens are decoded, and
+    cross-attention keys/values computed once from `memory` when a row is admitted. Live rows are
+    always 0..n-1; `remove` moves the last live rows into the holes, so a scheduler can add and drop
+    sequences between steps without copying the whole cache.
+    """
+
+    def __init__(self, model: Transformer, max_batch: int, max_len: int, max_src_len: int, device=None, dtype=None):
+        c = model.config
+        p = next(model.parameters())
+        device, dtype = device or p.device, dtype or p.dtype
+        L, H, Dh = c.n_decoder_layers, c.n_heads, c.head_dim
+        if max_len > c.max_positions:
+            raise ValueError(f"max_len={max_len} exceeds the model's max_positions={c.max_positions}")
+        self.max_batch, self.max_len, self.max_src_len = max_batch, max_len, max_src_len
+        self.k = torch.zeros(L, max_batch, H, max_len, Dh, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.cross_k = torch.zeros(L, max_batch, H, max_src_len, Dh, device=device, dtype=dtype)
+        self.cross_v = torch.zeros_like(self.cross_k)
+        self.src_keep = torch.zeros(max_batch, max_src_len, dtype=torch.bool, device=device)  # True = real token
+        self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)  # next position per row
+        self.n = 0
+        self._pos = [0] * max_batch  # host copies: no device sync to size the attention window
+        self._src_len = [0] * max_batch
+
+    @property
+    def free(self) -> int:
+        return self.max_batch - self.n
+
+    @torch.inference_mode()
+    def add(self, model: Transformer, src: torch.Tensor) -> range:
+        """Prefill: encode src (B, S) once, store its cross-attention K/V in new rows; returns those rows."""
+        b, s = src.shape
+        if b > self.free:
+            raise ValueError(f"{b} new rows but only {self.free} free slots")
+        if s > self.max_src_len:
+            raise ValueError(f"source length {s} exceeds the cache's max_src_len={self.max_src_len}")
+        src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
+        memory = model.encode(src, src_mask)  # (B, S, D)
+        rows = range(self.n, self.n + b)
+        sl = slice(rows.start, rows.stop)
+        for i, layer in enumerate(model.decoder_layers):
+            k, v = layer.cross_attn.project_memory(memory)  # (B, H, S, Dh)
+            self.cross_k[i, sl, :, :s] = k
+            self.cross_v[i, sl, :, :s] = v
+        keep = src_mask[:, 0, 0]  # (B, S)
+        self.src_keep[sl] = False
+        self.src_keep[sl, :s] = keep
+        self.positions[sl] = 0
+        for r, length in zip(rows, keep.sum(1).tolist()):  # sources are right-padded
+            self._pos[r], self._src_len[r] = 0, max(1, length)
+        self.n += b
+        return rows
+
+    def remove(self, rows) -> list[tuple[int, int]]:
+        """Free `rows`; the last live rows move into the holes. Returns the (from, to) moves made."""
+        dead = set(rows)
+        new_n = self.n - len(dead)
+        holes = sorted(r for r in dead if r < new_n)
+        movers = [r for r in range(new_n, self.n) if r not in dead]
+        if holes:
+            src = torch.tensor(movers, device=self.k.device)
+            dst = torch.tensor(holes, device=self.k.device)
+            for t in (self.k, self.v, self.cross_k, self.cross_v):
+                t[:, dst] = t[:, src]
+            self.src_keep[dst] = self.src_keep[src]
+            self.positions[dst] = self.positions[src]
+            for f, t in zip(movers, holes):
+                self._pos[t], self._src_len[t] = self._pos[f], self._src_len[f]
+        self.n = new_n
+        return list(zip(movers, holes))
+
+    def kv_len(self) -> int:
+        """Keys the next step attends over: the longest live row including the token being fed."""
+        return max(self._pos[: self.n]) + 1
+
+    def cross_mask(self, n: int) -> torch.Tensor:
+        s = max(self._src_len[:n])
+        return self.src_keep[:n, :s][:, None, None, :]  # (N, 1, 1, S)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's k/v (N, H, 1, Dh) at each row's position; return the rows' K/V so far."""
+        n = k.size(0)
+        if max(self._pos[:n]) >= self.max_len:
+            raise ValueError(f"a row reached the cache's max_len={self.max_len}")
+        rows = torch.arange(n, device=k.device)
+        pos = self.positions[:n]
+        self.k[layer][rows, :, pos] = k[:, :, 0]
+        self.v[layer][rows, :, pos] = v[:, :, 0]
+        kv_len = self.kv_len()
+        return self.k[layer, :n, :, :kv_len], self.v[layer, :n, :, :kv_len]  # (N, H, kv_len, Dh)
+
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        s = max(self._src_len[: self.n])
+        return self.cross_k[layer, : self.n, :, :s], self.cross_v[layer, : self.n, :, :s]
+
+    def advance(self) -> None:
+        self.positions[: self.n] += 1
+        for r in range(self.n):
+            self._pos[r] += 1
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int] = field(default_factory=list)  # generated ids, without <s> and </s>
+    logprobs: list[float] = field(default_factory=list)  # one per generated id, </s> included
+    finish_reason: str = "length"  # "eos" or "length"
+
+    @property
+    def score(self) -> float:
+        """Mean log-probability of the generated tokens."""
+        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else 0.0
+
+
+@torch.inference_mode()
+def greedy_decode(model: Transformer, src: torch.Tensor, max_new_tokens: int) -> list[Hypothesis]:
+    """Encode once, then one cached decoder step per token; finished rows leave the batch at once."""
+    c = model.config
+    b = src.size(0)
+    cache = KVCache(model, b, max_new_tokens + 1, src.size(1))
+    cache.add(model, src)
+    hyps = [Hypothesis() for _ in range(b)]
+    row_to_seq = list(range(b))
+    tokens = torch.full((b,), c.bos_id, dtype=torch.long, device=src.device)
+    for _ in range(max_new_tokens):
+        logprobs = model.decode_step(tokens, cache).float().log_softmax(-1)  # (N, V)
+        best, ids = logprobs.max(-1)
+        ids_host, best_host = ids.tolist(), best.tolist()
+        done = []
+        for r, (tok, lp) in enumerate(zip(ids_host, best_host)):
+            h = hyps[row_to_seq[r]]
+            h.logprobs.append(lp)
+            if tok == c.eos_id:
+                h.finish_reason = "eos"
+                done.append(r)
+            else:
+                h.tokens.append(tok)
+        if done:
+            if len(done) == cache.n:
+                break
+            moves = cache.remove(done)
+            if moves:
+                src_rows, dst_rows = zip(*moves)
+                ids[list(dst_rows)] = ids[list(src_rows)]
+                for f, t in moves:
+                    row_to_seq[t] = row_to_seq[f]
+            del row_to_seq[cache.n :]
+            ids = ids[: cache.n]
+        tokens = ids
+    return hyps
+
+
+@torch.inference_mode()
+def greedy_decode_reference(model: Transformer, src: torch.Tensor, max_new_tokens: int) -> list[Hypothesis]:
+    """The baseline: re-run the decoder over the whole prefix at every step (no cache)."""
+    c = model.config
+    src_mask = padding_mask(src, c.pad_id)
+    memory = model.encode(src, src_mask)
+    b = src.size(0)
+    ys = torch.full((b, 1), c.bos_id, dtype=torch.long, device=src.device)
+    hyps = [Hypothesis() for _ in range(b)]
+    alive = [True] * b
+    for _ in range(max_new_tokens):
+        hidden = model.decode(ys, memory, src_mask, subsequent_mask(ys.size(1), src.device))
+        logprobs = model.generator(hidden[:, -1]).float().log_softmax(-1)  # (B, V)
+        best, ids = logprobs.max(-1)
+        for r, (tok, lp) in enumerate(zip(ids.tolist(), best.tolist())):
+            if not alive[r]:
+                continue
+            hyps[r].logprobs.append(lp)
+            if tok == c.eos_id:
+                hyps[r].finish_reason, alive[r] = "eos", False
+            else:
+                hyps[r].tokens.append(tok)
+        if not any(alive):
+            break
+        ys = torch.cat([ys, ids[:, None]], dim=1)
+    return hyps

@@ -1,0 +1,122 @@
+"""Joint source/target BPE (byte fallback, so any text round-trips) on top of HuggingFace `tokenizers`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIALS = [PAD, BOS, EOS, UNK]  # ids 0..3, in this order
+BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
+
+
+@dataclass
+class Token:
+    id: int
+    text: str
+    start: int  # character offsets into the input; special tokens get an empty span
+    end: int
+    special: bool
+
+
+class Tokenizer:
+    """Source side: `text </s>`; target side: `<s> text </s>`. Special tokens are never split."""
+
+    def __init__(self, tokenizer: HFTokenizer):
+        self.hf = tokenizer
+        ids = [tokenizer.token_to_id(t) for t in SPECIALS]
+        if ids != [0, 1, 2, 3]:
+            raise ValueError(f"special tokens {SPECIALS} must have ids 0..3, found {ids}")
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids
+        self.special_ids = frozenset(ids)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def train(cls, lines: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> Tokenizer:
+        """Learn BPE merges on `lines`; characters outside the learned alphabet fall back to bytes."""
+        tk = HFTokenizer(models.BPE(unk_token=UNK, byte_fallback=True, fuse_unk=True))
+        tk.normalizer = normalizers.NFC()
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+                pre_tokenizers.Punctuation(behavior="isolated"),
+                pre_tokenizers.Digits(individual_digits=True),
+            ]
+        )
+        tk.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size - len(BYTE_TOKENS),
+            min_frequency=min_frequency,
+            special_tokens=SPECIALS,
+            limit_alphabet=200,
+            show_progress=False,
+        )
+        tk.train_from_iterator(lines, trainer=trainer)
+        # Append the 256 byte tokens to the BPE vocabulary (not as added tokens: those would be
+        # matched in raw text and dropped by skip_special_tokens).
+        spec = json.loads(tk.to_str())
+        vocab = spec["model"]["vocab"]
+        for t in BYTE_TOKENS:
+            vocab.setdefault(t, len(vocab))
+        return cls(HFTokenizer.from_str(json.dumps(spec)))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tokenizer:
+        return cls(HFTokenizer.from_file(str(path)))
+
+    def save(self, path: str | Path) -> None:
+        self.hf.save(str(path))
+
+    def _wrap(self, ids: list[int], side: str) -> list[int]:
+        return ([self.bos_id] if side == "target" else []) + ids + [self.eos_id]
+
+    def encode(self, text: str, side: str = "source", add_special_tokens: bool = True) -> list[int]:
+        ids = self.hf.encode(text, add_special_tokens=False).ids
+        return self._wrap(ids, side) if add_special_tokens else ids
+
+    def encode_batch(self, texts: list[str], side: str = "source", add_special_tokens: bool = True) -> list[list[int]]:
+        encs = self.hf.encode_batch(texts, add_special_tokens=False)
+        return [self._wrap(e.ids, side) if add_special_tokens else e.ids for e in encs]
+
+    def tokenize(self, text: str, side: str = "source", add_special_tokens: bool = True) -> list[Token]:
+        """Tokens with ids, pieces and character offsets into `text`."""
+        enc = self.hf.encode(text, add_special_tokens=False)
+        toks = []
+        for i, piece, (start, end) in zip(enc.ids, enc.tokens, enc.offsets):
+            if end - start > 1 and text[start].isspace():  # "▁man" points at "man", not " man"
+                start += 1
+            toks.append(Token(i, piece, start, end, False))
+        if not add_special_tokens:
+            return toks
+        head = [Token(self.bos_id, BOS, 0, 0, True)] if side == "target" else []
+        return head + toks + [Token(self.eos_id, EOS, len(text), len(text), True)]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        return self.hf.decode_batch(batch, skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, i: int) -> str:
+        return self.hf.id_to_token(i)
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """One sentence a line, plain or gzip."""
+    import gzip
+
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            yield line.rstrip("\n")

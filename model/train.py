@@ -1,0 +1,286 @@
+"""nmt-train: train a Transformer on a parallel corpus; resumable, seeded, keeps the best checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from model.checkpoint import save_checkpoint, unique_state_dict
+from model.evaluate import score, translate_corpus
+from model.tokenizer import Tokenizer, read_lines
+from model.transformer import Transformer, TransformerConfig
+
+STATE = "train_state"  # subdirectory of --out holding what resuming needs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="nmt-train", description=__doc__)
+    a = p.add_argument
+    a("--train-src", required=True)
+    a("--train-tgt", required=True)
+    a("--valid-src", required=True)
+    a("--valid-tgt", required=True)
+    a("--out", required=True, help="checkpoint directory to write (best model + train_state/)")
+    a("--vocab-size", type=int, default=8000, help="joint BPE vocabulary incl. 256 byte tokens")
+    a("--d-model", type=int, default=256)
+    a("--heads", type=int, default=4)
+    a("--encoder-layers", type=int, default=3)
+    a("--decoder-layers", type=int, default=3)
+    a("--d-ff", type=int, default=1024)
+    a("--dropout", type=float, default=0.1)
+    a("--attention-dropout", type=float, default=0.0)
+    a("--activation-dropout", type=float, default=0.0)
+    a("--norm", choices=["pre", "post"], default="pre")
+    a("--activation", choices=["relu", "gelu"], default="relu")
+    a("--label-smoothing", type=float, default=0.1)
+    a("--lr", type=float, default=4e-3, help="peak learning rate after warm-up")
+    a("--warmup", type=int, default=1000, help="warm-up steps; then lr decays as 1/sqrt(step)")
+    a("--weight-decay", type=float, default=0.0)
+    a("--clip", type=float, default=1.0, help="gradient norm clipping")
+    a("--batch-tokens", type=int, default=6000, help="source+target tokens per batch, padding included")
+    a("--max-len", type=int, default=128, help="drop training pairs longer than this (tokens)")
+    a("--epochs", type=int, default=30)
+    a("--max-minutes", type=float, default=0.0, help="stop training after this long (0 = no limit)")
+    a("--average-last", type=int, default=5, help="also try the average of the last N epoch checkpoints")
+    a("--valid-bleu-sentences", type=int, default=0, help="score BLEU on the first N validation lines (0 = all)")
+    a("--bf16", action="store_true", help="bfloat16 autocast (CPUs with AVX-512 BF16, recent GPUs)")
+    a("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
+    a("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a("--seed", type=int, default=1)
+    a("--resume", action="store_true", help="continue from --out/train_state if it exists")
+    return p.parse_args(argv)
+
+
+def make_batches(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, seed: int) -> list[list[int]]:
+    """Indices grouped by similar length so that (rows x longest side) stays under batch_tokens."""
+    rng = random.Random(seed)
+    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]) + rng.random(), len(pairs[i][1])))
+    batches, cur, longest = [], [], 0
+    for i in order:
+        n = max(len(pairs[i][0]), len(pairs[i][1]))
+        if cur and (len(cur) + 1) * max(longest, n) * 2 > batch_tokens:
+            batches.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(pairs, idx: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> src (B, S), tgt_in (B, T) = <s> y, tgt_out (B, T) = y </s>"""
+    s_len = max(len(pairs[i][0]) for i in idx)
+    t_len = max(len(pairs[i][1]) for i in idx) - 1
+    src = torch.full((len(idx), s_len), pad_id, dtype=torch.long)
+    tgt = torch.full((len(idx), t_len + 1), pad_id, dtype=torch.long)
+    for r, i in enumerate(idx):
+        s, t = pairs[i]
+        src[r, : len(s)] = torch.tensor(s)
+        tgt[r, : len(t)] = torch.tensor(t)
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def lr_at(step: int, peak: float, warmup: int) -> float:
+    step = max(step, 1)
+    return peak * min(step / warmup, math.sqrt(warmup / step))
+
+
+def save_state(dir_: Path, model, optimizer, info: dict) -> None:
+    dir_.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in unique_state_dict(model).items()}
+    opt = optimizer.state_dict()
+    for pid, st in opt["state"].items():
+        for k, v in st.items():
+            tensors[f"opt.{pid}.{k}"] = v.detach().cpu().reshape(v.shape).contiguous()
+    save_file(tensors, str(dir_ / "last.safetensors.tmp"))
+    (dir_ / "last.safetensors.tmp").replace(dir_ / "last.safetensors")
+    info = {**info, "param_groups": opt["param_groups"], "python_rng": repr(random.getstate())}
+    (dir_ / "state.json").write_text(json.dumps(info, indent=1))
+
+
+def load_state(dir_: Path, model, optimizer) -> dict:
+    tensors = load_file(str(dir_ / "last.safetensors"))
+    model_sd = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
+    target = unique_state_dict(model)
+    with torch.no_grad():
+        for k, t in target.items():
+            t.copy_(model_sd[k])
+    info = json.loads((dir_ / "state.json").read_text())
+    state: dict = {}
+    for k, v in tensors.items():
+        if k.startswith("opt."):
+            _, pid, name = k.split(".", 2)
+            state.setdefault(int(pid), {})[name] = v
+    optimizer.load_state_dict({"state": state, "param_groups": info["param_groups"]})
+    return info
+
+
+def average_snapshots(paths: list[Path]) -> dict[str, torch.Tensor]:
+    avg: dict[str, torch.Tensor] = {}
+    for p in paths:
+        for k, v in load_file(str(p)).items():
+            avg[k] = avg.get(k, 0) + v.float() / len(paths)
+    return avg
+
+
+def validate(model, tokenizer, valid_pairs, valid_src, valid_ref, pad_id, device) -> dict:
+    model.eval()
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for idx in make_batches(valid_pairs, 8000, seed=0):
+            src, tgt_in, tgt_out = (t.to(device) for t in collate(valid_pairs, idx, pad_id))
+            logits = model(src, tgt_in)
+            total += F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad_id, reduction="sum").item()
+            count += (tgt_out != pad_id).sum().item()
+    hyps = translate_corpus(model, tokenizer, valid_src)
+    model.train()
+    return {"valid_loss": round(total / count, 4), **{f"valid_{k}": v for k, v in score(hyps, valid_ref).items()}, "samples": hyps[:3]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    command = "nmt-train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    out, state_dir = Path(args.out), Path(args.out) / STATE
+    device = torch.device(args.device)
+
+    train_src, train_tgt = list(read_lines(args.train_src)), list(read_lines(args.train_tgt))
+    valid_src, valid_ref = list(read_lines(args.valid_src)), list(read_lines(args.valid_tgt))
+    if len(train_src) != len(train_tgt) or len(valid_src) != len(valid_ref):
+        sys.exit("nmt-train: source and target files must have the same number of lines")
+    resuming = args.resume and (state_dir / "state.json").exists()
+    if resuming:
+        tokenizer = Tokenizer.from_file(state_dir / "tokenizer.json")
+    else:
+        tokenizer = Tokenizer.train(train_src + train_tgt, vocab_size=args.vocab_size)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(state_dir / "tokenizer.json")
+
+    def encode_pairs(src, tgt):
+        return list(zip(tokenizer.encode_batch(src, "source"), tokenizer.encode_batch(tgt, "target")))
+
+    train_pairs = [p for p in encode_pairs(train_src, train_tgt) if max(map(len, p)) <= args.max_len]
+    valid_pairs = encode_pairs(valid_src, valid_ref)
+    if args.valid_bleu_sentences:
+        valid_src, valid_ref = valid_src[: args.valid_bleu_sentences], valid_ref[: args.valid_bleu_sentences]
+
+    V = tokenizer.vocab_size
+    config = TransformerConfig(
+        src_vocab_size=V, tgt_vocab_size=V, d_model=args.d_model, n_heads=args.heads,
+        n_encoder_layers=args.encoder_layers, n_decoder_layers=args.decoder_layers, d_ff=args.d_ff,
+        dropout=args.dropout, attention_dropout=args.attention_dropout, activation_dropout=args.activation_dropout,
+        norm_first=args.norm == "pre", activation=args.activation,
+        pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, unk_id=tokenizer.unk_id,
+    )  # fmt: skip
+    model = Transformer(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=args.weight_decay)
+    info = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "seconds": 0.0, "best_bleu": -1.0, "history": [], "snapshots": []}
+    if resuming:
+        info = load_state(state_dir, model, optimizer)
+        print(f"resumed at epoch {info['epoch'] + 1}, step {info['step']}", file=sys.stderr)
+    print(f"{model.num_parameters():,} parameters, {len(train_pairs):,} training pairs, vocab {V}", file=sys.stderr)
+
+    def save_best(metrics: dict) -> None:
+        meta = {
+            "name": out.name,
+            "source_language": "en", "target_language": "de",
+            "training_data": {"train_src": args.train_src, "train_tgt": args.train_tgt,
+                              "valid_src": args.valid_src, "valid_tgt": args.valid_tgt, "pairs": len(train_pairs)},
+            "command": command, "steps": info["step"], "epochs": info["epoch"],
+            "train_seconds": round(info["seconds"], 1), "parameters": model.num_parameters(),
+            "valid": {k: v for k, v in metrics.items() if k != "samples"},
+        }  # fmt: skip
+        save_checkpoint(out, model, tokenizer, meta)
+
+    deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else math.inf
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    model.train()
+    stopped = False
+    while info["epoch"] < args.epochs and not stopped:
+        epoch = info["epoch"] + 1
+        batches = make_batches(train_pairs, args.batch_tokens, seed=args.seed * 1000 + epoch)
+        bar = tqdm(batches[info["batch_in_epoch"] :], desc=f"epoch {epoch}", mininterval=5, file=sys.stderr)
+        tokens_seen, t0 = 0, time.perf_counter()
+        for idx in bar:
+            src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in collate(train_pairs, idx, config.pad_id))
+            lr = lr_at(info["step"] + 1, args.lr, args.warmup)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            with autocast:
+                logits = model(src, tgt_in)
+            loss = F.cross_entropy(
+                logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=config.pad_id, label_smoothing=args.label_smoothing
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+            optimizer.step()
+            info["step"] += 1
+            info["batch_in_epoch"] += 1
+            tokens_seen += int((tgt_out != config.pad_id).sum())
+            elapsed = time.perf_counter() - t0
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / elapsed:.0f}")
+            if time.monotonic() > deadline:
+                stopped = True
+                break
+        info["seconds"] += time.perf_counter() - t0
+        if stopped and info["batch_in_epoch"] < len(batches):
+            save_state(state_dir, model, optimizer, info)
+            print(f"time budget reached mid-epoch {epoch}; state saved, --resume continues", file=sys.stderr)
+            break
+        info["epoch"], info["batch_in_epoch"] = epoch, 0
+        snap = state_dir / f"epoch{epoch}.safetensors"
+        save_file({k: v.detach().cpu().contiguous() for k, v in unique_state_dict(model).items()}, str(snap))
+        info["snapshots"] = (info["snapshots"] + [snap.name])[-args.average_last :]
+        for old in state_dir.glob("epoch*.safetensors"):
+            if old.name not in info["snapshots"]:
+                old.unlink()
+        metrics = validate(model, tokenizer, valid_pairs, valid_src, valid_ref, config.pad_id, device)
+        info["history"].append({"epoch": epoch, "step": info["step"], "seconds": round(info["seconds"], 1),
+                                "train_tokens_per_s": round(tokens_seen / max(elapsed, 1e-9)),
+                                **{k: v for k, v in metrics.items() if k != "samples"}})  # fmt: skip
+        print(json.dumps(info["history"][-1]), file=sys.stderr)
+        for s in metrics["samples"]:
+            print("   sample:", s, file=sys.stderr)
+        if metrics["valid_bleu"] > info["best_bleu"]:
+            info["best_bleu"] = metrics["valid_bleu"]
+            save_best(metrics)
+        save_state(state_dir, model, optimizer, info)
+
+    # Checkpoint averaging: keep the average of the last snapshots if it validates better.
+    if len(info["snapshots"]) > 1:
+        live = {k: v.clone() for k, v in unique_state_dict(model).items()}
+        avg = average_snapshots([state_dir / s for s in info["snapshots"]])
+        with torch.no_grad():
+            for k, t in unique_state_dict(model).items():
+                t.copy_(avg[k])
+        metrics = validate(model, tokenizer, valid_pairs, valid_src, valid_ref, config.pad_id, device)
+        print(json.dumps({"averaged": info["snapshots"], **{k: v for k, v in metrics.items() if k != "samples"}}), file=sys.stderr)
+        if metrics["valid_bleu"] > info["best_bleu"]:
+            info["best_bleu"] = metrics["valid_bleu"]
+            metrics["averaged_epochs"] = info["snapshots"]
+            save_best(metrics)
+        with torch.no_grad():
+            for k, t in unique_state_dict(model).items():
+                t.copy_(live[k])
+    print(json.dumps({"best_valid_bleu": info["best_bleu"], "steps": info["step"], "epochs": info["epoch"], "seconds": round(info["seconds"], 1)}))
+
+
+if __name__ == "__main__":
+    main()

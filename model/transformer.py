@@ -1,0 +1,292 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need", written from primitives."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class TransformerConfig:
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 256  # width of every residual stream
+    n_heads: int = 4  # attention heads; d_model must divide evenly
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_ff: int = 1024  # inner width of the position-wise feed-forward network
+    dropout: float = 0.1  # on embeddings, sublayer outputs
+    attention_dropout: float = 0.0  # on attention weights
+    activation_dropout: float = 0.0  # inside the feed-forward network
+    max_positions: int = 1024  # rows of the sinusoidal table
+    norm_first: bool = True  # pre-LN (stable); False = post-LN as in the paper
+    activation: str = "relu"  # "relu" or "gelu"
+    share_embeddings: bool = True  # one table for source and target (needs a joint vocabulary)
+    tie_output: bool = True  # output projection = target embedding matrix
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', not {self.activation!r}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TransformerConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown config keys {unknown}; allowed: {sorted(known)}")
+        return cls(**d)
+
+
+def padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """True where a key is a real token. (B, S) -> (B, 1, 1, S)"""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def subsequent_mask(size: int, device: torch.device | None = None) -> torch.Tensor:
+    """True where query i may see key j (j <= i). -> (1, 1, T, T)"""
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril_()[None, None]
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...). -> (P, D)"""
+    position = torch.arange(max_positions, dtype=torch.float32)[:, None]  # (P, 1)
+    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2] = torch.sin(position * div)
+    table[:, 1::2] = torch.cos(position * div)
+    return table
+
+
+class Embeddings(nn.Module):
+    """Token embedding scaled by sqrt(d_model) plus sinusoidal positions."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_positions: int, pad_id: int, dropout: float):
+        super().__init__()
+        self.d_model = d_model
+        self.token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.token.weight, mean=0.0, std=d_model**-0.5)
+        with torch.no_grad():
+            self.token.weight[pad_id].zero_()
+        self.register_buffer("pe", sinusoidal_table(max_positions, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """ids (B, T) [positions (B, T)] -> (B, T, D)"""
+        x = self.token(ids) * math.sqrt(self.d_model)
+        pe = self.pe[: ids.size(1)] if positions is None else self.pe[positions]
+        return self.dropout(x + pe.to(x.dtype))
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over n_heads heads; self-attention projects Q, K, V in one matmul."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, cross: bool):
+        super().__init__()
+        self.n_heads, self.head_dim, self.cross = n_heads, d_model // n_heads, cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention projections. x (B, T, D) -> 3 x (B, H, T, Dh)"""
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+        return self._heads(q), self._heads(k), self._heads(v)
+
+    def project_q(self, x: torch.Tensor) -> torch.Tensor:
+        return self._heads(self.q_proj(x))  # (B, H, T, Dh)
+
+    def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys/values, computed once per sentence. (B, S, D) -> 2 x (B, H, S, Dh)"""
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        return self._heads(k), self._heads(v)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """q (B, H, T, Dh), k/v (B, H, S, Dh), mask broadcastable to (B, H, T, S), True = attend."""
+        dropout = self.dropout if self.training else 0.0
+        if need_weights:
+            scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(self.head_dim)  # (B, H, T, S)
+            weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            out = F.dropout(weights, dropout, self.training).to(v.dtype) @ v  # (B, H, T, Dh)
+        else:
+            out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+        B, H, T, Dh = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh)), weights  # (B, T, D)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, memory: torch.Tensor | None = None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Self-attention over x, or cross-attention from x (queries) to memory (keys/values)."""
+        if self.cross:
+            q, (k, v) = self.project_q(x), self.project_memory(memory)
+        else:
+            q, k, v = self.project_qkv(x)
+        return self.attend(q, k, v, mask, need_weights)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear -> activation -> Linear."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.activation = F.relu if activation == "relu" else F.gelu
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(self.dropout(self.activation(self.w1(x))))
+
+
+class Sublayer(nn.Module):
+    """Residual connection around a sublayer with LayerNorm before (pre-LN) or after (post-LN) it."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), nn.Dropout(dropout), norm_first
+
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(y)
+        return x if self.norm_first else self.norm(x)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: TransformerConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, cross=False)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, c.activation_dropout)
+        self.sub_attn = Sublayer(c.d_model, c.dropout, c.norm_first)
+        self.sub_ffn = Sublayer(c.d_model, c.dropout, c.norm_first)
+
+    def forward(self, x, src_mask, need_weights=False):
+        y, w = self.self_attn(self.sub_attn.pre(x), src_mask, need_weights=need_weights)
+        x = self.sub_attn.post(x, y)
+        return self.sub_ffn.post(x, self.ffn(self.sub_ffn.pre(x))), w
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: TransformerConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, cross=False)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, cross=True)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.activation, c.activation_dropout)
+        self.sub_self = Sublayer(c.d_model, c.dropout, c.norm_first)
+        self.sub_cross = Sublayer(c.d_model, c.dropout, c.norm_first)
+        self.sub_ffn = Sublayer(c.d_model, c.dropout, c.norm_first)
+
+    def forward(self, x, memory, src_mask, tgt_mask, need_weights=False):
+        """Full target sequence (training, teacher forcing). x (B, T, D), memory (B, S, D)."""
+        y, w_self = self.self_attn(self.sub_self.pre(x), tgt_mask, need_weights=need_weights)
+        x = self.sub_self.post(x, y)
+        y, w_cross = self.cross_attn(self.sub_cross.pre(x), src_mask, memory=memory, need_weights=need_weights)
+        x = self.sub_cross.post(x, y)
+        return self.sub_ffn.post(x, self.ffn(self.sub_ffn.pre(x))), w_self, w_cross
+
+    def step(self, x, cache, layer: int, self_mask, cross_mask):
+        """One new token per row against the KV cache. x (N, 1, D) -> (N, 1, D)"""
+        q, k, v = self.self_attn.project_qkv(self.sub_self.pre(x))  # (N, H, 1, Dh)
+        k, v = cache.update(layer, k, v)  # (N, H, kv_len, Dh)
+        y, _ = self.self_attn.attend(q, k, v, self_mask)
+        x = self.sub_self.post(x, y)
+        k, v = cache.cross(layer)  # (N, H, S, Dh), computed once at admission
+        y, _ = self.cross_attn.attend(self.cross_attn.project_q(self.sub_cross.pre(x)), k, v, cross_mask)
+        x = self.sub_cross.post(x, y)
+        return self.sub_ffn.post(x, self.ffn(self.sub_ffn.pre(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        c = self.config = config
+        self.src_embed = Embeddings(c.src_vocab_size, c.d_model, c.max_positions, c.pad_id, c.dropout)
+        self.tgt_embed = (
+            self.src_embed
+            if c.share_embeddings
+            else Embeddings(c.tgt_vocab_size, c.d_model, c.max_positions, c.pad_id, c.dropout)
+        )
+        self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
+        self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.output_proj = None if c.tie_output else nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor, need_weights: bool = False):
+        """src (B, S), src_mask (B, 1, 1, S) -> memory (B, S, D) [, per-layer weights (B, H, S, S)]"""
+        x, weights = self.src_embed(src), []
+        for layer in self.encoder_layers:
+            x, w = layer(x, src_mask, need_weights)
+            weights.append(w)
+        memory = self.encoder_norm(x)
+        return (memory, weights) if need_weights else memory
+
+    def decode(self, tgt, memory, src_mask, tgt_mask, need_weights: bool = False):
+        """tgt (B, T) teacher-forced -> hidden (B, T, D) [, self (B, H, T, T) and cross (B, H, T, S) weights]"""
+        x, w_self, w_cross = self.tgt_embed(tgt), [], []
+        for layer in self.decoder_layers:
+            x, ws, wc = layer(x, memory, src_mask, tgt_mask, need_weights)
+            w_self.append(ws)
+            w_cross.append(wc)
+        x = self.decoder_norm(x)
+        return (x, w_self, w_cross) if need_weights else x
+
+    def generator(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> logits (..., V)"""
+        if self.output_proj is None:
+            return F.linear(hidden, self.tgt_embed.token.weight)
+        return self.output_proj(hidden)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing. src (B, S), tgt (B, T) starting with <s> -> logits (B, T, V)"""
+        src_mask = padding_mask(src, self.config.pad_id)
+        tgt_mask = padding_mask(tgt, self.config.pad_id) & subsequent_mask(tgt.size(1), tgt.device)
+        return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
+
+    def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
+        """Feed one token per live cache row at that row's position. tokens (N,) -> logits (N, V)"""
+        n = tokens.size(0)
+        positions = cache.positions[:n]  # (N,)
+        x = self.tgt_embed(tokens[:, None], positions[:, None])  # (N, 1, D)
+        kv_len = cache.kv_len()
+        self_mask = (torch.arange(kv_len, device=tokens.device)[None, :] <= positions[:, None])[:, None, None]
+        cross_mask = cache.cross_mask(n)  # (N, 1, 1, S)
+        for i, layer in enumerate(self.decoder_layers):
+            x = layer.step(x, cache, i, self_mask, cross_mask)
+        cache.advance()
+        return self.generator(self.decoder_norm(x[:, 0]))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
