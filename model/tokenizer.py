@@ -93,7 +93,9 @@ class Tokenizer:
         enc = self.hf.encode(text, add_special_tokens=False)
         toks = []
         for i, piece, (start, end) in zip(enc.ids, enc.tokens, enc.offsets):
-            if end - start > 1 and text[start].isspace():  # "▁man" points at "man", not " man"
+            if start < end and not text[start].isspace() and piece == "▁":
+                end = start  # the word-boundary mark the pre-tokenizer added before the first word
+            elif end - start > 1 and text[start].isspace():  # "▁man" points at "man", not " man"
                 start += 1
             toks.append(Token(i, piece, start, end, False))
         if not add_special_tokens:

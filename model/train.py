@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
             info["batch_in_epoch"] += 1
             tokens_seen += int((tgt_out != config.pad_id).sum())
             elapsed = time.perf_counter() - t0
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / elapsed:.0f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / elapsed:.0f}", refresh=False)
             if time.monotonic() > deadline:
                 stopped = True
                 break

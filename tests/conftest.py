@@ -45,3 +45,33 @@ def tiny_checkpoint(tmp_path_factory, tiny_model, tokenizer):
     path = tmp_path_factory.mktemp("ckpt") / "tiny"
     save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny", "note": "random weights, for tests"})
     return path
+
+
+def write_corpus(dir_, pairs, name):
+    src, tgt = dir_ / f"{name}.en", dir_ / f"{name}.de"
+    src.write_text("".join(e + "\n" for e, _ in pairs))
+    tgt.write_text("".join(d + "\n" for _, d in pairs))
+    return src, tgt
+
+
+def train_args(dir_, pairs, out, epochs: int) -> list[str]:
+    """nmt-train arguments for a seconds-long run on the synthetic corpus."""
+    train_src, train_tgt = write_corpus(dir_, pairs[:360], "train")
+    valid_src, valid_tgt = write_corpus(dir_, pairs[360:], "valid")
+    return [
+        "--train-src", str(train_src), "--train-tgt", str(train_tgt),
+        "--valid-src", str(valid_src), "--valid-tgt", str(valid_tgt), "--out", str(out),
+        "--vocab-size", "400", "--d-model", "32", "--heads", "4", "--d-ff", "64",
+        "--encoder-layers", "2", "--decoder-layers", "2", "--dropout", "0.0", "--lr", "5e-3", "--warmup", "30",
+        "--batch-tokens", "1200", "--epochs", str(epochs), "--seed", "1",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory, pairs):
+    """A tiny model trained for a few seconds with nmt-train: it ends sentences with </s> at varied lengths."""
+    from model.train import main as train_main
+
+    dir_ = tmp_path_factory.mktemp("trained")
+    train_main(train_args(dir_, pairs, dir_ / "ckpt", epochs=12))
+    return dir_ / "ckpt"

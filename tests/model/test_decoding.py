@@ -1,0 +1,109 @@
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.decoding import KVCache, greedy_decode, greedy_decode_reference
+from model.transformer import padding_mask, subsequent_mask
+
+
+def batch(rows: list[list[int]], pad: int = 0) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r)
+    return out
+
+
+SOURCES = [[5, 6, 7, 8, 9, 10, 2], [11, 12, 2], [13, 14, 15, 16, 2], [17, 2]]
+
+
+@pytest.fixture(scope="module")
+def eos_model(trained_checkpoint):
+    """A briefly trained tiny model: it ends its outputs with </s>, at different steps for different rows."""
+    return load_checkpoint(trained_checkpoint)[0]
+
+
+def test_eos_model_finishes_rows_at_different_lengths(eos_model):
+    hyps = greedy_decode_reference(eos_model, batch(SOURCES), 30)
+    lengths = {len(h.tokens) for h in hyps if h.finish_reason == "eos"}
+    assert len(lengths) >= 2, [(h.finish_reason, len(h.tokens)) for h in hyps]
+
+
+@pytest.mark.parametrize("which", ["tiny_model", "eos_model"])
+def test_cached_greedy_equals_recompute_reference(request, which):
+    model = request.getfixturevalue(which)
+    src = batch(SOURCES)
+    cached, ref = greedy_decode(model, src, 25), greedy_decode_reference(model, src, 25)
+    for c, r in zip(cached, ref):
+        assert c.tokens == r.tokens
+        assert c.finish_reason == r.finish_reason
+        assert c.score == pytest.approx(r.score, abs=1e-5)
+
+
+def test_cached_step_logits_equal_full_decoder_logits(tiny_model):
+    """Feed the same target prefix both ways; every next-token logit agrees to 1e-4."""
+    src = batch(SOURCES)
+    tgt = torch.tensor([[1, 20, 21, 22, 23, 24]] * len(SOURCES))
+    src_mask = padding_mask(src, 0)
+    full = tiny_model.generator(
+        tiny_model.decode(tgt, tiny_model.encode(src, src_mask), src_mask, subsequent_mask(tgt.size(1)))
+    )  # (B, T, V)
+    cache = KVCache(tiny_model, len(SOURCES), 16, src.size(1))
+    cache.add(tiny_model, src)
+    with torch.inference_mode():
+        for t in range(tgt.size(1)):
+            step = tiny_model.decode_step(tgt[:, t], cache)
+            torch.testing.assert_close(step, full[:, t], atol=1e-4, rtol=0)
+
+
+def test_padding_in_a_batch_does_not_change_a_translation(eos_model):
+    alone = [greedy_decode(eos_model, batch([s]), 25)[0] for s in SOURCES]
+    together = greedy_decode(eos_model, batch(SOURCES), 25)
+    for a, t in zip(alone, together):
+        assert a.tokens == t.tokens and a.finish_reason == t.finish_reason
+        assert a.score == pytest.approx(t.score, abs=1e-5)
+
+
+def test_rows_join_and_leave_mid_decode(eos_model):
+    """Continuous batching on the cache: a row admitted later and a row removed early change nothing."""
+    alone = {i: greedy_decode(eos_model, batch([s]), 12)[0].tokens for i, s in enumerate(SOURCES)}
+    cache = KVCache(eos_model, 3, 13, 8)
+    seqs, out = [], {}
+    bos = eos_model.config.bos_id
+
+    def admit(i):
+        cache.add(eos_model, batch([SOURCES[i]]))
+        seqs.append(i)
+        out[i] = []
+
+    admit(0)
+    admit(1)
+    tokens = torch.tensor([bos, bos])
+    pending = [2, 3]
+    with torch.inference_mode():
+        for step in range(30):
+            ids = eos_model.decode_step(tokens, cache).argmax(-1)
+            done = []
+            for r, tok in enumerate(ids.tolist()):
+                if tok == eos_model.config.eos_id or len(out[seqs[r]]) == 12:
+                    done.append(r)
+                else:
+                    out[seqs[r]].append(tok)
+            for f, t in cache.remove(done):
+                seqs[t] = seqs[f]
+                ids[t] = ids[f]
+            del seqs[cache.n :]
+            tokens = ids[: cache.n]
+            if step % 2 == 1 and pending and cache.free:  # join mid-decode
+                admit(pending.pop(0))
+                tokens = torch.cat([tokens, torch.tensor([bos])])
+            if not seqs and not pending:
+                break
+    assert out == alone
+
+
+def test_cache_refuses_to_overflow(tiny_model):
+    cache = KVCache(tiny_model, 1, 4, 8)
+    with pytest.raises(ValueError, match="free slots"):
+        cache.add(tiny_model, batch(SOURCES[:2]))
+    with pytest.raises(ValueError, match="max_src_len"):
+        cache.add(tiny_model, torch.ones(1, 9, dtype=torch.long))

@@ -1,0 +1,36 @@
+import json
+
+from model.checkpoint import load_checkpoint
+from model.evaluate import main as eval_main
+from model.evaluate import translate_corpus
+from model.train import main as train_main
+from tests.conftest import train_args, write_corpus
+
+
+def test_short_training_run_writes_a_loadable_checkpoint_and_learns(trained_checkpoint):
+    state = json.loads((trained_checkpoint / "train_state" / "state.json").read_text())
+    losses = [h["valid_loss"] for h in state["history"]]
+    assert losses[-1] < losses[0] / 5, losses
+    model, tok, meta = load_checkpoint(trained_checkpoint)
+    assert meta["valid"]["valid_bleu"] > 60 and meta["command"].startswith("nmt-train ")
+    assert translate_corpus(model, tok, ["A dog is running in the park."]) == ["Ein Hund läuft im Park."]
+
+
+def test_resume_continues_where_the_run_stopped(tmp_path, pairs):
+    args = train_args(tmp_path, pairs, tmp_path / "ck", epochs=1)
+    train_main(args)
+    first = json.loads((tmp_path / "ck" / "train_state" / "state.json").read_text())
+    train_main([*args[:-4], "--epochs", "2", "--seed", "1", "--resume"])
+    second = json.loads((tmp_path / "ck" / "train_state" / "state.json").read_text())
+    assert [h["epoch"] for h in second["history"]] == [1, 2]
+    assert second["history"][0] == first["history"][0]
+    assert second["step"] == 2 * first["step"]
+
+
+def test_nmt_eval_prints_one_json_line(tmp_path, capsys, trained_checkpoint, pairs):
+    src, ref = write_corpus(tmp_path, pairs[360:380], "test")
+    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(src), "--ref", str(ref), "--hyp-out", str(tmp_path / "hyp")])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(result) == {"bleu", "bleu_lc", "chrf", "sentences", "seconds"}
+    assert result["sentences"] == 20 and result["bleu"] > 60
+    assert len((tmp_path / "hyp").read_text().splitlines()) == 20
