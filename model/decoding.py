@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from model.transformer import Transformer, padding_mask, subsequent_mask
@@ -33,8 +34,8 @@ class KVCache:
         self.src_keep = torch.zeros(max_batch, max_src_len, dtype=torch.bool, device=device)  # True = real token
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)  # next position per row
         self.n = 0
-        self._pos = [0] * max_batch  # host copies: no device sync to size the attention window
-        self._src_len = [0] * max_batch
+        self._pos = np.zeros(max_batch, dtype=np.int64)  # host copies: no device sync to size the windows
+        self._src_len = np.zeros(max_batch, dtype=np.int64)
 
     @property
     def free(self) -> int:
@@ -60,8 +61,8 @@ class KVCache:
         self.src_keep[sl] = False
         self.src_keep[sl, :s] = keep
         self.positions[sl] = 0
-        for r, length in zip(rows, keep.sum(1).tolist()):  # sources are right-padded
-            self._pos[r], self._src_len[r] = 0, max(1, length)
+        self._pos[sl] = 0
+        self._src_len[sl] = keep.sum(1).clamp(min=1).cpu().numpy()  # sources are right-padded
         self.n += b
         return rows
 
@@ -78,23 +79,23 @@ class KVCache:
                 t[:, dst] = t[:, src]
             self.src_keep[dst] = self.src_keep[src]
             self.positions[dst] = self.positions[src]
-            for f, t in zip(movers, holes):
-                self._pos[t], self._src_len[t] = self._pos[f], self._src_len[f]
+            self._pos[holes] = self._pos[movers]
+            self._src_len[holes] = self._src_len[movers]
         self.n = new_n
         return list(zip(movers, holes))
 
     def kv_len(self) -> int:
         """Keys the next step attends over: the longest live row including the token being fed."""
-        return max(self._pos[: self.n]) + 1
+        return int(self._pos[: self.n].max()) + 1
 
     def cross_mask(self, n: int) -> torch.Tensor:
-        s = max(self._src_len[:n])
+        s = int(self._src_len[:n].max())
         return self.src_keep[:n, :s][:, None, None, :]  # (N, 1, 1, S)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write this step's k/v (N, H, 1, Dh) at each row's position; return the rows' K/V so far."""
         n = k.size(0)
-        if max(self._pos[:n]) >= self.max_len:
+        if self._pos[:n].max() >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
         rows = torch.arange(n, device=k.device)
         pos = self.positions[:n]
@@ -104,13 +105,12 @@ class KVCache:
         return self.k[layer, :n, :, :kv_len], self.v[layer, :n, :, :kv_len]  # (N, H, kv_len, Dh)
 
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        s = max(self._src_len[: self.n])
+        s = int(self._src_len[: self.n].max())
         return self.cross_k[layer, : self.n, :, :s], self.cross_v[layer, : self.n, :, :s]
 
     def advance(self) -> None:
         self.positions[: self.n] += 1
-        for r in range(self.n):
-            self._pos[r] += 1
+        self._pos[: self.n] += 1
 
 
 @dataclass
