@@ -1,0 +1,1 @@
+"""nmt-serve: the HTTP service around the translation model in `model/`."""

@@ -1,0 +1,65 @@
+"""nmt-serve: run the translation service with uvicorn. Flags override NMT_* environment variables."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import get_args
+
+import uvicorn
+from pydantic import ValidationError
+
+from app.engine import resolve_device
+from app.main import create_app
+from app.settings import Dtype, LogLevel, Settings
+
+
+def parse_args(argv: list[str] | None) -> dict:
+    p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__)
+    p.add_argument("--model-dir", help="checkpoint directory (default: the bundled checkpoints/multi30k-en-de)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument("--dtype", choices=get_args(Dtype), help="float32 (default); half types need CUDA")
+    p.add_argument("--log-level", choices=get_args(LogLevel), help="default info")
+    return {k: v for k, v in vars(p.parse_args(argv)).items() if v is not None}
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        settings = Settings(**parse_args(argv))
+        resolve_device(settings.device, settings.dtype)
+    except (ValidationError, ValueError) as e:
+        sys.exit(f"nmt-serve: {e}")
+    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
+    logging.basicConfig(level=level, format="%(levelname)s:     %(name)s: %(message)s")
+
+    failure: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def stop_on_load_failure(message: str) -> None:
+        failure.append(message)
+        if server is not None:
+            server.should_exit = True  # uvicorn then shuts down as on SIGTERM
+
+    app = create_app(settings, on_load_failure=stop_on_load_failure)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=settings.log_level, timeout_graceful_shutdown=30
+    )
+    server = uvicorn.Server(config)
+    # uvicorn handles SIGINT/SIGTERM itself (stop accepting, finish in-flight requests, run the lifespan's
+    # shutdown) and then re-raises the signal to the handler it found; make that one a no-op so a
+    # graceful stop exits with status 0.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    server.run()
+    if failure:
+        sys.exit(f"nmt-serve: could not load the model from {settings.model_dir}: {failure[0]}")
+    if not server.started:
+        sys.exit(1)  # uvicorn has said why (e.g. the port is taken)
+
+
+if __name__ == "__main__":
+    main()

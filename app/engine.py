@@ -1,0 +1,261 @@
+"""The engine: model, tokenizer, device and limits behind async methods; the batcher runs the model."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from app.batcher import Batcher, EngineFailure, EngineUnavailable
+from app.settings import Settings
+from model.checkpoint import load_checkpoint
+from model.decoding import Hypothesis
+from model.evaluate import max_new_tokens_for
+from model.tokenizer import Token, Tokenizer
+from model.transformer import Transformer, padding_mask, subsequent_mask
+
+__all__ = ["Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "resolve_device"]
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+WARM_UP_TEXT = "A man is riding a bike."
+
+
+class InvalidRequest(ValueError):
+    """The request breaks a limit or names something that does not exist."""
+
+
+class InputTooLong(InvalidRequest):
+    """A text has more tokens than the server accepts."""
+
+
+def resolve_device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
+    """Map "auto" to cuda when available, else cpu; refuse half precision off CUDA."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r} is not a torch device; use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was requested but CUDA is not available here; use auto or cpu")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} does not exist; this host has {torch.cuda.device_count()} CUDA devices")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    if dtype != "float32" and dev.type != "cuda":
+        raise ValueError(f"dtype {dtype} needs a CUDA device, but the device is {dev.type}; use float32")
+    return dev, DTYPES[dtype]
+
+
+@dataclass
+class Translation:
+    text: str
+    finish_reason: str  # "eos" or "length"
+    token_ids: list[int]  # generated ids, without </s>
+    tokens: list[str]
+    score: float  # mean log-probability of the generated tokens, </s> included
+    input_tokens: int  # source tokens the encoder read (0 when the text was blank)
+    output_tokens: int  # decoder steps taken, </s> included
+    truncated: bool = False
+
+
+@dataclass
+class Attention:
+    encoder_tokens: list[str]
+    decoder_tokens: list[str]  # <s> + the translation's pieces; the last row predicts </s>
+    translation: str
+    layers: list[int]
+    heads: list[int]
+    encoder_attention: list  # [L][H][S][S]
+    decoder_attention: list  # [L][H][T][T]
+    cross_attention: list  # [L][H][T][S]
+
+
+class Engine:
+    """Validates requests against the limits, tokenizes off the event loop, and hands model work to the batcher."""
+
+    def __init__(
+        self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model", metadata: dict | None = None,
+        max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
+        max_batch_size: int = 32, prefill_tokens: int = 2048,
+    ):  # fmt: skip
+        c = model.config
+        if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
+            raise ValueError(
+                f"max_input_tokens={max_input_tokens} and max_new_tokens={max_new_tokens} must stay below the "
+                f"model's max_positions={c.max_positions}"
+            )
+        self.model, self.tokenizer, self.name, self.metadata = model, tokenizer, name, metadata or {}
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.max_input_tokens, self.max_new_tokens, self.max_batch_texts = (
+            max_input_tokens,
+            max_new_tokens,
+            max_batch_texts,
+        )
+        self.batcher = Batcher(model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens)
+        self.ready = False
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Engine:
+        """Load the checkpoint onto the configured device and dtype (blocking)."""
+        device, dtype = resolve_device(s.device, s.dtype)
+        model, tokenizer, metadata = load_checkpoint(s.model_dir, device=device, dtype=dtype)
+        return cls(
+            model, tokenizer, name=metadata.get("name") or Path(s.model_dir).name, metadata=metadata,
+            max_input_tokens=s.max_input_tokens, max_new_tokens=s.max_new_tokens, max_batch_texts=s.max_batch_texts,
+            max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens,
+        )  # fmt: skip
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the worker, translate one sentence through the whole path, then report ready."""
+        self.batcher.start()
+        await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens))
+        self.ready = True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Refuse new work, fail whatever is still queued or decoding, and join the worker (blocking)."""
+        self.ready = False
+        self.batcher.stop(timeout)
+
+    def info(self) -> dict[str, Any]:
+        c = self.model.config
+        return {
+            "model": self.name, "config": c.to_dict(), "parameters": self.model.num_parameters(),
+            "vocab_size": {"source": c.src_vocab_size, "target": c.tgt_vocab_size},
+            "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."), "metadata": self.metadata,
+            "limits": {
+                "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
+                "max_batch_texts": self.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
+            },
+        }  # fmt: skip
+
+    # ---- requests (called from the event loop) ----------------------------------------------------
+
+    async def translate(
+        self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False
+    ) -> list[Translation]:
+        """Greedy translations in input order. Blank texts translate to "" without a model call."""
+        texts = self._texts(text, "text")
+        if max_new_tokens is not None and not 1 <= max_new_tokens <= self.max_new_tokens:
+            raise InvalidRequest(f"max_new_tokens must be between 1 and {self.max_new_tokens}, got {max_new_tokens}")
+        srcs, truncated = await asyncio.to_thread(self._encode_sources, texts, truncate, isinstance(text, str))
+        live = [i for i, t in enumerate(texts) if t.strip()]
+        budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
+        hyps = await self.batcher.generate([srcs[i] for i in live], budgets)
+        return await asyncio.to_thread(self._translations, srcs, truncated, dict(zip(live, hyps)))
+
+    async def tokenize(self, text: str | list[str], side: str, add_special_tokens: bool) -> list[list[Token]]:
+        texts = self._texts(text, "text")
+        return await asyncio.to_thread(lambda: [self.tokenizer.tokenize(t, side, add_special_tokens) for t in texts])
+
+    async def detokenize(self, ids: list[int] | list[list[int]], side: str, skip_special_tokens: bool) -> list[str]:
+        nested = bool(ids) and isinstance(ids[0], list)
+        batch = self._texts(ids if nested or not ids else [ids], "ids")
+        vocab = self.model.config.src_vocab_size if side == "source" else self.model.config.tgt_vocab_size
+
+        def run() -> list[str]:
+            for b, seq in enumerate(batch):
+                for j, i in enumerate(seq):
+                    if not 0 <= i < vocab:
+                        where = f"ids[{b}][{j}]" if nested else f"ids[{j}]"
+                        raise InvalidRequest(f"{where} = {i} is not a token id; allowed ids are 0..{vocab - 1}")
+            return self.tokenizer.decode_batch(batch, skip_special_tokens=skip_special_tokens)
+
+        return await asyncio.to_thread(run)
+
+    async def attention(
+        self, text: str, target: str | None = None, layers: list[int] | None = None,
+        heads: list[int] | None = None, average_heads: bool = False,
+    ) -> Attention:  # fmt: skip
+        """Attention weights over `text`, teacher-forcing `target` or else the model's own translation."""
+        c = self.model.config
+        layers = self._indices("layers", layers, min(c.n_encoder_layers, c.n_decoder_layers))
+        heads = self._indices("heads", heads, c.n_heads)
+        (src,), _ = await asyncio.to_thread(self._encode_sources, [text], False, True)
+        if target is not None:
+            tgt = await asyncio.to_thread(self.tokenizer.encode, target, "target", False)
+            if len(tgt) > self.max_new_tokens:
+                raise InputTooLong(f"target has {len(tgt)} tokens; the limit is {self.max_new_tokens}")
+        elif text.strip():
+            (hyp,) = await self.batcher.generate([src], [max_new_tokens_for(len(src), self.max_new_tokens)])
+            tgt = hyp.tokens
+        else:
+            tgt = []
+        return await self.batcher.call(self._attention, src, tgt, layers, heads, average_heads)
+
+    # ---- helpers on the caller's side ------------------------------------------------------------
+
+    def _texts(self, items: Any, what: str) -> list:
+        items = [items] if isinstance(items, str) else list(items)
+        if not items:
+            raise InvalidRequest(f"{what} is an empty list; send between 1 and {self.max_batch_texts} items")
+        if len(items) > self.max_batch_texts:
+            raise InvalidRequest(f"{what} has {len(items)} items; the limit is {self.max_batch_texts} per request")
+        return items
+
+    @staticmethod
+    def _indices(what: str, picked: list[int] | None, n: int) -> list[int]:
+        if picked is None:
+            return list(range(n))
+        if not picked:
+            raise InvalidRequest(f"{what} is an empty list; leave it out for all, or pick from 0..{n - 1}")
+        bad = [i for i in picked if not 0 <= i < n]
+        if bad:
+            raise InvalidRequest(f"{what} {bad} out of range; this model has {what} 0..{n - 1}")
+        return picked
+
+    def _encode_sources(self, texts: list[str], truncate: bool, single: bool) -> tuple[list[list[int]], set[int]]:
+        srcs, truncated, limit = self.tokenizer.encode_batch(texts, side="source"), set(), self.max_input_tokens
+        for i, ids in enumerate(srcs):
+            if len(ids) > limit:
+                if not truncate:
+                    raise InputTooLong(
+                        f"{'text' if single else f'text[{i}]'} has {len(ids)} tokens; the limit is {limit}. "
+                        'Shorten or split it, or send "truncate": true to cut it to the limit'
+                    )
+                srcs[i] = ids[: limit - 1] + [self.tokenizer.eos_id]
+                truncated.add(i)
+        return srcs, truncated
+
+    def _translations(
+        self, srcs: list[list[int]], truncated: set[int], hyps: dict[int, Hypothesis]
+    ) -> list[Translation]:
+        out = []
+        for i, src in enumerate(srcs):
+            h = hyps.get(i)
+            if h is None:  # blank text
+                out.append(Translation("", "eos", [], [], 0.0, 0, 0, i in truncated))
+                continue
+            pieces = [self.tokenizer.id_to_token(t) for t in h.tokens]
+            text = self.tokenizer.decode(h.tokens)
+            out.append(
+                Translation(text, h.finish_reason, h.tokens, pieces, h.score, len(src), len(h.logprobs), i in truncated)
+            )
+        return out
+
+    @torch.inference_mode()
+    def _attention(self, src: list[int], tgt: list[int], layers: list[int], heads: list[int], average_heads: bool):
+        """Teacher-forced pass with attention weights; runs on the batcher's worker thread."""
+        m, tok = self.model, self.tokenizer
+        src_ids = torch.tensor([src], device=self.device)  # (1, S)
+        tgt_ids = torch.tensor([[tok.bos_id] + tgt], device=self.device)  # (1, T)
+        src_mask = padding_mask(src_ids, tok.pad_id)  # (1, 1, 1, S)
+        memory, enc = m.encode(src_ids, src_mask, need_weights=True)
+        tgt_mask = subsequent_mask(tgt_ids.size(1), self.device)  # (1, 1, T, T)
+        _, dec, cross = m.decode(tgt_ids, memory, src_mask, tgt_mask, need_weights=True)
+
+        def pick(weights: list[torch.Tensor]) -> list:
+            w = torch.stack([weights[i][0] for i in layers])[:, heads]  # (L', H', Q, K)
+            if average_heads:
+                w = w.mean(1, keepdim=True)  # (L', 1, Q, K)
+            return w.double().round(decimals=4).tolist()
+
+        return Attention(
+            [tok.id_to_token(i) for i in src], [tok.id_to_token(i) for i in tgt_ids[0].tolist()], tok.decode(tgt),
+            layers, heads, pick(enc), pick(dec), pick(cross),
+        )  # fmt: skip

@@ -1,0 +1,185 @@
+"""The app: lifespan (load the checkpoint, warm up, then ready), the body limit, and JSON errors for everything."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api import VERSION, open_routes, require_api_key, router
+from app.engine import Engine, EngineFailure, EngineUnavailable, InputTooLong, InvalidRequest
+from app.settings import MAX_BODY_BYTES, Settings
+
+log = logging.getLogger("nmt_serve")
+HTTP_KINDS = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+}
+
+
+def create_app(settings: Settings | None = None, on_load_failure: Callable[[str], Any] | None = None) -> FastAPI:
+    """The service; the model loads in the background after startup, so /health answers at once."""
+    app = FastAPI(
+        title="nmt-serve", version=VERSION, lifespan=lifespan,
+        description="English->German translation with an encoder-decoder Transformer. Errors are "
+        '`{"error": "...", "type": "..."}`; limits are listed by `GET /info`.',
+    )  # fmt: skip
+    app.state.settings = settings or Settings()
+    app.state.engine, app.state.load_error, app.state.on_load_failure = None, None, on_load_failure
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(HTTPException, on_http_error)
+    app.add_exception_handler(InputTooLong, respond(413, "input_too_long"))
+    app.add_exception_handler(InvalidRequest, respond(422, "validation_error"))
+    app.add_exception_handler(EngineUnavailable, respond(503, "not_ready"))
+    app.add_exception_handler(EngineFailure, respond(500, "model_error"))
+    app.add_exception_handler(Exception, on_unexpected)
+    app.include_router(open_routes)
+    app.include_router(router, dependencies=[Depends(require_api_key)] if app.state.settings.api_key else [])
+    return app
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    loading = asyncio.create_task(load(app))
+    app.state.loading = loading  # tests await it
+    try:
+        yield
+    finally:
+        loading.cancel()
+        with suppress(asyncio.CancelledError):
+            await loading
+        if app.state.engine is not None:
+            await asyncio.to_thread(app.state.engine.stop)
+            log.info("engine stopped")
+
+
+async def load(app: FastAPI) -> None:
+    """Load the checkpoint off the event loop, start the engine, warm it up; record a failure instead of raising."""
+    settings, t0 = app.state.settings, time.perf_counter()
+    try:
+        app.state.engine = engine = await asyncio.to_thread(Engine.from_settings, settings)
+        await engine.start()
+    except Exception as e:
+        app.state.load_error = str(e)
+        log.error("could not load the model from %s: %s", settings.model_dir, e, exc_info=not isinstance(e, ValueError))
+        if app.state.on_load_failure is not None:
+            app.state.on_load_failure(str(e))
+        return
+    info = engine.info()
+    log.info(
+        "ready: %s (%d parameters) on %s, %s, in %.1fs",
+        info["model"], info["parameters"], info["device"], info["dtype"], time.perf_counter() - t0,
+    )  # fmt: skip
+
+
+class BodyLimit:
+    """413 for bodies over `max_bytes`: by Content-Length up front, and by counting what actually arrives."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = Headers(scope=scope).get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            message = f"the request body has {int(length)} bytes; the limit is {self.max_bytes} (1 MB)"
+            return await error(413, message, "body_too_large")(scope, receive, send)
+        received = 0
+
+        async def limited() -> dict:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                raise HTTPException(413, f"the request body is over the limit of {self.max_bytes} bytes (1 MB)")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "type": kind}, status_code=status, headers=headers)
+
+
+def respond(status: int, kind: str):
+    """An exception handler answering `str(exc)` with this status."""
+
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return error(status, str(exc), kind)
+
+    return handler
+
+
+async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    path = request.url.path
+    if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body, e.g. not UTF-8
+        return error(422, f"the body is not valid JSON: {exc.__cause__}", "validation_error")
+    if exc.status_code == 404:
+        message = f"there is no endpoint {path}; GET /docs lists the endpoints"
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = f"{request.method} is not allowed on {path}; use {allowed or 'another method'}"
+    else:
+        message = str(exc.detail)
+    return error(exc.status_code, message, HTTP_KINDS.get(exc.status_code, "http_error"), exc.headers)
+
+
+async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return error(422, describe(exc.errors(), request), "validation_error")
+
+
+async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    message = f"internal server error ({type(exc).__name__}); this is a bug in nmt-serve and the server log has details"
+    return error(500, message, "internal_error")
+
+
+def describe(errors: list[dict], request: Request) -> str:
+    """One sentence per problem, naming the field and what it accepts."""
+    out = []
+    for e in errors[:5]:
+        loc, kind, value = list(e["loc"]), e["type"], e.get("input")
+        if kind == "json_invalid":
+            return f"the body is not valid JSON: {e.get('ctx', {}).get('error', 'decode error')} at character {loc[-1]}"
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:]).lstrip(".")
+        if not field:
+            out.append(
+                "the body must be a JSON object sent with Content-Type: application/json"
+                + ("" if kind == "missing" else f", got {short(value)}")
+            )
+        elif kind == "missing":
+            out.append(f"field {field!r} is required")
+        elif kind == "extra_forbidden":
+            out.append(f"unknown field {field!r}; allowed fields: {', '.join(body_fields(request))}")
+        elif kind == "value_error":
+            out.append(f"{field} {e['ctx']['error']}")
+        else:
+            out.append(f"{field}: {e['msg'].lower()}, got {short(value)}")
+    return "; ".join(out)
+
+
+def body_fields(request: Request) -> list[str]:
+    route = request.scope.get("route")
+    params = getattr(getattr(route, "dependant", None), "body_params", [])
+    model = params[0].field_info.annotation if params else None
+    return list(getattr(model, "model_fields", {}))
+
+
+def short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,178 @@
+"""Request and response bodies. Requests are strict: unknown fields and loose types are refused."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator
+
+Side = Literal["source", "target"]
+
+
+def _json_type(v: Any) -> str:
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "an object"}
+    return "null" if v is None else names.get(type(v), type(v).__name__)
+
+
+# Validators raise ValueError (pydantic turns it into a 422 with our message; a TypeError would escape).
+def _texts(v: Any) -> str | list[str]:
+    if isinstance(v, str):
+        return v
+    if not isinstance(v, list):
+        raise ValueError(f"must be a string or a list of strings, got {_json_type(v)}")  # noqa: TRY004
+    for i, t in enumerate(v):
+        if not isinstance(t, str):
+            raise ValueError(f"item {i} is {_json_type(t)}; every item must be a string")  # noqa: TRY004
+    return v
+
+
+def _ids(v: Any) -> list[int] | list[list[int]]:
+    def is_id(i: Any) -> bool:
+        return type(i) is int
+
+    if not isinstance(v, list):
+        raise ValueError(f"must be a list of token ids or a list of lists of ids, got {_json_type(v)}")  # noqa: TRY004
+    if v and isinstance(v[0], list):
+        for b, seq in enumerate(v):
+            if not isinstance(seq, list) or not all(map(is_id, seq)):
+                raise ValueError(f"item {b} must be a list of integer token ids (all items lists, or all integers)")
+    elif not all(map(is_id, v)):
+        raise ValueError("every id must be an integer (or send a list of lists of integers)")
+    return v
+
+
+Texts = Annotated[
+    str | list[str],
+    PlainValidator(_texts, json_schema_input_type=str | Annotated[list[str], Field(min_length=1)]),
+    Field(description="one text, or a list of 1..MAX_BATCH_TEXTS texts"),
+]
+Ids = Annotated[
+    list[int] | list[list[int]],
+    PlainValidator(_ids, json_schema_input_type=list[int] | Annotated[list[list[int]], Field(min_length=1)]),
+    Field(description="one sequence of ids, or a list of 1..MAX_BATCH_TEXTS sequences; ids in 0..vocab_size-1"),
+]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="what was wrong, and what is allowed")
+    type: str = Field(description="a stable kind: validation_error, input_too_long, unauthorized, ...")
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"error": "text has 812 tokens; the limit is 256", "type": "input_too_long"}]}
+    )
+
+
+class TokenizeRequest(Request):
+    text: Texts
+    side: Side = Field("source", description="source adds `</s>`; target adds `<s>` and `</s>`")
+    add_special_tokens: bool = True
+    model_config = ConfigDict(json_schema_extra={"examples": [{"text": "A man is riding a bike."}]})
+
+
+class TokenOut(BaseModel):
+    id: int
+    text: str
+    start: int = Field(description="character offset into the input; special tokens get an empty span")
+    end: int
+    special: bool
+
+
+class TokenizeResult(BaseModel):
+    tokens: list[TokenOut]
+    count: int
+
+
+class TokenizeResponse(BaseModel):
+    results: list[TokenizeResult] = Field(description="one result per input text, in order")
+
+
+class DetokenizeRequest(Request):
+    ids: Ids
+    side: Side = "target"
+    skip_special_tokens: bool = True
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ids": [1, 310, 42, 2]}]})
+
+
+class TextOut(BaseModel):
+    text: str
+
+
+class DetokenizeResponse(BaseModel):
+    results: list[TextOut]
+
+
+class TranslateRequest(Request):
+    text: Texts
+    max_new_tokens: int | None = Field(
+        None,
+        description="decoder steps per text, 1..MAX_NEW_TOKENS; default min(MAX_NEW_TOKENS, 2 x source tokens + 10)",
+        json_schema_extra={"minimum": 1},
+    )
+    return_tokens: bool = Field(False, description="add the generated pieces and ids (without `</s>`)")
+    return_scores: bool = Field(False, description="add the mean log-probability of the generated tokens")
+    truncate: bool = Field(False, description="cut texts over MAX_INPUT_TOKENS to the limit instead of a 413")
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"text": ["A man is riding a bike.", "Two dogs play in the snow."]}]}
+    )
+
+
+class TranslationOut(BaseModel):
+    text: str
+    finish_reason: Literal["eos", "length"]
+    truncated: bool = Field(description="the input was cut to MAX_INPUT_TOKENS (only with truncate)")
+    tokens: list[str] | None = None
+    token_ids: list[int] | None = None
+    score: float | None = None
+
+
+class Usage(BaseModel):
+    input_tokens: int = Field(description="source tokens the encoder read, `</s>` included")
+    output_tokens: int = Field(description="tokens generated, `</s>` included")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TranslationOut]
+    usage: Usage
+    model: str
+
+
+class AttentionRequest(Request):
+    text: str
+    target: str | None = Field(None, description="teacher-force this translation; default: the model's own")
+    layers: list[int] | None = Field(None, description="layer indices to return; default all")
+    heads: list[int] | None = Field(None, description="head indices to return; default all")
+    average_heads: bool = Field(False, description="average the selected heads into one")
+    model_config = ConfigDict(json_schema_extra={"examples": [{"text": "A man is riding a bike.", "layers": [0]}]})
+
+
+class AttentionResponse(BaseModel):
+    """Lists are [layer][head][query][key]. Decoder tokens are the decoder's inputs: `<s>` and the
+    translation's pieces; row t is the attention that predicted token t+1, so the last row predicted `</s>`."""
+
+    encoder_tokens: list[str]
+    decoder_tokens: list[str]
+    translation: str
+    layers: list[int]
+    heads: list[int] = Field(description="the heads averaged when average_heads is set")
+    encoder_attention: list[list[list[list[float]]]] = Field(description="[L][H][S][S]")
+    decoder_attention: list[list[list[list[float]]]] = Field(description="[L][H][T][T]")
+    cross_attention: list[list[list[list[float]]]] = Field(description="[L][H][T][S]")
+
+
+class StatusResponse(BaseModel):
+    status: str
+
+
+class InfoResponse(BaseModel):
+    model: str
+    version: str
+    config: dict[str, Any]
+    parameters: int
+    vocab_size: dict[str, int]
+    device: str
+    dtype: str
+    limits: dict[str, int]
+    metadata: dict[str, Any]

@@ -1,0 +1,50 @@
+"""An in-process app on the tiny checkpoint, with its lifespan run, and an httpx client on it."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from app.main import create_app
+from app.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def anyio_backend():
+    return "asyncio"
+
+
+@asynccontextmanager
+async def serve(settings: Settings):
+    """Run the app's lifespan, wait until the model is ready, and yield (app, client)."""
+    app = create_app(settings)
+    async with LifespanManager(app, startup_timeout=60, shutdown_timeout=60):
+        await app.state.loading
+        assert app.state.engine is not None and app.state.engine.ready, app.state.load_error
+        transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://nmt") as client:
+            yield app, client
+
+
+@pytest.fixture(scope="module")
+def settings(tiny_checkpoint) -> Settings:
+    return Settings(model_dir=tiny_checkpoint, max_input_tokens=64, max_new_tokens=40, max_batch_texts=8)
+
+
+@pytest.fixture(scope="module")
+async def served(settings):
+    async with serve(settings) as pair:
+        yield pair
+
+
+@pytest.fixture
+def app(served):
+    return served[0]
+
+
+@pytest.fixture
+def client(served) -> httpx.AsyncClient:
+    return served[1]

@@ -1,0 +1,127 @@
+"""Generated and malformed requests at every endpoint: never a 5xx, and every error is {"error", "type"}."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from schemathesis.checks import not_a_server_error
+from schemathesis.generation import GenerationMode
+from schemathesis.python import asgi
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from app.main import create_app
+from app.settings import Settings
+
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=12,
+)
+texts = st.text(max_size=60) | st.lists(st.text(max_size=40), max_size=10)
+ids = st.lists(st.integers(-1, 545), max_size=12) | st.lists(st.lists(st.integers(-1, 545), max_size=6), max_size=10)
+small_ints = st.lists(st.integers(-2, 5), max_size=5)
+FIELDS = {  # near-valid values for each field, so generated bodies also get past the schema
+    "/tokenize": {
+        "text": texts, "side": st.sampled_from(["source", "target", "x"]), "add_special_tokens": st.booleans(),
+    },
+    "/detokenize": {"ids": ids, "side": st.sampled_from(["source", "target"]), "skip_special_tokens": st.booleans()},
+    "/translate": {
+        "text": texts, "max_new_tokens": st.integers(-1, 14), "return_tokens": st.booleans(),
+        "return_scores": st.booleans(), "truncate": st.booleans(),
+    },
+    "/attention": {
+        "text": st.text(max_size=60), "target": st.text(max_size=40), "layers": small_ints, "heads": small_ints,
+        "average_heads": st.booleans(),
+    },
+}  # fmt: skip
+
+
+def bodies(path: str) -> st.SearchStrategy:
+    """Mostly well-typed bodies (to reach the engine), plus any field set to any JSON, plus any JSON at all."""
+    required = "ids" if path == "/detokenize" else "text"
+    typed = {k: v for k, v in FIELDS[path].items() if k != required}
+    well_typed = st.fixed_dictionaries({required: FIELDS[path][required]}, optional=typed)
+    anything = st.fixed_dictionaries({}, optional={k: v | json_values for k, v in FIELDS[path].items()})
+    extra = st.dictionaries(st.text(max_size=8), json_values, max_size=2)
+    with_extra = st.tuples(anything, extra).map(lambda pair: {**pair[1], **pair[0]})
+    return st.one_of(well_typed, well_typed, anything, with_extra, json_values)
+
+
+def assert_handled(r) -> None:
+    assert r.status_code < 500, r.text
+    if r.status_code >= 400:
+        body = r.json()
+        assert isinstance(body["error"], str) and body["error"] and isinstance(body["type"], str), body
+
+
+def fuzz_json_bodies(path: str):
+    @pytest.mark.anyio
+    @FUZZ
+    @given(body=bodies(path))
+    async def test(client, body):
+        r = await client.post(path, json=body)
+        event(f"status {r.status_code}")
+        assert_handled(r)
+
+    test.__doc__ = f"Generated JSON bodies at POST {path}."
+    return test
+
+
+test_tokenize_bodies = fuzz_json_bodies("/tokenize")
+test_detokenize_bodies = fuzz_json_bodies("/detokenize")
+test_translate_bodies = fuzz_json_bodies("/translate")
+test_attention_bodies = fuzz_json_bodies("/attention")
+
+
+@pytest.mark.anyio
+@FUZZ
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
+    path=st.sampled_from([*FIELDS, "/health", "/ready", "/info", "/", "/translate/x"]),
+    body=st.binary(max_size=80)
+    | json_values.map(lambda v: json.dumps(v).encode())
+    | st.sampled_from([b'{"text": NaN}', b'{"text": "a", "max_new_tokens": Infinity}', b'{"ids": [1e400]}']),
+    content_type=st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded", None]),
+)
+async def test_raw_bodies_methods_and_content_types_never_cause_a_5xx(client, method, path, body, content_type):
+    headers = {"content-type": content_type} if content_type else {}
+    assert_handled(await client.request(method, path, content=body, headers=headers))
+
+
+@pytest.fixture(scope="module")
+def api_schema(tiny_checkpoint):
+    """The app's own OpenAPI schema; loading it starts the app's lifespan on schemathesis' event loop."""
+    app = create_app(Settings(model_dir=tiny_checkpoint, max_input_tokens=64, max_new_tokens=12, max_batch_texts=8))
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    deadline = time.monotonic() + 60
+    while not (app.state.engine and app.state.engine.ready) and time.monotonic() < deadline:
+        assert app.state.load_error is None, app.state.load_error
+        time.sleep(0.05)
+    schema.config.generation.update(modes=list(GenerationMode), max_examples=60)
+    yield schema
+    asgi.shutdown_lifespans()
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
+def test_schemathesis(case):
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+    if case.meta and case.meta.generation.mode == GenerationMode.NEGATIVE:
+        checks.append(negative_data_rejection)
+    response = case.call()
+    case.validate_response(response, checks=checks)
+    assert_handled(response)

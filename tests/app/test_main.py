@@ -1,0 +1,198 @@
+"""The app around the routes: readiness, auth, body limit, and a JSON error with a clear message for every failure."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+
+from app.engine import Engine
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import serve
+
+pytestmark = pytest.mark.anyio
+
+
+def assert_error(r: httpx.Response, status: int, kind: str, *words: str) -> str:
+    body = r.json()
+    assert (r.status_code, set(body), body["type"]) == (status, {"error", "type"}, kind), body
+    for w in words:
+        assert w in body["error"], body["error"]
+    return body["error"]
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({}, ["'text' is required"]),
+        ({"text": 5}, ["text", "string or a list of strings"]),
+        ({"text": ["ok", None]}, ["text", "item 1", "string"]),
+        ({"text": []}, ["text", "empty list", "1 and 8"]),
+        ({"text": ["a"] * 9}, ["9 items", "limit is 8"]),
+        ({"text": "a", "max_new_tokens": 0}, ["max_new_tokens", "between 1 and 40", "got 0"]),
+        ({"text": "a", "max_new_tokens": 41}, ["between 1 and 40", "got 41"]),
+        ({"text": "a", "max_new_tokens": "5"}, ["max_new_tokens", "integer"]),
+        ({"text": "a", "return_tokens": "yes"}, ["return_tokens", "boolean"]),
+        ({"text": "a", "max_tokens": 5}, ["unknown field 'max_tokens'", "max_new_tokens"]),
+    ],
+)
+async def test_translate_rejects_bad_bodies_with_422(client, body, words):
+    assert_error(await client.post("/translate", json=body), 422, "validation_error", *words)
+
+
+async def test_malformed_json_and_non_objects_get_422(client):
+    r = await client.post("/translate", content=b'{"text": "a",', headers={"content-type": "application/json"})
+    assert_error(r, 422, "validation_error", "not valid JSON")
+    r = await client.post("/translate", content=b'["a"]', headers={"content-type": "application/json"})
+    assert_error(r, 422, "validation_error", "JSON object")
+    assert_error(await client.post("/translate"), 422, "validation_error", "JSON object")
+    assert_error(await client.post("/translate", content=b'{"text": "a"}'), 422, "validation_error", "Content-Type")
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"ids": []}, ["empty list"]),
+        ({"ids": [1, [2]]}, ["integer"]),
+        ({"ids": [1.5]}, ["integer"]),
+        ({"ids": [True]}, ["integer"]),
+        ({"ids": "1 2 3"}, ["list of token ids"]),
+        ({"ids": [[1]] * 9}, ["9 items", "limit is 8"]),
+        ({"ids": [1], "side": "middle"}, ["side", "'source' or 'target'"]),
+    ],
+)
+async def test_detokenize_rejects_malformed_ids_with_422(client, body, words):
+    assert_error(await client.post("/detokenize", json=body), 422, "validation_error", *words)
+
+
+async def test_detokenize_names_ids_outside_the_vocabulary(client, tokenizer):
+    V = tokenizer.vocab_size
+    r = await client.post("/detokenize", json={"ids": [1, V, 2]})
+    assert_error(r, 422, "validation_error", f"ids[1] = {V} is not a token id", f"0..{V - 1}")
+    r = await client.post("/detokenize", json={"ids": [[1, 2], [-1]]})
+    assert_error(r, 422, "validation_error", "ids[1][0] = -1", f"0..{V - 1}")
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"text": "A man.", "layers": [2]}, ["layers [2] out of range", "0..1"]),
+        ({"text": "A man.", "heads": [0, 4, -1]}, ["heads [4, -1] out of range", "0..3"]),
+        ({"text": "A man.", "heads": []}, ["heads is an empty list"]),
+        ({"text": ["A man."]}, ["text", "string"]),
+    ],
+)
+async def test_attention_rejects_bad_selections_with_422(client, body, words):
+    assert_error(await client.post("/attention", json=body), 422, "validation_error", *words)
+
+
+async def test_too_many_tokens_is_413_naming_the_text_and_count(client, tokenizer):
+    long = "a man is running " * 20
+    n = len(tokenizer.encode(long))
+    assert_error(
+        await client.post("/translate", json={"text": long}), 413, "input_too_long", f"text has {n} tokens", "64"
+    )
+    r = await client.post("/translate", json={"text": ["fine", long]})
+    assert_error(r, 413, "input_too_long", f"text[1] has {n} tokens", "limit is 64", "truncate")
+    assert_error(await client.post("/attention", json={"text": long}), 413, "input_too_long", f"has {n} tokens")
+    r = await client.post("/attention", json={"text": "a", "target": "ein Mann " * 40})
+    assert_error(r, 413, "input_too_long", "target has", "limit is 40")
+
+
+async def test_body_over_1mb_is_413_by_length_and_by_stream(client):
+    big = b'{"text": "' + b"a" * (1 << 20) + b'"}'
+    r = await client.post("/translate", content=big, headers={"content-type": "application/json"})
+    assert_error(r, 413, "body_too_large", f"{len(big)} bytes", "1 MB")
+
+    async def chunks():  # no Content-Length: the limit counts what arrives
+        for i in range(0, len(big), 65536):
+            yield big[i : i + 65536]
+
+    r = await client.post("/tokenize", content=chunks(), headers={"content-type": "application/json"})
+    assert_error(r, 413, "body_too_large", "over the limit", "1 MB")
+
+
+async def test_unknown_path_and_wrong_method(client):
+    assert_error(await client.get("/translations"), 404, "not_found", "/translations", "/docs")
+    assert_error(await client.get("/translate"), 405, "method_not_allowed", "GET", "POST")
+
+
+async def test_api_key_guards_everything_but_health_and_ready(settings):
+    async with serve(Settings(**{**settings.model_dump(), "api_key": "s3cret"})) as (_, client):
+        assert (await client.get("/health")).status_code == 200
+        assert (await client.get("/ready")).status_code == 200
+        for method, path, body in [("GET", "/info", None), ("POST", "/translate", {"text": "A dog."})]:
+            r = await client.request(method, path, json=body)
+            assert_error(r, 401, "unauthorized", "missing", "Bearer")
+            assert r.headers["www-authenticate"] == "Bearer"
+            r = await client.request(method, path, json=body, headers={"Authorization": "Bearer s3cre"})
+            assert_error(r, 401, "unauthorized", "wrong")
+            r = await client.request(method, path, json=body, headers={"Authorization": "Bearer s3cret"})
+            assert r.status_code == 200
+
+
+async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monkeypatch):
+    release, real = threading.Event(), Engine.from_settings
+
+    def slow_load(s):
+        release.wait(30)
+        return real(s)
+
+    monkeypatch.setattr(Engine, "from_settings", staticmethod(slow_load))
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://nmt") as client:
+        assert_error(await client.get("/ready"), 503, "not_ready", "loading")  # before the lifespan ran
+        from asgi_lifespan import LifespanManager
+
+        async with LifespanManager(app):
+            assert (await client.get("/health")).json() == {"status": "ok"}
+            assert_error(await client.get("/ready"), 503, "not_ready", "loading")
+            assert_error(await client.post("/translate", json={"text": "a"}), 503, "not_ready", "loading")
+            release.set()
+            await app.state.loading
+            assert (await client.get("/ready")).json() == {"status": "ready"}
+        assert_error(await client.get("/ready"), 503, "not_ready", "shutting down")
+
+
+async def test_a_checkpoint_that_fails_to_load_is_reported(tmp_path, settings):
+    failures = []
+    app = create_app(
+        Settings(**{**settings.model_dump(), "model_dir": tmp_path / "nothing"}), on_load_failure=failures.append
+    )
+    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+    from asgi_lifespan import LifespanManager
+
+    async with LifespanManager(app), httpx.AsyncClient(transport=transport, base_url="http://nmt") as client:
+        await app.state.loading
+        assert failures and "does not exist" in failures[0]
+        assert_error(await client.get("/ready"), 503, "load_failed", "failed to load", "does not exist")
+        assert (await client.get("/health")).status_code == 200
+
+
+async def test_a_failing_step_fails_only_its_requests_and_the_next_one_succeeds(client, app, monkeypatch):
+    model = app.state.engine.model
+    real = model.decode_step
+    calls = []
+
+    def flaky(tokens, cache):
+        calls.append(len(tokens))
+        if len(calls) == 1:
+            raise RuntimeError("injected fault")
+        return real(tokens, cache)
+
+    monkeypatch.setattr(model, "decode_step", flaky)
+    r = await client.post("/translate", json={"text": ["A dog.", "A cat."]})
+    assert_error(r, 500, "model_error", "injected fault", "other requests were not affected")
+    ok = await client.post("/translate", json={"text": "A dog."})
+    assert ok.status_code == 200 and ok.json()["translations"][0]["text"]
+
+
+async def test_an_unexpected_error_is_a_json_500(client, app, monkeypatch):
+    def broken():
+        raise KeyError("boom")
+
+    monkeypatch.setattr(app.state.engine, "info", broken)
+    assert_error(await client.get("/info"), 500, "internal_error", "internal server error", "KeyError")

@@ -1,0 +1,44 @@
+"""Settings come from NMT_* variables, and the default model is the bundled checkpoint wherever we run from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.settings import BUNDLED_MODEL_DIR, Settings
+
+
+def test_defaults_point_at_the_bundled_checkpoint(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    s = Settings()
+    assert s.model_dir == BUNDLED_MODEL_DIR and s.model_dir.is_absolute()
+    assert BUNDLED_MODEL_DIR == Path(__file__).resolve().parents[2] / "checkpoints" / "multi30k-en-de"
+    assert (s.device, s.dtype, s.max_input_tokens, s.max_new_tokens, s.max_batch_texts) == (
+        "auto",
+        "float32",
+        256,
+        256,
+        64,
+    )
+    assert s.api_key is None
+
+
+def test_environment_variables_with_the_nmt_prefix(monkeypatch):
+    monkeypatch.setenv("NMT_MAX_NEW_TOKENS", "12")
+    monkeypatch.setenv("NMT_API_KEY", "s3cret-key")
+    monkeypatch.setenv("NMT_MODEL_DIR", "/models/x")
+    s = Settings()
+    assert (s.max_new_tokens, s.api_key.get_secret_value(), s.model_dir) == (12, "s3cret-key", Path("/models/x"))
+    assert "s3cret" not in repr(s)  # the key is never printed
+    monkeypatch.setenv("NMT_API_KEY", "")
+    assert Settings().api_key is None
+
+
+@pytest.mark.parametrize("env", [{"NMT_DTYPE": "float64"}, {"NMT_MAX_INPUT_TOKENS": "0"}, {"NMT_PORT": "http"}])
+def test_bad_values_are_refused(monkeypatch, env):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValidationError):
+        Settings()
