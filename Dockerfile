@@ -1,0 +1,52 @@
+# syntax=docker/dockerfile:1
+# nmt-serve: the English->German translation service with its bundled checkpoint.
+#
+#   GPU (default; torch comes with the base image):
+#     docker build -t nmt-serve:gpu .
+#   CPU (torch's CPU wheel, installed by scripts/install.sh):
+#     docker build -t nmt-serve:cpu --build-arg BASE_IMAGE=python:3.11-slim \
+#                  --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu .
+#
+# Configuration is only through NMT_* environment variables (see app/settings.py), e.g.
+#   docker run --gpus all -p 8000:8000 -e NMT_DTYPE=float16 nmt-serve:gpu
+# The install steps are scripts/install.sh, the same script the README's quick start runs.
+
+# Any image with Python >= 3.11 and bash; pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime ships Python 3.11 and a
+# CUDA 12.4 build of torch 2.5.1 (kept by install.sh, since torch is already importable).
+ARG BASE_IMAGE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+
+# ---- deps: torch and the runtime dependencies; rebuilt only when pyproject.toml or install.sh change ----
+FROM ${BASE_IMAGE} AS deps
+# Empty: torch (if the base image has none) comes from PyPI. The CPU image passes the CPU wheel index.
+ARG TORCH_INDEX_URL=""
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY scripts/install.sh scripts/install.sh
+RUN bash scripts/install.sh --deps-only \
+    && python -c "import sys, torch; assert sys.version_info >= (3, 11), sys.version; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+
+# ---- runtime: the code and the checkpoint on top of the cached dependencies, run as a non-root user ----
+FROM deps AS runtime
+RUN groupadd --system --gid 10001 nmt \
+    && useradd --system --uid 10001 --gid nmt --create-home --home-dir /home/nmt --shell /usr/sbin/nologin nmt
+COPY model/ model/
+COPY app/ app/
+COPY checkpoints/multi30k-en-de/ checkpoints/multi30k-en-de/
+# The project itself, editable (as in the README) and without dependencies (the deps stage has them).
+RUN bash scripts/install.sh --runtime \
+    && command -v nmt-serve
+# Code and weights stay root-owned and read-only for the service user.
+ENV NMT_HOST=0.0.0.0 \
+    NMT_PORT=8000 \
+    NMT_MODEL_DIR=/app/checkpoints/multi30k-en-de
+USER 10001:10001
+EXPOSE 8000
+# /ready answers 200 once the model is loaded and warmed up, 503 before (and if loading failed).
+# Python's urllib rather than curl: the slim CPU base has no curl. It follows NMT_PORT when that is overridden.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=90s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/ready' % os.environ.get('NMT_PORT', '8000'), timeout=4)"]
+ENTRYPOINT ["nmt-serve"]
