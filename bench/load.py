@@ -1,0 +1,155 @@
+"""Load test: a real nmt-serve process driven over HTTP at several concurrency levels, side by side.
+
+    python bench/load.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--levels 1,8,32,64] [--limit N]
+
+First times in-process greedy decoding of each sentence alone (the floor a request cannot beat),
+then starts `nmt-serve` on a free port, waits for /ready and sends every sentence as its own
+/translate request with N requests in flight. Prints sentences/s, output tokens/s and p50/p95/p99
+latency per level, and the two ratios the service is judged by: sentences/s at concurrency 32 over
+concurrency 1, and p50 latency at concurrency 1 over the in-process p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def in_process_latencies(model_dir: str, sentences: list[str], threads: int) -> list[float]:
+    """Seconds to tokenize, greedy-decode (batch 1, KV cache) and detokenize each sentence alone."""
+    import torch
+
+    from model.checkpoint import load_checkpoint
+    from model.decoding import greedy_decode
+    from model.evaluate import max_new_tokens_for
+
+    torch.set_num_threads(threads)
+    model, tok, _ = load_checkpoint(model_dir)
+    out = []
+    for i, s in enumerate(sentences[:3] + sentences):  # three warm-up runs
+        t0 = time.perf_counter()
+        ids = tok.encode(s)
+        hyp = greedy_decode(model, torch.tensor([ids]), max_new_tokens_for(len(ids)))[0]
+        tok.decode(hyp.tokens)
+        out.append(time.perf_counter() - t0)
+    return out[3:]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def drive(url: str, sentences: list[str], concurrency: int) -> dict:
+    latencies, out_tokens, errors = [], 0, 0
+    queue = list(reversed(sentences))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+
+        async def worker() -> None:
+            nonlocal out_tokens, errors
+            while queue:
+                text = queue.pop()
+                t0 = time.perf_counter()
+                r = await client.post("/translate", json={"text": text})
+                latencies.append(time.perf_counter() - t0)
+                if r.status_code != 200:
+                    errors += 1
+                    continue
+                out_tokens += r.json()["usage"]["output_tokens"]
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return {
+        "concurrency": concurrency,
+        "sentences": len(sentences),
+        "errors": errors,
+        "sent_s": round(len(sentences) / wall, 1),
+        "out_tok_s": round(out_tokens / wall, 1),
+        "p50_ms": round(1000 * percentile(latencies, 50), 1),
+        "p95_ms": round(1000 * percentile(latencies, 95), 1),
+        "p99_ms": round(1000 * percentile(latencies, 99), 1),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
+    p.add_argument("--src", required=True)
+    p.add_argument("--levels", default="1,8,32,64")
+    p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads, in-process and in the server")
+    p.add_argument("--server-arg", action="append", default=[], help="extra nmt-serve argument (repeatable)")
+    args = p.parse_args()
+
+    from model.tokenizer import read_lines
+
+    sentences = [s for s in read_lines(args.src) if s.strip()]
+    sentences = sentences[: args.limit] if args.limit else sentences
+
+    alone = in_process_latencies(args.model_dir, sentences, args.threads)
+    floor_p50 = statistics.median(alone)
+    print(f"in-process, batch 1: p50 {1000 * floor_p50:.1f} ms over {len(alone)} sentences", flush=True)
+
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "NMT_LOG_LEVEL": "warning"}
+    cmd = ["nmt-serve", "--model-dir", args.model_dir, "--port", str(port), *args.server_arg]
+    server = subprocess.Popen(cmd, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                sys.exit("nmt-serve did not become ready")
+            time.sleep(0.3)
+        results = []
+        for level in map(int, args.levels.split(",")):
+            row = asyncio.run(drive(url, sentences, level))
+            results.append(row)
+            print(
+                f"concurrency {level:>3}: {row['sent_s']:>7} sent/s {row['out_tok_s']:>8} out tok/s | "
+                f"p50 {row['p50_ms']:>7} ms p95 {row['p95_ms']:>7} ms p99 {row['p99_ms']:>7} ms | errors {row['errors']}",
+                flush=True,
+            )
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    by = {r["concurrency"]: r for r in results}
+    summary = {"in_process_p50_ms": round(1000 * floor_p50, 1), "levels": results}
+    if 1 in by and 32 in by:
+        summary["sent_s_c32_over_c1"] = round(by[32]["sent_s"] / by[1]["sent_s"], 2)
+        print(f"batching pays: concurrency 32 / concurrency 1 sentences/s = {summary['sent_s_c32_over_c1']}x (target >= 4)")
+    if 1 in by:
+        summary["p50_c1_over_in_process"] = round(by[1]["p50_ms"] / (1000 * floor_p50), 2)
+        print(f"HTTP overhead: p50 at concurrency 1 / in-process p50 = {summary['p50_c1_over_in_process']}x (target <= 1.5)")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
