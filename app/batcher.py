@@ -196,9 +196,9 @@ class Batcher:
             del self._rows[self.cache.n :]
             return ids[: self.cache.n]
         except Exception as e:  # noqa: BLE001 - fail this step's sequences only; the loop keeps serving
-            self._fail(self._rows, e)
+            failed, self._rows = self._rows, []
             self.cache.remove(range(self.cache.n))
-            self._rows = []
+            self._fail(failed, e)
             return tokens[:0]
 
     def _settle(self, job: _Job, result: Any, error: BaseException | None = None) -> None:
