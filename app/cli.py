@@ -52,9 +52,12 @@ def main(argv: list[str] | None = None) -> None:
     # uvicorn handles SIGINT/SIGTERM itself (stop accepting, finish in-flight requests, run the lifespan's
     # shutdown) and then re-raises the signal to the handler it found; make that one a no-op so a
     # graceful stop exits with status 0.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: None)
-    server.run()
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if failure:
         sys.exit(f"nmt-serve: could not load the model from {settings.model_dir}: {failure[0]}")
     if not server.started:

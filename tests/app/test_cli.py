@@ -13,6 +13,8 @@ import time
 import httpx
 import pytest
 
+from app.cli import main
+
 
 def nmt_serve(*args: str) -> list[str]:
     exe = shutil.which("nmt-serve")
@@ -72,20 +74,12 @@ def test_nmt_serve_answers_over_tcp_and_stops_cleanly(server, tokenizer):
     assert "engine stopped" in out and "Finished server process" in out
 
 
-def test_nmt_serve_exits_with_a_clear_message_when_the_model_cannot_load(tmp_path):
-    cmd = nmt_serve("--model-dir", str(tmp_path / "missing"), "--port", str(free_port()))
-    done = subprocess.run(cmd, check=False, env=env(), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
-    assert "does not exist" in done.stderr.splitlines()[-1]
+def test_a_checkpoint_that_cannot_load_stops_the_server_with_its_reason(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["--model-dir", str(tmp_path / "missing"), "--port", str(free_port()), "--log-level", "warning"])
+    assert "could not load the model" in str(exit.value.code) and "does not exist" in str(exit.value.code)
 
 
-def test_nmt_serve_refuses_half_precision_on_cpu():
-    done = subprocess.run(
-        nmt_serve("--device", "cpu", "--dtype", "float16"),
-        check=False,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 1 and "needs a CUDA device" in done.stderr
+def test_half_precision_on_cpu_is_refused_before_starting():
+    with pytest.raises(SystemExit, match="float16 needs a CUDA device"):
+        main(["--device", "cpu", "--dtype", "float16"])
