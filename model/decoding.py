@@ -62,7 +62,8 @@ class KVCache:
         self.src_keep[sl, :s] = keep
         self.positions[sl] = 0
         self._pos[sl] = 0
-        self._src_len[sl] = keep.sum(1).clamp(min=1).cpu().numpy()  # sources are right-padded
+        last = torch.arange(1, s + 1, device=keep.device) * keep  # (B, S): 1-based index of real tokens, else 0
+        self._src_len[sl] = last.max(1).values.clamp(min=1).cpu().numpy()  # window up to the last real token
         self.n += b
         return rows
 

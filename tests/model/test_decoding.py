@@ -107,3 +107,11 @@ def test_cache_refuses_to_overflow(tiny_model):
         cache.add(tiny_model, batch(SOURCES[:2]))
     with pytest.raises(ValueError, match="max_src_len"):
         cache.add(tiny_model, torch.ones(1, 9, dtype=torch.long))
+
+
+def test_a_pad_id_inside_a_source_does_not_cut_its_window(eos_model):
+    """A literal <pad> typed by a user becomes id 0 mid-sentence; batched must still equal alone."""
+    odd = [5, 6, 0, 7, 8, 2]
+    alone = greedy_decode(eos_model, batch([odd]), 12)[0]
+    together = greedy_decode(eos_model, batch([odd, [9, 10, 11, 12, 13, 14, 15, 2]]), 12)[0]
+    assert alone.tokens == together.tokens
