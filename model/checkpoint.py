@@ -37,6 +37,7 @@ def save_checkpoint(path: str | Path, model: Transformer, tokenizer: Tokenizer, 
     (path / CONFIG).write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in unique_state_dict(model).items()}
     save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
+    (path / WEIGHTS).chmod(0o644)  # readable by a service running as another user (the image's UID 10001)
     tokenizer.save(path / TOKENIZER)
     write_metadata(path, metadata or {})
 

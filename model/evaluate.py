@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
+    p.add_argument("--record", metavar="NAME", help="also store the scores in the checkpoint's metadata.json under scores.NAME")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -78,7 +79,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.hyp_out:
         with open(args.hyp_out, "w", encoding="utf-8") as f:
             f.writelines(h + "\n" for h in hyps)
-    print(json.dumps({**score(hyps, refs), "sentences": len(src), "seconds": round(seconds, 2)}))
+    result = {**score(hyps, refs), "sentences": len(src), "seconds": round(seconds, 2)}
+    if args.record:
+        from model.checkpoint import read_metadata, write_metadata
+
+        meta = read_metadata(args.model_dir)
+        meta.setdefault("scores", {})[args.record] = {**result, "decoding": "greedy, KV cache", "src": args.src}
+        write_metadata(args.model_dir, meta)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 import json
+import shutil
 
 from model.checkpoint import load_checkpoint
 from model.evaluate import main as eval_main
@@ -29,8 +30,12 @@ def test_resume_continues_where_the_run_stopped(tmp_path, pairs):
 
 def test_nmt_eval_prints_one_json_line(tmp_path, capsys, trained_checkpoint, pairs):
     src, ref = write_corpus(tmp_path, pairs[360:380], "test")
-    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(src), "--ref", str(ref), "--hyp-out", str(tmp_path / "hyp")])
+    ck = tmp_path / "ck"
+    shutil.copytree(trained_checkpoint, ck, ignore=shutil.ignore_patterns("train_state"))
+    eval_main(["--model-dir", str(ck), "--src", str(src), "--ref", str(ref), "--hyp-out", str(tmp_path / "hyp"), "--record", "synthetic"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(result) == {"bleu", "bleu_lc", "chrf", "sentences", "seconds"}
     assert result["sentences"] == 20 and result["bleu"] > 60
     assert len((tmp_path / "hyp").read_text().splitlines()) == 20
+    recorded = json.loads((ck / "metadata.json").read_text())["scores"]["synthetic"]
+    assert recorded["bleu"] == result["bleu"] and recorded["sentences"] == 20
