@@ -3,6 +3,9 @@
 Callers on any event loop submit sequences and await futures. Between decoder steps the worker admits
 waiting sequences into free KV-cache rows (the encoder runs once per sequence), steps every live row
 by one token, and lets finished rows leave at once, so a short request never waits for a long one.
+A streaming sequence also gets each new token on its caller's loop; a sequence whose caller gives up
+(cancelled, timed out, disconnected) leaves the batch before the next step. At most `max_queue`
+sequences are waiting or decoding at once; beyond that `generate` and `stream` raise QueueFull.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,10 +23,13 @@ from typing import Any
 
 import torch
 
+from app.metrics import Metrics
 from model.decoding import Hypothesis, KVCache
 from model.transformer import Transformer
 
 log = logging.getLogger("nmt_serve.batcher")
+MAX_OOM_RETRIES = 3  # a sequence pushed back this often by CUDA out-of-memory errors gets a 503
+REGROW_STEPS = 64  # after an out-of-memory error, allow one more live row per this many clean steps
 
 
 class EngineUnavailable(RuntimeError):
@@ -31,6 +38,14 @@ class EngineUnavailable(RuntimeError):
 
 class EngineFailure(RuntimeError):
     """The model raised while serving this request; requests outside that step were not affected."""
+
+
+class QueueFull(RuntimeError):
+    """`max_queue` sequences are already waiting or decoding; the caller should retry later."""
+
+
+class OutOfMemory(RuntimeError):
+    """The device ran out of memory for this sequence even in a smaller batch."""
 
 
 @dataclass(eq=False)
@@ -43,7 +58,11 @@ class _Job:
 class _Sequence(_Job):
     src: list[int]
     max_new_tokens: int
+    stream: asyncio.Queue | None = None  # streaming only: each new token id, then None once the future is set
     hyp: Hypothesis = field(default_factory=Hypothesis)
+    submitted: float = field(default_factory=time.perf_counter)
+    first_token: float = 0.0  # perf_counter() when its first token came out; 0.0 before
+    ooms: int = 0  # times a CUDA out-of-memory error pushed it back to the waiting line
 
 
 @dataclass(eq=False)
@@ -52,26 +71,73 @@ class _Call(_Job):
 
 
 _STOP = object()
+_PURGE = object()  # a caller gave up on a sequence: drop the cancelled ones before the next step
 
 
-def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if not future.done():
-        future.set_result(result) if error is None else future.set_exception(error)
+def _resolve(job: _Job, result: Any, error: BaseException | None) -> None:
+    if not job.future.done():
+        job.future.set_result(result) if error is None else job.future.set_exception(error)
+    if getattr(job, "stream", None) is not None:
+        job.stream.put_nowait(None)
+
+
+def _put_all(items: list[tuple[asyncio.Queue, int]]) -> None:
+    for queue_, token in items:
+        queue_.put_nowait(token)
+
+
+class TokenStream:
+    """A submitted sequence's token ids as they are generated (not </s>); `close()` drops it if it is unfinished."""
+
+    def __init__(self, batcher: Batcher, seq: _Sequence):
+        self._batcher, self._seq = batcher, seq
+
+    def __aiter__(self) -> TokenStream:
+        return self
+
+    async def __anext__(self) -> int:
+        token = await self._seq.stream.get()
+        if token is None:
+            raise StopAsyncIteration
+        return token
+
+    async def result(self) -> Hypothesis:
+        """The finished hypothesis, once the tokens have run out; raises what the sequence failed with."""
+        return await self._seq.future
+
+    def close(self) -> None:
+        self._batcher.drop([self._seq])
 
 
 class Batcher:
     """Greedy decoding for sequences that come and go; `call` runs other model work between steps."""
 
-    def __init__(self, model: Transformer, max_batch_size: int, max_len: int, max_src_len: int, prefill_tokens: int):
-        self.model, self.prefill_tokens = model, prefill_tokens
+    def __init__(
+        self, model: Transformer, max_batch_size: int, max_len: int, max_src_len: int, prefill_tokens: int,
+        max_queue: int = 256, metrics: Metrics | None = None,
+    ):  # fmt: skip
+        self.model, self.prefill_tokens, self.max_queue = model, prefill_tokens, max_queue
         self.device = next(model.parameters()).device
         self.cache = KVCache(model, max_batch_size, max_len, max_src_len)
+        self.metrics = metrics or Metrics()
         self.steps = self.peak_rows = 0  # decoder steps taken; most rows ever decoded together
+        self.load = 0  # sequences submitted whose futures are not done yet: what max_queue bounds
+        self.row_cap = max_batch_size  # live rows allowed: halved by a CUDA out-of-memory error, then regrown
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting: deque[_Sequence] = deque()  # submitted, not yet in the cache
         self._rows: list[_Sequence] = []  # _rows[r] owns cache row r
+        self._fresh: list[_Sequence] = []  # admitted since the last step: their next token is their first
+        self._purge = False
+        self._clean_steps = 0
         self._lock = threading.Lock()
         self.stopped = False
+        self._host = None  # CUDA: pinned buffers for the step's one device-to-host copy
+        if self.device.type == "cuda":
+            self._host = (
+                torch.empty(max_batch_size, dtype=torch.long, pin_memory=True),
+                torch.empty(max_batch_size, dtype=torch.float32, pin_memory=True),
+            )
+        self.metrics.watch(lambda: max(0, self.load - len(self._rows)), lambda: len(self._rows))
         self._thread = threading.Thread(target=self._serve, name="nmt-batcher", daemon=True)
 
     def start(self) -> None:
@@ -95,9 +161,30 @@ class Batcher:
         try:
             return list(await asyncio.gather(*(s.future for s in seqs)))
         except BaseException:
-            for s in seqs:  # the worker drops cancelled rows at their next step
-                s.future.cancel()
+            self.drop(seqs)
             raise
+
+    def stream(self, src: list[int], budget: int) -> TokenStream:
+        """Submit one sequence now (raising QueueFull or EngineUnavailable here) and stream its tokens."""
+        loop = asyncio.get_running_loop()
+        seq = _Sequence(loop.create_future(), loop, src, budget, stream=asyncio.Queue())
+        self._submit(seq)
+        return TokenStream(self, seq)
+
+    def check_capacity(self, n: int) -> None:
+        """Raise QueueFull now if `n` more sequences would not fit, before any work is spent on them."""
+        if self.load + n > self.max_queue:
+            raise QueueFull(
+                f"the server is busy: {self.load} sequences are waiting or decoding and this request adds {n}; "
+                f"the limit is {self.max_queue}. Retry in a moment"
+            )
+
+    def drop(self, seqs: list[_Sequence]) -> None:
+        """The callers gave up: cancel the unfinished sequences; the worker frees their rows before its next step."""
+        for seq in seqs:
+            seq.future.cancel()
+        if any(seq.future.cancelled() for seq in seqs):  # gather() may have cancelled them already
+            self._inbox.put(_PURGE)
 
     async def call(self, fn: Callable, *args: Any) -> Any:
         """Run fn(*args) on the worker thread between two decoder steps."""
@@ -107,11 +194,20 @@ class Batcher:
         return await job.future
 
     def _submit(self, *jobs: _Job) -> None:
+        seqs = [job for job in jobs if isinstance(job, _Sequence)]
         with self._lock:
             if self.stopped or not self._thread.is_alive():
                 raise EngineUnavailable("the model is not running: the server is starting or shutting down")
+            self.check_capacity(len(seqs))
+            self.load += len(seqs)
             for job in jobs:
                 self._inbox.put(job)
+        for seq in seqs:  # on the caller's loop, once the future is set or cancelled
+            seq.future.add_done_callback(self._release)
+
+    def _release(self, _: asyncio.Future) -> None:
+        with self._lock:
+            self.load -= 1
 
     # ---- the worker thread -----------------------------------------------------------------------
 
@@ -119,6 +215,8 @@ class Batcher:
         tokens = torch.empty(0, dtype=torch.long, device=self.device)  # (N,) next input token per live row
         with torch.inference_mode():
             while self._collect(block=not self._rows and not self._waiting):
+                if self._purge:
+                    tokens = self._drop_cancelled(tokens)
                 tokens = self._admit(tokens)
                 if self._rows:
                     tokens = self._step(tokens)
@@ -134,7 +232,9 @@ class Batcher:
             block = False
             if job is _STOP:
                 return False
-            if isinstance(job, _Call):
+            if job is _PURGE:
+                self._purge = True
+            elif isinstance(job, _Call):
                 try:
                     self._settle(job, job.fn())
                 except Exception as e:  # noqa: BLE001 - any failure goes back to its caller
@@ -142,10 +242,29 @@ class Batcher:
             else:
                 self._waiting.append(job)
 
+    def _drop_cancelled(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Free the rows and places in line of sequences whose callers gave up."""
+        self._purge = False
+        self._waiting = deque(s for s in self._waiting if not s.future.cancelled())
+        gone = [r for r, s in enumerate(self._rows) if s.future.cancelled()]
+        return self._remove(gone, tokens) if gone else tokens
+
+    def _remove(self, rows: list[int], ids: torch.Tensor) -> torch.Tensor:
+        """Free cache rows; the last live rows move into the holes, and their next tokens with them."""
+        moves = self.cache.remove(rows)
+        if moves:
+            src_rows, dst_rows = map(list, zip(*moves))
+            ids[dst_rows] = ids[src_rows]
+            for f, t in moves:
+                self._rows[t] = self._rows[f]
+        del self._rows[self.cache.n :]
+        return ids[: self.cache.n]
+
     def _admit(self, tokens: torch.Tensor) -> torch.Tensor:
         """Encode waiting sequences into free cache rows, up to `prefill_tokens` source tokens per step."""
         batch, budget = [], self.prefill_tokens
-        while self._waiting and len(batch) < self.cache.free:
+        room = min(self.cache.free, self.row_cap - len(self._rows))
+        while self._waiting and len(batch) < room:
             seq = self._waiting[0]
             if batch and len(seq.src) > budget:
                 break
@@ -157,53 +276,122 @@ class Batcher:
             return tokens
         c, width = self.model.config, max(len(s.src) for s in batch)
         try:
-            src = torch.tensor([s.src + [c.pad_id] * (width - len(s.src)) for s in batch], device=self.device)  # (B, S)
+            src = torch.tensor([s.src + [c.pad_id] * (width - len(s.src)) for s in batch])  # (B, S)
+            if self._host is not None:  # CUDA: one asynchronous copy from pinned memory
+                src = src.pin_memory().to(self.device, non_blocking=True)
             self.cache.add(self.model, src)
+        except torch.cuda.OutOfMemoryError as e:  # the running rows are untouched; retry fewer new ones
+            self._retry_smaller(batch, e, running=len(self._rows))
+            return tokens
         except Exception as e:  # noqa: BLE001 - fail only the sequences being admitted
             self._fail(batch, e)
             return tokens
         self._rows += batch
+        self._fresh += batch
         bos = torch.full((len(batch),), c.bos_id, dtype=torch.long, device=self.device)  # (B,)
         return torch.cat([tokens, bos])  # (N + B,)
 
     def _step(self, tokens: torch.Tensor) -> torch.Tensor:
         """One token for every live row; rows that emit </s> or reach their budget leave and are answered."""
-        eos = self.model.config.eos_id
+        eos, metrics = self.model.config.eos_id, self.metrics
         try:
             logprobs = self.model.decode_step(tokens, self.cache).float().log_softmax(-1)  # (N, V)
             best, ids = logprobs.max(-1)  # (N,)
+            ids_host, best_host = self._to_host(ids, best)
+            now = time.perf_counter()
             self.steps, self.peak_rows = self.steps + 1, max(self.peak_rows, len(self._rows))
-            done = []
-            for r, (seq, tok, lp) in enumerate(zip(self._rows, ids.tolist(), best.tolist())):
+            metrics.generated_tokens.inc(len(ids_host))
+            for seq in self._fresh:
+                if not seq.first_token:  # not after an out-of-memory restart
+                    seq.first_token = now
+                    metrics.time_to_first_token.observe(now - seq.submitted)
+            self._fresh = []
+            done, streamed = [], []
+            for r, (seq, tok, lp) in enumerate(zip(self._rows, ids_host, best_host)):
                 seq.hyp.logprobs.append(lp)
                 if tok == eos:
                     seq.hyp.finish_reason = "eos"
                     done.append(r)
                 else:
                     seq.hyp.tokens.append(tok)
-                    if len(seq.hyp.logprobs) >= seq.max_new_tokens or seq.future.cancelled():
+                    if seq.stream is not None:
+                        streamed.append((seq, tok))
+                    if len(seq.hyp.logprobs) >= seq.max_new_tokens:
                         done.append(r)
+            if streamed:
+                self._deliver(streamed)
+            if self.row_cap < self.cache.max_batch:  # regrow after an out-of-memory error
+                self._clean_steps += 1
+                if self._clean_steps % REGROW_STEPS == 0:
+                    self.row_cap += 1
             if not done:
                 return ids
             for r in done:
-                self._settle(self._rows[r], self._rows[r].hyp)
-            moves = self.cache.remove(done)
-            if moves:
-                src_rows, dst_rows = map(list, zip(*moves))
-                ids[dst_rows] = ids[src_rows]
-                for f, t in moves:
-                    self._rows[t] = self._rows[f]
-            del self._rows[self.cache.n :]
-            return ids[: self.cache.n]
+                seq = self._rows[r]
+                if len(seq.hyp.logprobs) > 1:
+                    metrics.time_per_output_token.observe((now - seq.first_token) / (len(seq.hyp.logprobs) - 1))
+                self._settle(seq, seq.hyp)
+            return self._remove(done, ids)
+        except torch.cuda.OutOfMemoryError as e:  # the rows' cache state is unknown: restart them, fewer at a time
+            evicted, self._rows, self._fresh = self._rows, [], []
+            self.cache.remove(range(self.cache.n))
+            self._retry_smaller(evicted, e, running=0)
+            return tokens[:0]
         except Exception as e:  # noqa: BLE001 - fail this step's sequences only; the loop keeps serving
-            failed, self._rows = self._rows, []
+            failed, self._rows, self._fresh = self._rows, [], []
             self.cache.remove(range(self.cache.n))
             self._fail(failed, e)
             return tokens[:0]
 
+    def _to_host(self, ids: torch.Tensor, best: torch.Tensor) -> tuple[list[int], list[float]]:
+        """The step's one device-to-host transfer: each row's next token and its log-probability."""
+        if self._host is None:
+            return ids.tolist(), best.tolist()
+        n = ids.size(0)
+        host_ids, host_best = self._host[0][:n], self._host[1][:n]
+        host_ids.copy_(ids, non_blocking=True)
+        host_best.copy_(best, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()
+        return host_ids.tolist(), host_best.tolist()
+
+    def _deliver(self, streamed: list[tuple[_Sequence, int]]) -> None:
+        """Hand this step's tokens to the streaming callers: one wake-up per event loop, not per token."""
+        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        for seq, tok in streamed:
+            by_loop.setdefault(seq.loop, []).append((seq.stream, tok))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the caller's event loop is gone
+                pass
+
+    def _retry_smaller(self, seqs: list[_Sequence], error: Exception, running: int) -> None:
+        """A CUDA out-of-memory error: put `seqs` back at the front of the line and allow fewer live rows. A sequence
+        pushed back MAX_OOM_RETRIES times, or one that already streamed tokens, gets a 503 instead."""
+        self.metrics.oom_retries.inc()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.row_cap, self._clean_steps = max(1, running + len(seqs) // 2), 0
+        log.warning("out of device memory with %d rows; retrying with at most %d: %s", running + len(seqs),
+                    self.row_cap, error)  # fmt: skip
+        retry, fail = [], []
+        for seq in seqs:
+            seq.ooms += 1
+            gave_out_tokens = seq.stream is not None and seq.hyp.tokens
+            (fail if seq.ooms > MAX_OOM_RETRIES or gave_out_tokens else retry).append(seq)
+        for seq in reversed(retry):
+            seq.hyp = Hypothesis()
+            self._waiting.appendleft(seq)
+        failure = OutOfMemory(
+            f"the device ran out of memory for this request even in a smaller batch ({error}); retry later "
+            "or send a shorter text"
+        )
+        for seq in fail:
+            self._settle(seq, None, failure)
+
     def _settle(self, job: _Job, result: Any, error: BaseException | None = None) -> None:
         try:
-            job.loop.call_soon_threadsafe(_resolve, job.future, result, error)
+            job.loop.call_soon_threadsafe(_resolve, job, result, error)
         except RuntimeError:  # the caller's event loop is gone
             pass
 
@@ -221,7 +409,7 @@ class Batcher:
         jobs = [*self._rows, *self._waiting]
         while not self._inbox.empty():
             job = self._inbox.get()
-            if job is not _STOP:
+            if job is not _STOP and job is not _PURGE:
                 jobs.append(job)
         for job in jobs:
             self._settle(job, None, error)

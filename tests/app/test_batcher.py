@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from app.batcher import Batcher, EngineFailure, EngineUnavailable
+from app.batcher import MAX_OOM_RETRIES, Batcher, EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
 from model.decoding import greedy_decode
 
 pytestmark = pytest.mark.anyio
@@ -53,8 +53,8 @@ def sources(tokenizer):
     return [tokenizer.encode(t) for t in TEXTS]
 
 
-def batcher(model, max_batch_size=32, max_len=60, prefill_tokens=2048) -> Batcher:
-    b = Batcher(model, max_batch_size, max_len, max_src_len=64, prefill_tokens=prefill_tokens)
+def batcher(model, max_batch_size=32, max_len=60, prefill_tokens=2048, max_queue=256) -> Batcher:
+    b = Batcher(model, max_batch_size, max_len, max_src_len=64, prefill_tokens=prefill_tokens, max_queue=max_queue)
     b.start()
     return b
 
@@ -178,3 +178,160 @@ async def test_stop_fails_waiting_work_and_refuses_new_work(tiny_model, sources)
         await task
     with pytest.raises(EngineUnavailable):
         await b.generate(sources[:1], [5])
+
+
+def failing_steps(tiny_model, error: Exception, at: set[int]):
+    """A copy of the tiny model whose decoder step raises `error` on the given (1-based) calls."""
+    m = copy.deepcopy(tiny_model)
+    real, calls = m.decode_step, []
+
+    def decode_step(tokens, cache):
+        calls.append(tokens.size(0))
+        if len(calls) in at:
+            raise error
+        return real(tokens, cache)
+
+    m.decode_step = decode_step
+    return m, calls
+
+
+def sample(b: Batcher, name: str) -> float:
+    return b.metrics.registry.get_sample_value(name) or 0.0
+
+
+async def test_a_stream_gets_every_token_in_order_and_then_the_whole_hypothesis(tiny_model, sources):
+    model = ends_early(tiny_model)
+    b = batcher(model)
+    try:
+        plain = asyncio.create_task(b.generate(sources[:3], [20] * 3))  # decoding alongside, without a stream
+        stream = b.stream(sources[4], 20)
+        tokens = [t async for t in stream]
+        hyp = await stream.result()
+        assert [h.tokens for h in await plain] == [alone(model, s, 20).tokens for s in sources[:3]]
+    finally:
+        b.stop()
+    ref = alone(model, sources[4], 20)
+    assert tokens == hyp.tokens == ref.tokens and hyp.finish_reason == ref.finish_reason
+    assert b.load == 0
+
+
+async def test_closing_a_stream_frees_its_row_before_the_next_step(tiny_model, sources):
+    b = batcher(slow(tiny_model), max_len=200)
+    try:
+        stream = b.stream(sources[0], 200)
+        await anext(stream)
+        stream.close()
+        await until(lambda: b.cache.n == 0)
+        assert b.steps < 100 and b.load == 0
+        assert sample(b, "nmt_running_batch_size") == 0
+    finally:
+        b.stop()
+
+
+async def test_a_full_queue_refuses_sequences_until_some_are_answered(tiny_model, sources):
+    b = batcher(slow(tiny_model), max_len=200, max_queue=3)
+    try:
+        first = asyncio.create_task(b.generate(sources[:2], [200, 200]))
+        await until(lambda: b.cache.n == 2)
+        with pytest.raises(
+            QueueFull, match="2 sequences are waiting or decoding and this request adds 2; the limit is 3"
+        ):
+            await b.generate(sources[2:4], [5, 5])
+        fits = b.stream(sources[2], 5)
+        with pytest.raises(QueueFull):
+            b.stream(sources[3], 5)
+        assert b.load == 3
+        first.cancel()
+        fits.close()
+        await until(lambda: b.load == 0)
+        assert len(await b.generate(sources[2:5], [3, 3, 3])) == 3
+    finally:
+        b.stop()
+
+
+async def test_out_of_memory_at_admission_retries_fewer_rows_with_the_same_results(tiny_model, sources, monkeypatch):
+    model = ends_early(tiny_model)
+    b = batcher(model)
+    real, widths = b.cache.add, []
+
+    def add(m, src):
+        widths.append(src.size(0))
+        if len(widths) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return real(m, src)
+
+    monkeypatch.setattr(b.cache, "add", add)
+    try:
+        hyps = await b.generate(sources[:6], [20] * 6)
+    finally:
+        b.stop()
+    assert [h.tokens for h in hyps] == [alone(model, s, 20).tokens for s in sources[:6]]
+    assert widths[:2] == [6, 3] and b.peak_rows <= 3
+    assert sample(b, "nmt_oom_retries_total") == 1
+
+
+async def test_out_of_memory_in_a_step_restarts_its_rows_in_a_smaller_batch(tiny_model, sources):
+    model, calls = failing_steps(ends_early(tiny_model), torch.cuda.OutOfMemoryError("injected"), at={3})
+    b = batcher(model)
+    try:
+        hyps = await b.generate(sources, [20] * len(sources))
+    finally:
+        b.stop()
+    reference = ends_early(tiny_model)
+    for h, src in zip(hyps, sources):
+        ref = alone(reference, src, 20)
+        assert (h.tokens, h.finish_reason) == (ref.tokens, ref.finish_reason)
+        assert h.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+    assert calls[2] == len(sources) and max(calls[3:]) <= len(sources) // 2
+
+
+async def test_a_sequence_that_never_fits_gets_out_of_memory_and_the_worker_keeps_serving(
+    tiny_model, sources, monkeypatch
+):
+    b = batcher(tiny_model)
+    real, attempts = b.cache.add, []
+
+    def add(m, src):
+        attempts.append(src.size(0))
+        raise torch.cuda.OutOfMemoryError("injected")
+
+    monkeypatch.setattr(b.cache, "add", add)
+    try:
+        with pytest.raises(OutOfMemory, match="ran out of memory .* even in a smaller batch"):
+            await b.generate(sources[:1], [5])
+        assert attempts == [1] * (MAX_OOM_RETRIES + 1)
+        monkeypatch.setattr(b.cache, "add", real)
+        (h,) = await b.generate(sources[:1], [5])
+        assert h.tokens == alone(tiny_model, sources[0], 5).tokens
+    finally:
+        b.stop()
+
+
+async def test_out_of_memory_fails_a_stream_that_already_sent_tokens_and_restarts_the_rest(tiny_model, sources):
+    model, _ = failing_steps(tiny_model, torch.cuda.OutOfMemoryError("injected"), at={4})
+    b = batcher(model)
+    try:
+        stream = b.stream(sources[0], 30)
+        plain = asyncio.create_task(b.generate(sources[1:2], [30]))
+        with pytest.raises(OutOfMemory):
+            async for _ in stream:
+                pass
+            await stream.result()
+        (h,) = await plain
+    finally:
+        b.stop()
+    assert h.tokens == alone(tiny_model, sources[1], 30).tokens
+
+
+async def test_the_worker_counts_tokens_and_times_first_and_later_tokens(tiny_model, sources):
+    model = ends_early(tiny_model)
+    b = batcher(model)
+    try:
+        hyps = await b.generate(sources, [20] * len(sources))
+    finally:
+        b.stop()
+    assert sample(b, "nmt_generated_tokens_total") == sum(len(h.logprobs) for h in hyps)
+    assert sample(b, "nmt_time_to_first_token_seconds_count") == len(sources)
+    assert sample(b, "nmt_time_per_output_token_seconds_count") == sum(len(h.logprobs) > 1 for h in hyps)
+    assert sample(b, "nmt_time_per_output_token_seconds_sum") > 0
+    assert sample(b, "nmt_queue_length") == sample(b, "nmt_running_batch_size") == 0

@@ -1,0 +1,71 @@
+"""Prometheus metrics: one registry per app, request counts and latency per endpoint, and the engine's own series."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "RequestMetrics"]
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+class Metrics:
+    """The series /metrics exposes. The batcher feeds the engine series; the gauges are read only when scraped."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("nmt_requests", "HTTP requests", ["endpoint", "status"], registry=r)
+        self.latency = Histogram(
+            "nmt_request_duration_seconds", "HTTP request latency, to the last byte of the response", ["endpoint"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.queue_length = Gauge("nmt_queue_length", "sequences submitted and waiting for a batch row", registry=r)
+        self.batch_size = Gauge("nmt_running_batch_size", "sequences decoding together (live batch rows)", registry=r)
+        self.generated_tokens = Counter("nmt_generated_tokens", "tokens generated, </s> included", registry=r)
+        self.time_per_output_token = Histogram(
+            "nmt_time_per_output_token_seconds", "per sequence: time from its first to its last token / (tokens - 1)",
+            buckets=TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.time_to_first_token = Histogram(
+            "nmt_time_to_first_token_seconds", "per sequence: time from submission to the engine to its first token",
+            buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.oom_retries = Counter("nmt_oom_retries", "CUDA out-of-memory retries", registry=r)
+
+    def watch(self, queue_length: Callable[[], float], batch_size: Callable[[], float]) -> None:
+        """Read the queue and batch gauges from these callables at scrape time (no work per decoder step)."""
+        self.queue_length.set_function(queue_length)
+        self.batch_size.set_function(batch_size)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RequestMetrics:
+    """ASGI middleware: count each HTTP request by route and status, and time it to the end of its response."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0, status = time.perf_counter(), 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")  # set by the router; unmatched paths share one label
+            endpoint = getattr(route, "path", "unmatched")
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
