@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app import schemas as s
-from app.engine import Engine, EngineUnavailable
+from app.engine import (
+    Engine,
+    EngineFailure,
+    EngineUnavailable,
+    InputTooLong,
+    InvalidRequest,
+    OutOfMemory,
+    QueueFull,
+    RequestTimeout,
+)
+from app.metrics import CONTENT_TYPE_LATEST
 from app.settings import Settings
 
 try:
@@ -19,7 +33,34 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     VERSION = "0+unknown"
 
-ERRORS = {status: {"model": s.ErrorResponse} for status in (401, 413, 422, 500, 503)}
+log = logging.getLogger("nmt_serve")
+T = TypeVar("T")
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before its answer was ready; its work was dropped."""
+
+
+# What each failure answers with, in the order they are matched (subclasses first). main.py registers a handler per
+# row; a stream that already started ends with an error event of the same type instead.
+ENGINE_ERRORS: dict[type[Exception], tuple[int, str]] = {
+    InputTooLong: (413, "input_too_long"),
+    InvalidRequest: (422, "validation_error"),
+    QueueFull: (429, "queue_full"),
+    ClientDisconnected: (499, "client_closed"),
+    EngineFailure: (500, "model_error"),
+    OutOfMemory: (503, "out_of_memory"),
+    EngineUnavailable: (503, "not_ready"),
+    RequestTimeout: (504, "timeout"),
+}
+RETRY_AFTER_S = 1  # the Retry-After of a 429: the queue drains by whole sequences every few decoder steps
+ERRORS = {status: {"model": s.ErrorResponse} for status in (401, 413, 422, 429, 500, 503, 504)}
+SSE_EXAMPLE = (
+    'data: {"index": 0, "token": {"id": 412, "text": "Ein"}, "text_so_far": "Ein"}\n\n'
+    'data: {"index": 1, "token": {"id": 95, "text": " Mann"}, "text_so_far": "Ein Mann"}\n\n'
+    'data: {"text": "Ein Mann", "finish_reason": "eos", "usage": {"input_tokens": 4, "output_tokens": 3}, '
+    '"truncated": false}\n\n'
+)
 bearer = HTTPBearer(auto_error=False, description="the server's NMT_API_KEY")
 
 
@@ -103,10 +144,23 @@ async def detokenize(body: s.DetokenizeRequest, engine: EngineDep) -> s.Detokeni
     return s.DetokenizeResponse(results=[s.TextOut(text=t) for t in texts])
 
 
-@router.post("/translate", response_model=s.TranslateResponse, response_model_exclude_none=True)
-async def translate(body: s.TranslateRequest, engine: EngineDep) -> s.TranslateResponse:
-    """Translate English to German with greedy decoding."""
-    out = await engine.translate(body.text, body.max_new_tokens, body.truncate)
+@router.post(
+    "/translate",
+    response_model=s.TranslateResponse,
+    response_model_exclude_none=True,
+    responses={
+        200: {
+            "description": 'JSON, or with `"stream": true` server-sent events: one per generated token, then a last '
+            "one with the whole translation (or an error)",
+            "content": {"text/event-stream": {"schema": {"type": "string"}, "example": SSE_EXAMPLE}},
+        }
+    },
+)
+async def translate(body: s.TranslateRequest, engine: EngineDep, request: Request):
+    """Translate English to German with greedy decoding; `"stream": true` sends the tokens as they come."""
+    if body.stream:
+        return await stream_translation(body, engine)
+    out = await unless_disconnected(request, engine.translate(body.text, body.max_new_tokens, body.truncate))
     return s.TranslateResponse(
         translations=[
             s.TranslationOut(
@@ -125,7 +179,77 @@ async def translate(body: s.TranslateRequest, engine: EngineDep) -> s.TranslateR
 
 
 @router.post("/attention", response_model=s.AttentionResponse)
-async def attention(body: s.AttentionRequest, engine: EngineDep) -> s.AttentionResponse:
+async def attention(body: s.AttentionRequest, engine: EngineDep, request: Request) -> s.AttentionResponse:
     """Encoder self-, decoder self- and cross-attention weights for one text, in bertviz's layout."""
-    a = await engine.attention(body.text, body.target, body.layers, body.heads, body.average_heads)
+    a = await unless_disconnected(
+        request, engine.attention(body.text, body.target, body.layers, body.heads, body.average_heads)
+    )
     return s.AttentionResponse(**a.__dict__)
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics: requests, latency, queue length, running batch size, tokens, time per token."""
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+# ---- streaming and disconnects ---------------------------------------------------------------------------------
+
+
+async def stream_translation(body: s.TranslateRequest, engine: Engine) -> StreamingResponse:
+    if not isinstance(body.text, str):
+        raise InvalidRequest(
+            f"stream needs a single text, got a list of {len(body.text)}; send one request per text, or leave out "
+            '"stream" to translate the list in one response'
+        )
+    events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering (deploy/nginx.conf)
+    return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)
+
+
+async def server_sent(events: AsyncIterator[dict[str, Any]], scores: bool) -> AsyncIterator[bytes]:
+    """`data: {json}` per event. A failure after the stream began ends it with an `{"error", "type"}` event."""
+    try:
+        async for event in events:
+            if "finish_reason" in event:
+                score = event.pop("score", None)
+                if scores and score is not None:
+                    event["score"] = round(score, 4)
+            yield b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
+    except Exception as e:  # the status line is gone: the error travels as the last event
+        status, kind = error_kind(e)
+        if status == 500 and kind == "internal_error":
+            log.exception("unhandled error while streaming", exc_info=e)
+        message = str(e) if kind != "internal_error" else f"internal server error ({type(e).__name__})"
+        yield b"data: " + json.dumps({"error": message, "type": kind}).encode() + b"\n\n"
+    finally:
+        await events.aclose()  # drops the sequence if the client went away mid-stream
+
+
+def error_kind(error: Exception) -> tuple[int, str]:
+    for cls, answer in ENGINE_ERRORS.items():
+        if isinstance(error, cls):
+            return answer
+    return 500, "internal_error"
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it (its sequences leave the batch) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this request was cancelled itself
+        task.cancel()
+        raise
+    finally:
+        watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    raise ClientDisconnected("the client closed the connection before the answer was ready; its work was dropped")
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":  # the body has been read: nothing else comes
+        pass

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import platform
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from app.batcher import Batcher, EngineFailure, EngineUnavailable
+from app.batcher import Batcher, EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
+from app.metrics import Metrics
 from app.settings import Settings
 from model.checkpoint import load_checkpoint
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
-from model.tokenizer import Token, Tokenizer
+from model.tokenizer import BYTE_TOKENS, Token, Tokenizer
 from model.transformer import Transformer, padding_mask, subsequent_mask
 
-__all__ = ["Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "resolve_device"]
+__all__ = [
+    "Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "OutOfMemory", "QueueFull",
+    "RequestTimeout", "device_name", "resolve_device",
+]  # fmt: skip
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WARM_UP_TEXT = "A man is riding a bike."
 
@@ -28,6 +35,10 @@ class InvalidRequest(ValueError):
 
 class InputTooLong(InvalidRequest):
     """A text has more tokens than the server accepts."""
+
+
+class RequestTimeout(RuntimeError):
+    """The request was not answered within NMT_REQUEST_TIMEOUT_S; its sequences were dropped."""
 
 
 def resolve_device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
@@ -47,6 +58,20 @@ def resolve_device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
     if dtype != "float32" and dev.type != "cuda":
         raise ValueError(f"dtype {dtype} needs a CUDA device, but the device is {dev.type}; use float32")
     return dev, DTYPES[dtype]
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name on CUDA, else the CPU's model name."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 @dataclass
@@ -79,13 +104,19 @@ class Engine:
     def __init__(
         self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model", metadata: dict | None = None,
         max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
-        max_batch_size: int = 32, prefill_tokens: int = 2048,
+        max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
+        metrics: Metrics | None = None,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
             raise ValueError(
                 f"max_input_tokens={max_input_tokens} and max_new_tokens={max_new_tokens} must stay below the "
                 f"model's max_positions={c.max_positions}"
+            )
+        if max_queue < max_batch_texts:
+            raise ValueError(
+                f"max_queue={max_queue} is below max_batch_texts={max_batch_texts}: a request with that many texts "
+                "could never be admitted"
             )
         self.model, self.tokenizer, self.name, self.metadata = model, tokenizer, name, metadata or {}
         p = next(model.parameters())
@@ -95,18 +126,23 @@ class Engine:
             max_new_tokens,
             max_batch_texts,
         )
-        self.batcher = Batcher(model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens)
+        self.request_timeout_s = request_timeout_s
+        self.batcher = Batcher(
+            model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics
+        )
+        self.byte_ids = frozenset(i for i in map(tokenizer.hf.token_to_id, BYTE_TOKENS) if i is not None)
         self.ready = False
 
     @classmethod
-    def from_settings(cls, s: Settings) -> Engine:
+    def from_settings(cls, s: Settings, metrics: Metrics | None = None) -> Engine:
         """Load the checkpoint onto the configured device and dtype (blocking)."""
         device, dtype = resolve_device(s.device, s.dtype)
         model, tokenizer, metadata = load_checkpoint(s.model_dir, device=device, dtype=dtype)
         return cls(
             model, tokenizer, name=metadata.get("name") or Path(s.model_dir).name, metadata=metadata,
             max_input_tokens=s.max_input_tokens, max_new_tokens=s.max_new_tokens, max_batch_texts=s.max_batch_texts,
-            max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens,
+            max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens, max_queue=s.max_queue,
+            request_timeout_s=s.request_timeout_s, metrics=metrics,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -127,10 +163,12 @@ class Engine:
         return {
             "model": self.name, "config": c.to_dict(), "parameters": self.model.num_parameters(),
             "vocab_size": {"source": c.src_vocab_size, "target": c.tgt_vocab_size},
-            "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."), "metadata": self.metadata,
+            "device": str(self.device), "device_name": device_name(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."), "metadata": self.metadata,
             "limits": {
                 "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
                 "max_batch_texts": self.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
+                "max_queue": self.batcher.max_queue,
             },
         }  # fmt: skip
 
@@ -141,13 +179,54 @@ class Engine:
     ) -> list[Translation]:
         """Greedy translations in input order. Blank texts translate to "" without a model call."""
         texts = self._texts(text, "text")
-        if max_new_tokens is not None and not 1 <= max_new_tokens <= self.max_new_tokens:
-            raise InvalidRequest(f"max_new_tokens must be between 1 and {self.max_new_tokens}, got {max_new_tokens}")
-        srcs, truncated = await asyncio.to_thread(self._encode_sources, texts, truncate, isinstance(text, str))
+        self._check_budget(max_new_tokens)
         live = [i for i, t in enumerate(texts) if t.strip()]
-        budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
-        hyps = await self.batcher.generate([srcs[i] for i in live], budgets)
+        self.batcher.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
+        async with self._deadline():
+            srcs, truncated = await asyncio.to_thread(self._encode_sources, texts, truncate, isinstance(text, str))
+            budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
+            hyps = await self.batcher.generate([srcs[i] for i in live], budgets)
         return await asyncio.to_thread(self._translations, srcs, truncated, dict(zip(live, hyps)))
+
+    async def translate_stream(
+        self, text: str, max_new_tokens: int | None = None, truncate: bool = False
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Validate, tokenize and queue `text` (raising here what `translate` would), then return its events: one
+        per generated token, and a last one with the whole translation. Closing the iterator drops the sequence."""
+        events = self._stream_events(text, max_new_tokens, truncate)
+        await anext(events)  # started, so its `finally` runs however the iterator ends
+        return events
+
+    async def _stream_events(self, text: str, max_new_tokens: int | None, truncate: bool):
+        self._check_budget(max_new_tokens)
+        self.batcher.check_capacity(1)
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
+        async with self._deadline(deadline):
+            (src,), truncated = await asyncio.to_thread(self._encode_sources, [text], truncate, True)
+        if not text.strip():
+            yield None
+            yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
+                   "truncated": False}  # fmt: skip
+            return
+        tokens = self.batcher.stream(src, max_new_tokens or max_new_tokens_for(len(src), self.max_new_tokens))
+        try:
+            yield None
+            detok = IncrementalText(self.tokenizer, self.byte_ids)
+            while True:
+                async with self._deadline(deadline):
+                    token = await anext(tokens, None)
+                if token is None:
+                    break
+                delta = detok.add(token)
+                yield {"index": len(detok.ids) - 1, "token": {"id": token, "text": delta}, "text_so_far": detok.text}
+            hyp = await tokens.result()
+            yield {
+                "text": self.tokenizer.decode(hyp.tokens), "finish_reason": hyp.finish_reason,
+                "usage": {"input_tokens": len(src), "output_tokens": len(hyp.logprobs)},
+                "truncated": bool(truncated), "score": hyp.score,
+            }  # fmt: skip
+        finally:
+            tokens.close()
 
     async def tokenize(self, text: str | list[str], side: str, add_special_tokens: bool) -> list[list[Token]]:
         texts = self._texts(text, "text")
@@ -182,13 +261,32 @@ class Engine:
             if len(tgt) > self.max_new_tokens:
                 raise InputTooLong(f"target has {len(tgt)} tokens; the limit is {self.max_new_tokens}")
         elif text.strip():
-            (hyp,) = await self.batcher.generate([src], [max_new_tokens_for(len(src), self.max_new_tokens)])
+            async with self._deadline():
+                (hyp,) = await self.batcher.generate([src], [max_new_tokens_for(len(src), self.max_new_tokens)])
             tgt = hyp.tokens
         else:
             tgt = []
         return await self.batcher.call(self._attention, src, tgt, layers, heads, average_heads)
 
     # ---- helpers on the caller's side ------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _deadline(self, when: float | None = None):
+        """Raise RequestTimeout when NMT_REQUEST_TIMEOUT_S (or the loop time `when`) passes; the awaited work is
+        cancelled, which drops its sequences from the batch."""
+        when = asyncio.get_running_loop().time() + self.request_timeout_s if when is None else when
+        try:
+            async with asyncio.timeout_at(when):
+                yield
+        except TimeoutError:
+            raise RequestTimeout(
+                f"the request was not answered within {self.request_timeout_s:g} s (NMT_REQUEST_TIMEOUT_S) and was "
+                "dropped; the server is overloaded or the text too long. Retry later, or send fewer or shorter texts"
+            ) from None
+
+    def _check_budget(self, max_new_tokens: int | None) -> None:
+        if max_new_tokens is not None and not 1 <= max_new_tokens <= self.max_new_tokens:
+            raise InvalidRequest(f"max_new_tokens must be between 1 and {self.max_new_tokens}, got {max_new_tokens}")
 
     def _texts(self, items: Any, what: str) -> list:
         items = [items] if isinstance(items, str) else list(items)
@@ -259,3 +357,26 @@ class Engine:
             [tok.id_to_token(i) for i in src], [tok.id_to_token(i) for i in tgt_ids[0].tolist()], tok.decode(tgt),
             layers, heads, pick(enc), pick(dec), pick(cross),
         )  # fmt: skip
+
+
+class IncrementalText:
+    """The text of a growing list of target ids, which only ever grows.
+
+    Each non-byte piece re-decodes the whole prefix and reports the new suffix. A run of byte-fallback pieces
+    (<0xC3><0xA4> = "ä") is held back until a non-byte piece ends it: the tokenizer decodes a run as a whole,
+    so a later byte can turn an earlier complete character into replacement characters.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, byte_ids: frozenset[int]):
+        self.tokenizer, self.byte_ids = tokenizer, byte_ids
+        self.ids: list[int] = []
+        self.text = ""
+
+    def add(self, token: int) -> str:
+        """Append a token id; return the text it makes final ("" while a byte run is open)."""
+        self.ids.append(token)
+        if token in self.byte_ids:
+            return ""
+        text = self.tokenizer.decode(self.ids)
+        delta, self.text = text[len(self.text) :], text
+        return delta

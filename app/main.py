@@ -16,8 +16,9 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api import VERSION, open_routes, require_api_key, router
-from app.engine import Engine, EngineFailure, EngineUnavailable, InputTooLong, InvalidRequest
+from app.api import ENGINE_ERRORS, RETRY_AFTER_S, VERSION, open_routes, require_api_key, router
+from app.engine import Engine, QueueFull
+from app.metrics import Metrics, RequestMetrics
 from app.settings import MAX_BODY_BYTES, Settings
 
 log = logging.getLogger("nmt_serve")
@@ -39,13 +40,14 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     )  # fmt: skip
     app.state.settings = settings or Settings()
     app.state.engine, app.state.load_error, app.state.on_load_failure = None, None, on_load_failure
+    app.state.metrics = Metrics()  # its own registry, so several apps in one process do not collide
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)  # outermost: it sees the body limit's 413s too
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
-    app.add_exception_handler(InputTooLong, respond(413, "input_too_long"))
-    app.add_exception_handler(InvalidRequest, respond(422, "validation_error"))
-    app.add_exception_handler(EngineUnavailable, respond(503, "not_ready"))
-    app.add_exception_handler(EngineFailure, respond(500, "model_error"))
+    for exc, (status, kind) in ENGINE_ERRORS.items():
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc is QueueFull else None
+        app.add_exception_handler(exc, respond(status, kind, headers))
     app.add_exception_handler(Exception, on_unexpected)
     app.include_router(open_routes)
     app.include_router(router, dependencies=[Depends(require_api_key)] if app.state.settings.api_key else [])
@@ -71,7 +73,7 @@ async def load(app: FastAPI) -> None:
     """Load the checkpoint off the event loop, start the engine, warm it up; record a failure instead of raising."""
     settings, t0 = app.state.settings, time.perf_counter()
     try:
-        app.state.engine = engine = await asyncio.to_thread(Engine.from_settings, settings)
+        app.state.engine = engine = await asyncio.to_thread(Engine.from_settings, settings, app.state.metrics)
         await engine.start()
     except Exception as e:
         app.state.load_error = str(e)
@@ -116,11 +118,11 @@ def error(status: int, message: str, kind: str, headers: dict[str, str] | None =
     return JSONResponse({"error": message, "type": kind}, status_code=status, headers=headers)
 
 
-def respond(status: int, kind: str):
+def respond(status: int, kind: str, headers: dict[str, str] | None = None):
     """An exception handler answering `str(exc)` with this status."""
 
     async def handler(request: Request, exc: Exception) -> JSONResponse:
-        return error(status, str(exc), kind)
+        return error(status, str(exc), kind, headers)
 
     return handler
 

@@ -114,6 +114,12 @@ class TranslateRequest(Request):
     return_tokens: bool = Field(False, description="add the generated pieces and ids (without `</s>`)")
     return_scores: bool = Field(False, description="add the mean log-probability of the generated tokens")
     truncate: bool = Field(False, description="cut texts over MAX_INPUT_TOKENS to the limit instead of a 413")
+    stream: bool = Field(
+        False,
+        description="one text only: answer with server-sent events, one per generated token "
+        '(`{"index", "token": {"id", "text"}, "text_so_far"}`), then `{"text", "finish_reason", "usage", '
+        '"truncated"}` (or `{"error", "type"}` if it failed midway)',
+    )
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"text": ["A man is riding a bike.", "Two dogs play in the snow."]}]}
     )
@@ -173,6 +179,7 @@ class InfoResponse(BaseModel):
     parameters: int
     vocab_size: dict[str, int]
     device: str
+    device_name: str = Field(description="the GPU's name on CUDA, else the CPU model")
     dtype: str
     limits: dict[str, int]
     metadata: dict[str, Any]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import asynccontextmanager
 
 import httpx
@@ -48,3 +49,32 @@ def app(served):
 @pytest.fixture
 def client(served) -> httpx.AsyncClient:
     return served[1]
+
+
+class StepGate:
+    """Wraps a model's decoder step: records each step's batch size, and can hold the worker at a chosen step."""
+
+    def __init__(self, model, monkeypatch):
+        self.sizes: list[int] = []
+        self.paused, self._go, self._hold = threading.Event(), threading.Event(), None
+        real = model.decode_step
+
+        def decode_step(tokens, cache):
+            self.sizes.append(tokens.size(0))
+            if self._hold is not None and self._hold(self.sizes):
+                self._hold = None
+                self._go.clear()
+                self.paused.set()
+                self._go.wait(30)
+            return real(tokens, cache)
+
+        monkeypatch.setattr(model, "decode_step", decode_step)
+
+    def hold(self, when) -> None:
+        """Pause the worker (once) at the first step where when(sizes) is true, before the step runs."""
+        self._hold = when
+
+    def release(self) -> None:
+        """Let a paused worker go on (a hold set meanwhile stays armed)."""
+        self.paused.clear()
+        self._go.set()

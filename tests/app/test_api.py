@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
+import httpx
 import pytest
 
+from app.settings import Settings
 from model.evaluate import translate_corpus
+from tests.app.conftest import StepGate, serve
+from tests.app.test_batcher import until
 
 pytestmark = pytest.mark.anyio
 SENTENCES = [
@@ -32,8 +37,10 @@ async def test_info_describes_model_device_and_limits(client, settings, tiny_mod
         "target": tiny_model.config.tgt_vocab_size,
     }
     assert (info["device"], info["dtype"]) == ("cpu", "float32")
+    assert info["device_name"].strip()  # the CPU model here; the GPU's name on CUDA
     assert info["limits"]["max_input_tokens"] == settings.max_input_tokens
     assert info["limits"]["max_batch_texts"] == settings.max_batch_texts
+    assert info["limits"]["max_queue"] == settings.max_queue
     assert info["version"]
 
 
@@ -132,14 +139,105 @@ async def tokens_of(client, text: str) -> list[int]:
     return [t["id"] for t in (await client.post("/tokenize", json={"text": text})).json()["results"][0]["tokens"]]
 
 
-async def test_concurrent_requests_are_batched_and_equal_to_alone(client, app):
-    requests = [{"text": s, "max_new_tokens": 10 + 7 * i} for i, s in enumerate(SENTENCES)] * 3
-    requests += [{"text": SENTENCES[:3]}, {"text": SENTENCES[1:]}]
+async def test_64_concurrent_requests_are_all_admitted_batched_and_equal_to_alone(client, app):
+    texts = [*SENTENCES, "A café, 42 years old — naïve!", "Hi", "The boy is jumping at the beach near the water."]
+    requests = [{"text": texts[i % len(texts)], "max_new_tokens": 2 + 5 * (i % 8)} for i in range(56)]
+    requests += [{"text": texts[i % 3 : i % 3 + 3]} for i in range(4)]  # several texts per request
+    requests += [{"text": t} for t in texts[:4]]  # the default budget: 2 x source tokens + 10
+    assert len(requests) == 64
     alone = [(await client.post("/translate", json=r)).json()["translations"] for r in requests]
     app.state.engine.batcher.peak_rows = 0
     together = await asyncio.gather(*(client.post("/translate", json=r) for r in requests))
+    assert [r.status_code for r in together] == [200] * 64
     assert [r.json()["translations"] for r in together] == alone
     assert app.state.engine.batcher.peak_rows > 1
+
+
+LONG = {"text": "Two girls are playing in the park.", "max_new_tokens": 40, "return_tokens": True}
+
+
+async def test_a_short_request_joins_a_long_one_mid_decode_and_leaves_first(client, app, monkeypatch):
+    alone = (await client.post("/translate", json=LONG)).json()
+    assert alone["translations"][0]["finish_reason"] == "length"  # the random model does not stop early
+    gate, batcher = StepGate(app.state.engine.model, monkeypatch), app.state.engine.batcher
+    gate.hold(lambda sizes: len(sizes) == 5)  # the long one is 5 tokens in
+    long = asyncio.create_task(client.post("/translate", json=LONG))
+    try:
+        await until(gate.paused.is_set)
+        gate.hold(lambda sizes: sizes[-1] == 1 and 2 in sizes)  # hold the long one again once the short one left
+        short = asyncio.create_task(client.post("/translate", json={"text": "A dog.", "max_new_tokens": 2}))
+        await until(lambda: batcher.load == 2)
+        gate.release()
+        assert (await short).status_code == 200
+        assert not long.done()
+    finally:
+        gate.release()
+    assert (await long).json() == alone
+    joined, together = gate.sizes.index(2), gate.sizes.count(2)  # the short one decoded 1 or 2 steps in the batch
+    assert joined >= 5 and together in (1, 2)
+    assert gate.sizes == [1] * joined + [2] * together + [1] * (40 - joined - together)  # then the long one went on
+
+
+def sse(r: httpx.Response) -> list[dict]:
+    """The events of a text/event-stream response."""
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+    chunks = r.text.split("\n\n")
+    assert chunks[-1] == "" and all(c.startswith("data: ") for c in chunks[:-1]), r.text
+    return [json.loads(c.removeprefix("data: ")) for c in chunks[:-1]]
+
+
+def assert_stream_matches(events: list[dict], plain: dict) -> None:
+    """One event per generated token, text_so_far growing by each token's text, then the plain translation."""
+    *tokens, last = events
+    t = plain["translations"][0]
+    assert [e["index"] for e in tokens] == list(range(len(t["token_ids"])))
+    assert [e["token"]["id"] for e in tokens] == t["token_ids"]
+    shown = ""
+    for e in tokens:
+        assert set(e) == {"index", "token", "text_so_far"} and e["text_so_far"] == shown + e["token"]["text"]
+        shown = e["text_so_far"]
+    assert last["text"].startswith(shown)
+    assert last == {"text": t["text"], "finish_reason": t["finish_reason"], "usage": plain["usage"], "truncated": False}
+
+
+async def stream_and_plain(client, body: dict) -> tuple[list[dict], dict]:
+    plain = (await client.post("/translate", json={**body, "return_tokens": True})).json()
+    return sse(await client.post("/translate", json={**body, "stream": True})), plain
+
+
+async def test_a_stream_sends_each_token_then_the_plain_translation_byte_pieces_included(client, tokenizer):
+    pieces = []
+    for text in [*SENTENCES, "A café, 42 years old — naïve!", "Zwei Männer!"]:
+        events, plain = await stream_and_plain(client, {"text": text})
+        assert_stream_matches(events, plain)
+        pieces += [tokenizer.id_to_token(e["token"]["id"]) for e in events[:-1]]
+    assert any(p.startswith("<0x") for p in pieces)  # the random model emits byte-fallback pieces
+
+
+async def test_a_stream_on_a_trained_model_ends_at_eos_with_the_plain_translation(trained_checkpoint, pairs):
+    async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=60)) as (_, client):
+        finishes = []
+        for en, _ in pairs[:6]:
+            events, plain = await stream_and_plain(client, {"text": en})
+            assert_stream_matches(events, plain)
+            finishes.append(events[-1]["finish_reason"])
+    assert "eos" in finishes
+
+
+async def test_a_stream_can_carry_the_score_and_a_blank_text_streams_only_the_end(client):
+    plain = (await client.post("/translate", json={"text": SENTENCES[0], "return_scores": True})).json()
+    events = sse(await client.post("/translate", json={"text": SENTENCES[0], "stream": True, "return_scores": True}))
+    assert events[-1]["score"] == plain["translations"][0]["score"]
+    assert sse(await client.post("/translate", json={"text": " ", "stream": True})) == [
+        {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0}, "truncated": False}
+    ]
+
+
+async def test_a_stream_of_a_list_is_refused(client):
+    r = await client.post("/translate", json={"text": ["A dog.", "A cat."], "stream": True})
+    body = r.json()
+    assert (r.status_code, body["type"]) == (422, "validation_error")
+    assert "stream needs a single text, got a list of 2" in body["error"]
 
 
 async def test_attention_shapes_rows_and_tokens(client, tiny_model, tokenizer):

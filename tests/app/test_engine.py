@@ -1,13 +1,27 @@
-"""The engine: limits, devices, and a many-text request coming back whole and in order."""
+"""The engine: limits, devices, streaming text, timeouts, and a many-text request coming back whole and in order."""
 
 from __future__ import annotations
+
+import asyncio
+import random
 
 import pytest
 import torch
 
-from app.engine import Engine, InputTooLong, InvalidRequest, resolve_device
+from app.engine import (
+    Engine,
+    IncrementalText,
+    InputTooLong,
+    InvalidRequest,
+    QueueFull,
+    RequestTimeout,
+    device_name,
+    resolve_device,
+)
+from app.settings import BUNDLED_MODEL_DIR, Settings
+from model.checkpoint import load_checkpoint
 from model.evaluate import max_new_tokens_for, translate_corpus
-from tests.app.test_batcher import TEXTS
+from tests.app.test_batcher import TEXTS, slow, until
 
 pytestmark = pytest.mark.anyio
 
@@ -60,3 +74,134 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             resolve_device("cuda", "bfloat16")
+
+
+def test_engine_limits_must_admit_a_full_request(tiny_model, tokenizer):
+    with pytest.raises(ValueError, match="max_queue=4 is below max_batch_texts=8"):
+        Engine(tiny_model, tokenizer, max_batch_texts=8, max_queue=4)
+
+
+def test_device_name_names_the_cpu_or_the_gpu():
+    assert device_name(torch.device("cpu")).strip()
+    if torch.cuda.is_available():
+        assert device_name(torch.device("cuda:0")) == torch.cuda.get_device_name(0)
+
+
+def test_incremental_text_only_grows_and_holds_byte_runs_until_they_end(tokenizer):
+    byte_ids = frozenset(tokenizer.hf.token_to_id(f"<0x{i:02X}>") for i in range(256))
+    words = [i for i in range(4, tokenizer.vocab_size) if i not in byte_ids]
+    rng = random.Random(0)
+    for _ in range(300):  # random pieces, a third of them bytes: runs that do and do not form UTF-8
+        ids = [rng.choice(sorted(byte_ids) if rng.random() < 0.35 else words) for _ in range(rng.randint(1, 25))]
+        inc, shown = IncrementalText(tokenizer, byte_ids), ""
+        for k, i in enumerate(ids, 1):
+            delta = inc.add(i)
+            assert inc.text == shown + delta and tokenizer.decode(ids).startswith(inc.text)
+            shown = inc.text
+            if i not in byte_ids:
+                assert inc.text == tokenizer.decode(ids[:k])
+    text = "Zwei junge weiße Männer — naïve café €42"  # pieces the tiny vocabulary spells with bytes
+    ids = tokenizer.encode(text, side="target", add_special_tokens=False)
+    assert byte_ids & set(ids)
+    inc = IncrementalText(tokenizer, byte_ids)
+    deltas = [inc.add(i) for i in ids]
+    assert "".join(deltas) == inc.text == text and "\ufffd" not in "".join(deltas)
+
+
+async def test_a_stream_has_an_event_per_token_and_ends_with_the_plain_translation(engine):
+    for text in [*TEXTS[:4], "A café, 42 years old — naïve!"]:
+        (plain,) = await engine.translate(text)
+        events = [e async for e in await engine.translate_stream(text)]
+        *tokens, last = events
+        assert [e["index"] for e in tokens] == list(range(len(plain.token_ids)))
+        assert [e["token"]["id"] for e in tokens] == plain.token_ids
+        shown = ""
+        for e in tokens:
+            assert e["text_so_far"] == shown + e["token"]["text"]
+            shown = e["text_so_far"]
+        assert last["text"].startswith(shown)
+        assert (last["text"], last["finish_reason"]) == (plain.text, plain.finish_reason)
+        assert last["usage"] == {"input_tokens": plain.input_tokens, "output_tokens": plain.output_tokens}
+    (blank,) = [e async for e in await engine.translate_stream("  ")]
+    assert blank["text"] == "" and blank["usage"]["output_tokens"] == 0
+
+
+async def test_a_stream_checks_limits_and_the_queue_before_it_starts(engine, monkeypatch):
+    with pytest.raises(InputTooLong, match="text has"):
+        await engine.translate_stream("a dog " * 40)
+    with pytest.raises(InvalidRequest, match="between 1 and 40"):
+        await engine.translate_stream("a", max_new_tokens=0)
+    monkeypatch.setattr(engine.batcher, "load", engine.batcher.max_queue)
+    with pytest.raises(QueueFull, match="the limit is"):
+        await engine.translate_stream("a")
+    with pytest.raises(QueueFull):
+        await engine.translate(["a", "b"])
+
+
+async def test_a_request_past_its_timeout_is_dropped_from_the_batch(tiny_model, tokenizer):
+    e = Engine(slow(tiny_model, 0.01), tokenizer, max_new_tokens=200, request_timeout_s=0.2)
+    await e.start()
+    try:
+        with pytest.raises(RequestTimeout, match=r"not answered within 0.2 s \(NMT_REQUEST_TIMEOUT_S\)"):
+            await e.translate("A dog runs.", max_new_tokens=200)
+        events = await e.translate_stream("A dog runs.", max_new_tokens=200)
+        with pytest.raises(RequestTimeout):
+            async for _ in events:
+                pass
+        await until(lambda: e.batcher.cache.n == 0 and e.batcher.load == 0)
+        assert e.batcher.steps < 2 * 200
+    finally:
+        e.stop()
+
+
+# ---- CUDA (skipped without a GPU) ------------------------------------------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+async def test_on_cuda_the_model_and_its_cache_live_on_the_gpu(tiny_checkpoint, tiny_model, tokenizer):
+    e = Engine.from_settings(Settings(model_dir=tiny_checkpoint, device="cuda", max_new_tokens=40))
+    await e.start()
+    try:
+        assert next(e.model.parameters()).is_cuda and e.batcher.cache.k.is_cuda
+        info = e.info()
+        assert info["device"].startswith("cuda") and info["device_name"] == torch.cuda.get_device_name(e.device)
+        out = await asyncio.gather(*(e.translate(t) for t in TEXTS))
+    finally:
+        e.stop()
+    budgets = [max_new_tokens_for(len(tokenizer.encode(t)), limit=40) for t in TEXTS]
+    expected = [translate_corpus(tiny_model, tokenizer, [t], max_new_tokens=b)[0] for t, b in zip(TEXTS, budgets)]
+    assert [t.text for (t,) in out] == expected
+
+
+@cuda
+@pytest.mark.parametrize("dtype, rate", [("float16", 0.9), ("bfloat16", 0.8)])
+async def test_half_precision_matches_float32_on_most_tokens(dtype, rate, trained_checkpoint, pairs):
+    """Greedy tokens in half precision agree with float32 at >= 90% (float16) / 80% (bfloat16) of positions.
+
+    Position by position up to the longer output, so one early divergence costs the rest of that sentence.
+    The bundled checkpoint is used when present, else the tiny trained one."""
+    model_dir = BUNDLED_MODEL_DIR if (BUNDLED_MODEL_DIR / "model.safetensors").exists() else trained_checkpoint
+    texts = [en for en, _ in pairs[:40]] if model_dir == trained_checkpoint else [*TEXTS, *(en for en, _ in pairs[:32])]
+    outputs = {}
+    for dt in ("float32", dtype):
+        e = Engine.from_settings(Settings(model_dir=model_dir, device="cuda", dtype=dt))
+        await e.start()
+        try:
+            assert e.info()["dtype"] == dt
+            outputs[dt] = [t.token_ids for t in await e.translate(texts)]
+        finally:
+            e.stop()
+    same = total = 0
+    for a, b in zip(outputs["float32"], outputs[dtype]):
+        same += sum(x == y for x, y in zip(a, b))
+        total += max(len(a), len(b), 1)
+    assert same / total >= rate, f"{dtype} matched {same}/{total} float32 tokens"
+
+
+def test_load_checkpoint_in_half_precision_keeps_every_weight_on_the_device(tiny_checkpoint):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model, _, _ = load_checkpoint(tiny_checkpoint, device="cuda", dtype=torch.float16)
+    assert {(p.device.type, p.dtype) for p in model.parameters()} == {("cuda", torch.float16)}

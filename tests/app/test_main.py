@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 
 import httpx
 import pytest
+import torch
 
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import StepGate, serve
+from tests.app.test_api import sse
+from tests.app.test_batcher import until
 
 pytestmark = pytest.mark.anyio
 
@@ -136,9 +141,9 @@ async def test_api_key_guards_everything_but_health_and_ready(settings):
 async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monkeypatch):
     release, real = threading.Event(), Engine.from_settings
 
-    def slow_load(s):
+    def slow_load(s, *args):
         release.wait(30)
-        return real(s)
+        return real(s, *args)
 
     monkeypatch.setattr(Engine, "from_settings", staticmethod(slow_load))
     app = create_app(settings)
@@ -196,3 +201,133 @@ async def test_an_unexpected_error_is_a_json_500(client, app, monkeypatch):
 
     monkeypatch.setattr(app.state.engine, "info", broken)
     assert_error(await client.get("/info"), 500, "internal_error", "internal server error", "KeyError")
+
+
+# ---- backpressure, timeouts, disconnects, device memory ---------------------------------------------------------
+
+LONG = {"text": "Two girls are playing in the park.", "max_new_tokens": 40}
+
+
+async def test_a_full_queue_answers_429_with_retry_after(client, app, monkeypatch):
+    batcher = app.state.engine.batcher
+    monkeypatch.setattr(batcher, "max_queue", 3)
+    gate = StepGate(app.state.engine.model, monkeypatch)
+    gate.hold(lambda sizes: True)
+    first = asyncio.create_task(client.post("/translate", json={**LONG, "text": ["A dog.", "A cat."]}))
+    try:
+        await until(gate.paused.is_set)
+        for body in ({"text": ["A dog.", "A cat."]}, {"text": ["A dog.", "", "A cat."]}):
+            r = await client.post("/translate", json=body)
+            assert_error(r, 429, "queue_full", "busy", "2 sequences are waiting or decoding", "limit is 3")
+            assert r.headers["retry-after"] == "1"
+        fits = asyncio.create_task(client.post("/translate", json={"text": "A bird.", "stream": True}))
+        await until(lambda: batcher.load == 3)
+        assert_error(await client.post("/translate", json={"text": "A bird.", "stream": True}), 429, "queue_full")
+    finally:
+        gate.release()
+    assert (await first).status_code == 200
+    assert sse(await fits)[-1]["finish_reason"] in ("eos", "length")
+    assert (await client.post("/translate", json={"text": ["A dog.", "A cat."]})).status_code == 200
+
+
+async def test_a_request_past_its_timeout_gets_504_and_leaves_the_batch(client, app, monkeypatch):
+    engine = app.state.engine
+    monkeypatch.setattr(engine, "request_timeout_s", 0.2)
+    gate = StepGate(engine.model, monkeypatch)
+    gate.hold(lambda sizes: len(sizes) == 3)
+    try:
+        r = await client.post("/translate", json=LONG)
+        assert_error(r, 504, "timeout", "not answered within 0.2 s", "NMT_REQUEST_TIMEOUT_S")
+    finally:
+        gate.release()
+    await until(lambda: engine.batcher.cache.n == 0)
+    assert gate.sizes == [1, 1, 1]  # dropped before the step after the one it was waiting on
+    gate.hold(lambda sizes: len(sizes) == 6)  # a stream times out after it started: its last event says so
+    try:
+        events = sse(await client.post("/translate", json={**LONG, "stream": True}))
+    finally:
+        gate.release()
+    assert [e["index"] for e in events[:-1]] == [0, 1] and events[-1]["type"] == "timeout"
+    assert "not answered within 0.2 s" in events[-1]["error"]
+    monkeypatch.undo()
+    assert (await client.post("/translate", json=LONG)).status_code == 200
+
+
+async def asgi_request(app, body: dict, gone: asyncio.Event) -> list[dict]:
+    """POST /translate straight to the ASGI app, as uvicorn would; the client disconnects when `gone` is set."""
+    payload, sent, messages = json.dumps(body).encode(), False, []
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        messages.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/translate", "raw_path": b"/translate", "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"nmt"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))],
+        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
+    }  # fmt: skip
+    await app(scope, receive, send)
+    return messages
+
+
+def running(app) -> float:
+    return app.state.metrics.registry.get_sample_value("nmt_running_batch_size")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, app, monkeypatch, stream):
+    gate, gone = StepGate(app.state.engine.model, monkeypatch), asyncio.Event()
+    gate.hold(lambda sizes: len(sizes) == 3)
+    request = asyncio.create_task(asgi_request(app, {**LONG, "stream": stream}, gone))
+    try:
+        await until(gate.paused.is_set)
+        assert running(app) == 1
+        gone.set()
+        await until(lambda: app.state.engine.batcher.load == 0)  # the caller gave up
+    finally:
+        gate.release()
+    messages = await request
+    await until(lambda: running(app) == 0)
+    assert gate.sizes == [1, 1, 1]  # the step it was paused in, then it left
+    assert "nmt_running_batch_size 0.0" in (await client.get("/metrics")).text
+    if stream:
+        assert messages[0]["status"] == 200 and b'"index": 0' in messages[1]["body"]
+    else:
+        assert messages[0]["status"] == 499
+    assert (await client.post("/translate", json={"text": "A dog."})).status_code == 200
+
+
+async def test_a_failing_step_ends_a_stream_with_an_error_event_and_the_next_one_succeeds(client, app, monkeypatch):
+    model = app.state.engine.model
+    real, calls = model.decode_step, []
+
+    def flaky(tokens, cache):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected fault")
+        return real(tokens, cache)
+
+    monkeypatch.setattr(model, "decode_step", flaky)
+    events = sse(await client.post("/translate", json={**LONG, "stream": True}))
+    assert [e.get("index") for e in events[:-1]] == [0, 1]
+    assert events[-1]["type"] == "model_error" and "injected fault" in events[-1]["error"]
+    assert sse(await client.post("/translate", json={**LONG, "stream": True}))[-1]["finish_reason"] == "length"
+
+
+async def test_device_memory_that_never_suffices_is_a_503_and_the_worker_keeps_serving(client, app, monkeypatch):
+    def add(model, src):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(app.state.engine.batcher.cache, "add", add)
+    r = await client.post("/translate", json={"text": "A dog."})
+    assert_error(r, 503, "out_of_memory", "ran out of memory", "smaller batch", "retry later")
+    monkeypatch.undo()
+    assert (await client.post("/translate", json={"text": "A dog."})).status_code == 200

@@ -23,20 +23,30 @@ def test_defaults_point_at_the_bundled_checkpoint(monkeypatch, tmp_path):
         64,
     )
     assert s.api_key is None
+    assert (s.max_queue, s.request_timeout_s) == (256, 60.0)  # 64 single-text clients always fit
 
 
 def test_environment_variables_with_the_nmt_prefix(monkeypatch):
     monkeypatch.setenv("NMT_MAX_NEW_TOKENS", "12")
     monkeypatch.setenv("NMT_API_KEY", "s3cret-key")
     monkeypatch.setenv("NMT_MODEL_DIR", "/models/x")
+    monkeypatch.setenv("NMT_MAX_QUEUE", "8")
+    monkeypatch.setenv("NMT_REQUEST_TIMEOUT_S", "2.5")
     s = Settings()
     assert (s.max_new_tokens, s.api_key.get_secret_value(), s.model_dir) == (12, "s3cret-key", Path("/models/x"))
+    assert (s.max_queue, s.request_timeout_s) == (8, 2.5)
     assert "s3cret" not in repr(s)  # the key is never printed
     monkeypatch.setenv("NMT_API_KEY", "")
     assert Settings().api_key is None
 
 
-@pytest.mark.parametrize("env", [{"NMT_DTYPE": "float64"}, {"NMT_MAX_INPUT_TOKENS": "0"}, {"NMT_PORT": "http"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"NMT_DTYPE": "float64"}, {"NMT_MAX_INPUT_TOKENS": "0"}, {"NMT_PORT": "http"}, {"NMT_MAX_QUEUE": "0"},
+        {"NMT_REQUEST_TIMEOUT_S": "0"},
+    ],
+)  # fmt: skip
 def test_bad_values_are_refused(monkeypatch, env):
     for k, v in env.items():
         monkeypatch.setenv(k, v)

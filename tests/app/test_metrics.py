@@ -1,0 +1,66 @@
+"""GET /metrics: every series in Prometheus text format, with values that add up after some traffic."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.metrics import Metrics
+from tests.app.test_api import sse
+
+pytestmark = pytest.mark.anyio
+
+
+async def scrape(client) -> dict[tuple[str, tuple], float]:
+    r = await client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_metrics_expose_every_series_with_sensible_values_after_traffic(client):
+    before = await scrape(client)
+    bodies = [{"text": "A man is riding a bike."}, {"text": ["Two dogs.", "A cat sleeps."]}, {"text": "Hi"}]
+    plain = await asyncio.gather(*(client.post("/translate", json=b) for b in bodies))
+    stream = await client.post("/translate", json={"text": "A dog runs.", "stream": True, "max_new_tokens": 5})
+    assert [r.status_code for r in (*plain, stream)] == [200] * 4
+    assert (await client.post("/translate", json={"text": 5})).status_code == 422
+    assert (await client.get("/nowhere/42")).status_code == 404
+    after = await scrape(client)
+
+    def delta(name: str, **labels) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("nmt_requests_total", endpoint="/translate", status="200") == 4
+    assert delta("nmt_requests_total", endpoint="/translate", status="422") == 1
+    assert delta("nmt_requests_total", endpoint="unmatched", status="404") == 1  # not one label per unknown path
+    assert value(after, "nmt_requests_total", endpoint="/metrics", status="200") >= 1
+    assert delta("nmt_request_duration_seconds_count", endpoint="/translate") == 5
+    assert delta("nmt_request_duration_seconds_sum", endpoint="/translate") > 0
+    assert delta("nmt_request_duration_seconds_bucket", endpoint="/translate", le="+Inf") == 5
+
+    sequences = 5  # four texts and one stream
+    output_tokens = sum(r.json()["usage"]["output_tokens"] for r in plain) + sse(stream)[-1]["usage"]["output_tokens"]
+    assert delta("nmt_generated_tokens_total") == output_tokens
+    assert delta("nmt_time_to_first_token_seconds_count") == sequences
+    assert delta("nmt_time_to_first_token_seconds_sum") > 0
+    assert 1 <= delta("nmt_time_per_output_token_seconds_count") <= sequences
+    assert delta("nmt_time_per_output_token_seconds_sum") > 0
+    assert value(after, "nmt_queue_length") == 0 and value(after, "nmt_running_batch_size") == 0
+    assert value(after, "nmt_oom_retries_total") == 0
+
+
+def test_each_app_has_its_own_registry():
+    a, b = Metrics(), Metrics()
+    a.generated_tokens.inc(3)
+    assert a.registry.get_sample_value("nmt_generated_tokens_total") == 3
+    assert b.registry.get_sample_value("nmt_generated_tokens_total") == 0
