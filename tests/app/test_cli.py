@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -72,6 +73,25 @@ def test_nmt_serve_answers_over_tcp_and_stops_cleanly(server, tokenizer):
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "engine stopped" in out and "Finished server process" in out
+
+
+def test_sigterm_lets_a_running_stream_finish_then_exits_0(server):
+    """SIGTERM right after a long stream's first event: uvicorn stops accepting, the stream runs to its end."""
+    proc, base = server
+    body = {"text": "Two girls are playing in the park.", "stream": True, "max_new_tokens": 250}
+    with httpx.Client(base_url=base, timeout=60) as client, client.stream("POST", "/translate", json=body) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = (line for line in r.iter_lines() if line)
+        first = next(lines)
+        proc.send_signal(signal.SIGTERM)
+        events = [json.loads(line.removeprefix("data: ")) for line in (first, *lines)]
+    *tokens, last = events
+    assert [e["index"] for e in tokens] == list(range(len(tokens)))
+    assert last["finish_reason"] in ("eos", "length") and last["text"].startswith(tokens[-1]["text_so_far"])
+    assert last["usage"]["output_tokens"] == len(tokens) + (last["finish_reason"] == "eos")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "engine stopped" in out
 
 
 def test_a_checkpoint_that_cannot_load_stops_the_server_with_its_reason(tmp_path, capsys):
