@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -58,6 +60,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def running_server(
+    model_dir: str, threads: int, server_args: Sequence[str] = ()
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Start `nmt-serve` on a free port, wait for /ready, yield (base URL, process); SIGTERM it afterwards."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NMT_LOG_LEVEL": "warning"}
+    cmd = ["nmt-serve", "--model-dir", model_dir, "--port", str(port), *server_args]
+    server = subprocess.Popen(cmd, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                sys.exit("nmt-serve did not become ready")
+            time.sleep(0.3)
+        yield url, server
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
 
 
 async def drive(url: str, sentences: list[str], concurrency: int) -> dict:
@@ -112,22 +141,7 @@ def main() -> None:
     floor_p50 = statistics.median(alone)
     print(f"in-process, batch 1: p50 {1000 * floor_p50:.1f} ms over {len(alone)} sentences", flush=True)
 
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "NMT_LOG_LEVEL": "warning"}
-    cmd = ["nmt-serve", "--model-dir", args.model_dir, "--port", str(port), *args.server_arg]
-    server = subprocess.Popen(cmd, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                sys.exit("nmt-serve did not become ready")
-            time.sleep(0.3)
+    with running_server(args.model_dir, args.threads, args.server_arg) as (url, _):
         results = []
         for level in map(int, args.levels.split(",")):
             row = asyncio.run(drive(url, sentences, level))
@@ -137,9 +151,6 @@ def main() -> None:
                 f"p50 {row['p50_ms']:>7} ms p95 {row['p95_ms']:>7} ms p99 {row['p99_ms']:>7} ms | errors {row['errors']}",
                 flush=True,
             )
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
     by = {r["concurrency"]: r for r in results}
     summary = {"in_process_p50_ms": round(1000 * floor_p50, 1), "levels": results}
     if 1 in by and 32 in by:
