@@ -169,8 +169,10 @@ async def test_a_short_request_joins_a_long_one_mid_decode_and_leaves_first(clie
         await until(lambda: batcher.load == 2)
         gate.release()
         assert (await short).status_code == 200
+        await until(gate.paused.is_set)  # the long one is held at its next step
         assert not long.done()
     finally:
+        gate.hold(None)
         gate.release()
     assert (await long).json() == alone
     joined, together = gate.sizes.index(2), gate.sizes.count(2)  # the short one decoded 1 or 2 steps in the batch
