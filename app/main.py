@@ -20,6 +20,7 @@ from app.api import ENGINE_ERRORS, RETRY_AFTER_S, VERSION, open_routes, require_
 from app.engine import Engine, QueueFull
 from app.metrics import Metrics, RequestMetrics
 from app.settings import MAX_BODY_BYTES, Settings
+from app.viewer import router as viewer
 
 log = logging.getLogger("nmt_serve")
 HTTP_KINDS = {
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
         app.add_exception_handler(exc, respond(status, kind, headers))
     app.add_exception_handler(Exception, on_unexpected)
     app.include_router(open_routes)
+    app.include_router(viewer)  # the attention viewer page: open, it asks for the key itself
     app.include_router(router, dependencies=[Depends(require_api_key)] if app.state.settings.api_key else [])
     return app
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install nmt-serve into the current Python (>= 3.11). Safe to re-run. Shared by the README and the Dockerfile.
-#   scripts/install.sh              torch (if missing) + this project, editable, with test tools (development)
+#   scripts/install.sh              torch (if missing) + this project, editable, with test tools (development),
+#                                   and Debian's chromium + chromium-driver for the viewer's browser tests
 #   scripts/install.sh --deps-only  torch (if missing) + the runtime dependencies only (a cacheable image layer)
 #   scripts/install.sh --runtime    this project, editable, no test tools (after --deps-only)
 # torch: an installed torch (e.g. a CUDA build on a GPU host or in a pytorch/pytorch image) is kept;
@@ -17,10 +18,29 @@ install_torch() {
   fi
 }
 
+# tests/app/test_viewer_e2e.py drives the system Chromium through chromedriver; without them it skips.
+install_browser() {
+  command -v chromium >/dev/null && command -v chromedriver >/dev/null && return
+  local sudo=""  # a plain string, not an array: macOS's bash 3.2 rejects empty arrays under `set -u`
+  if [ "$(id -u)" -ne 0 ]; then
+    if sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo="none"; fi
+  fi
+  # shellcheck disable=SC2086  # $sudo is empty or two words on purpose
+  if [ "$sudo" != none ] && command -v apt-get >/dev/null && {
+    $sudo apt-get update -qq &&
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        chromium chromium-driver fonts-dejavu-core
+  } >/dev/null 2>&1; then
+    return
+  fi
+  echo "install.sh: no chromium/chromedriver (needs apt-get and root or passwordless sudo); the browser tests will be skipped" >&2
+}
+
 case "$mode" in
   dev)
     install_torch
     "${PIP[@]}" -e ".[test]"
+    install_browser
     ;;
   --deps-only)
     install_torch

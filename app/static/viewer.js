@@ -1,0 +1,715 @@
+/* nmt-serve attention viewer: plain JavaScript, no build step, nothing fetched but this server's own
+ * /info, /tokenize, /translate and /attention. The browser tests read ids and data-* attributes:
+ * body[data-state] (idle, empty, loading, ready, error), #heatmap[data-checksum] (changes with the drawn
+ * matrix), rect.cell[data-row][data-col][data-weight], and #tooltip[data-weight] for the cell under the mouse. */
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg"; // a namespace name, not a URL the page loads
+const KEY_STORAGE = "nmt-serve-api-key";
+const KINDS = {
+  cross: { field: "cross_attention", rows: "decoder", cols: "encoder", rowName: "target", colName: "source" },
+  encoder: { field: "encoder_attention", rows: "encoder", cols: "encoder", rowName: "source", colName: "source" },
+  decoder: { field: "decoder_attention", rows: "decoder", cols: "decoder", rowName: "target", colName: "target" },
+};
+const BLUES = [
+  [247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
+  [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107],
+];
+const LABEL_FONT = '11px "DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", monospace';
+const MAX_LABEL_CHARS = 14;
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  key: readStoredKey(),
+  info: null,
+  run: 0, // the latest translate request; answers to older ones are dropped
+  lastError: null,
+  attention: null, // the /attention answer
+  reference: "",
+  kind: "cross",
+  layer: 0, // index into attention.layers
+  head: "avg", // "avg" or an index into attention.heads
+  view: null, // what is drawn: {matrix, rows, cols}
+  active: null, // {row, col}; either may be null
+  heat: null, // heatmap geometry and elements
+  hv: null, // head view elements
+  hvSide: "query",
+};
+
+class ApiError extends Error {
+  constructor(message, type, status) {
+    super(message);
+    this.type = type;
+    this.status = status;
+  }
+}
+
+// ---- the API -------------------------------------------------------------------------------------------
+
+function readStoredKey() {
+  try {
+    return sessionStorage.getItem(KEY_STORAGE) || "";
+  } catch {
+    return "";
+  }
+}
+
+async function api(path, body) {
+  const headers = { Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (state.key) headers.Authorization = `Bearer ${state.key}`;
+  let response;
+  try {
+    response = await fetch(path, {
+      method: body === undefined ? "GET" : "POST", headers, body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new ApiError(`could not reach the server (${e.message})`, "network_error", 0);
+  }
+  let data = null;
+  try {
+    data = await response.json();
+  } catch {
+    // not JSON (e.g. a proxy's error page): fall back to the status line below
+  }
+  if (!response.ok) {
+    const message = data && typeof data.error === "string" ? data.error : `HTTP ${response.status} ${response.statusText}`;
+    throw new ApiError(message, (data && data.type) || "http_error", response.status);
+  }
+  return data;
+}
+
+async function loadInfo() {
+  try {
+    const info = await api("info");
+    state.info = info;
+    const c = info.config || {};
+    $("model-info").textContent =
+      `${info.model} · ${c.n_encoder_layers}+${c.n_decoder_layers} layers · ${c.n_heads} heads · ` +
+      `${info.device} · input limit ${info.limits.max_input_tokens} tokens`;
+    $("key-panel").hidden = true;
+  } catch (e) {
+    $("model-info").textContent = e.message;
+    if (e.status === 401) showKeyPanel(e.message);
+    else if (e.status === 503 && e.type !== "load_failed") setTimeout(loadInfo, 2000);
+  }
+  $("key-button").hidden = !state.key;
+}
+
+function showKeyPanel(message) {
+  $("key-message").textContent = message;
+  $("key-panel").hidden = false;
+  $("api-key").value = "";
+  $("api-key").focus();
+}
+
+async function saveKey(event) {
+  event.preventDefault();
+  state.key = $("api-key").value.trim();
+  try {
+    sessionStorage.setItem(KEY_STORAGE, state.key);
+  } catch {
+    // storage refused (private mode): the key lives in memory for this page only
+  }
+  $("key-panel").hidden = true;
+  await loadInfo();
+  if (state.lastError && state.lastError.status === 401 && $("source").value.trim()) translate();
+  else $("source").focus();
+}
+
+function forgetKey() {
+  state.key = "";
+  try {
+    sessionStorage.removeItem(KEY_STORAGE);
+  } catch {
+    // nothing stored
+  }
+  loadInfo();
+}
+
+// ---- translate -----------------------------------------------------------------------------------------
+
+function setState(name, message) {
+  document.body.dataset.state = name;
+  $("status").textContent = message || "";
+}
+
+function showError(error) {
+  state.lastError = error;
+  $("error-title").textContent = error.status ? `Error ${error.status} (${error.type}):` : "Error:";
+  $("error-message").textContent = error.message;
+  $("error").dataset.type = error.type;
+  $("error").hidden = false;
+}
+
+function clearResults(placeholder) {
+  $("error").hidden = true;
+  state.lastError = null;
+  $("translation").textContent = "—";
+  $("translation").classList.add("placeholder");
+  $("translation-meta").textContent = "";
+  for (const id of ["source-tokens", "target-tokens", "reference-tokens"]) $(id).replaceChildren();
+  $("source-count").textContent = $("target-count").textContent = "";
+  $("source-count").classList.remove("over");
+  $("reference-tokens-box").hidden = true;
+  state.attention = state.view = state.active = state.heat = state.hv = null;
+  for (const id of ["kind", "layer", "head"]) $(id).disabled = true;
+  $("explorer-note").textContent = "";
+  for (const id of ["heatmap", "headview"]) {
+    const p = document.createElement("p");
+    p.className = "placeholder";
+    p.textContent = placeholder;
+    $(id).replaceChildren(p);
+    delete $(id).dataset.checksum;
+  }
+  renderDetail();
+  renderTooltip();
+}
+
+async function translate() {
+  const text = $("source").value;
+  const reference = $("reference").value.trim();
+  const run = ++state.run;
+  const current = () => run === state.run;
+  $("translate").removeAttribute("aria-busy");
+  if (!text.trim()) {
+    clearResults("Translate a sentence to explore its attention.");
+    setState("empty", "Type an English sentence first, then press Translate.");
+    $("source").focus();
+    return;
+  }
+  clearResults("Computing attention…");
+  setState("loading", "Translating…");
+  $("translate").setAttribute("aria-busy", "true");
+  const t0 = performance.now();
+  const tokenized = api("tokenize", { text, side: "source" });
+  const translated = api("translate", { text, return_tokens: true, return_scores: true });
+  const attended = api("attention", reference ? { text, target: reference } : { text });
+  tokenized.then((r) => current() && renderSourceTokens(r.results[0].tokens), () => {});
+  translated.then((r) => current() && renderTranslation(r), () => {});
+  attended.then((r) => current() && renderAttention(r, reference), () => {});
+  const settled = await Promise.allSettled([translated, attended, tokenized]);
+  if (!current()) return;
+  $("translate").removeAttribute("aria-busy");
+  const failed = settled.find((s) => s.status === "rejected");
+  if (failed) {
+    const error = failed.reason instanceof ApiError ? failed.reason : new ApiError(String(failed.reason), "page_error", 0);
+    showError(error);
+    setState("error", "");
+    for (const id of ["heatmap", "headview"]) {
+      if (!state.attention) $(id).querySelector(".placeholder").textContent = "No attention to show: see the error above.";
+    }
+    if (error.status === 401) showKeyPanel(error.message);
+    return;
+  }
+  setState("ready", `Done in ${((performance.now() - t0) / 1000).toFixed(2)} s.`);
+}
+
+function pieceNode(piece, tag) {
+  const node = document.createElement(tag);
+  const m = /^(▁*)(.*)$/su.exec(piece);
+  if (m[1]) {
+    const ws = document.createElement("span");
+    ws.className = "ws";
+    ws.textContent = m[1];
+    node.append(ws);
+  }
+  node.append(m[2]);
+  return node;
+}
+
+const isSpecial = (piece) => /^<(s|\/s|pad|unk)>$/.test(piece);
+
+function fillTokens(list, pieces, titles) {
+  list.replaceChildren(
+    ...pieces.map((piece, i) => {
+      const li = pieceNode(piece, "li");
+      li.dataset.index = i;
+      if (isSpecial(piece)) li.classList.add("special");
+      if (titles) li.title = titles[i];
+      return li;
+    }),
+  );
+}
+
+function renderSourceTokens(tokens) {
+  fillTokens($("source-tokens"), tokens.map((t) => t.text), tokens.map((t) => `id ${t.id} · characters ${t.start}–${t.end}`));
+  const limit = state.info ? state.info.limits.max_input_tokens : Infinity;
+  $("source-count").textContent = `${tokens.length}${limit === Infinity ? "" : ` (limit ${limit})`}`;
+  $("source-count").classList.toggle("over", tokens.length > limit);
+}
+
+function renderTranslation(response) {
+  const t = response.translations[0];
+  $("translation").textContent = t.text || "(empty)";
+  $("translation").classList.toggle("placeholder", !t.text);
+  const ended = t.finish_reason === "eos" ? "ended with </s>" : "stopped at the length limit";
+  const score = t.score === undefined ? "" : ` · mean log-prob ${t.score.toFixed(3)}`;
+  $("translation-meta").textContent = `${response.usage.output_tokens} tokens, ${ended}${score}`;
+  const pieces = [...(t.tokens || []), ...(t.finish_reason === "eos" ? ["</s>"] : [])];
+  fillTokens($("target-tokens"), pieces, (t.token_ids || []).map((id) => `id ${id}`));
+  $("target-count").textContent = String(pieces.length);
+}
+
+// ---- attention -----------------------------------------------------------------------------------------
+
+function renderAttention(a, reference) {
+  state.attention = a;
+  state.reference = reference;
+  if (reference) {
+    fillTokens($("reference-tokens"), a.decoder_tokens.slice(1));
+    $("reference-tokens-box").hidden = false;
+  }
+  const layer = $("layer");
+  layer.replaceChildren(...a.layers.map((l, i) => new Option(String(l), String(i))));
+  state.layer = Math.min(state.layer, a.layers.length - 1);
+  layer.value = String(state.layer);
+  const head = $("head");
+  head.replaceChildren(new Option("mean of all", "avg"), ...a.heads.map((h, i) => new Option(String(h), String(i))));
+  if (state.head !== "avg" && Number(state.head) >= a.heads.length) state.head = "avg";
+  head.value = state.head;
+  $("kind").value = state.kind;
+  for (const id of ["kind", "layer", "head"]) $(id).disabled = false;
+  $("explorer-note").textContent = reference
+    ? "Teacher-forced on your reference: decoder rows are <s> and the reference's tokens; row t predicted token t+1."
+    : "Decoder rows are <s> and the model's translation; row t is the step that predicted token t+1.";
+  draw();
+}
+
+function currentView() {
+  const a = state.attention;
+  const kind = KINDS[state.kind];
+  const heads = a[kind.field][state.layer]; // (H, Q, K)
+  let matrix;
+  if (state.head === "avg") {
+    matrix = heads[0].map((row, q) => row.map((_, k) => heads.reduce((sum, h) => sum + h[q][k], 0) / heads.length));
+  } else {
+    matrix = heads[Number(state.head)];
+  }
+  const tokens = { encoder: a.encoder_tokens, decoder: a.decoder_tokens };
+  return { matrix, rows: tokens[kind.rows], cols: tokens[kind.cols], kind };
+}
+
+function checksum(view) {
+  let h = 0x811c9dc5; // FNV-1a over the drawn labels and weights (to 4 decimals, as the API rounds them)
+  const feed = (n) => {
+    h = Math.imul(h ^ (n & 0xffff), 16777619);
+    h = Math.imul(h ^ (n >>> 16), 16777619);
+  };
+  for (const label of [...view.rows, "|", ...view.cols]) for (const ch of label) feed(ch.codePointAt(0));
+  for (const row of view.matrix) for (const w of row) feed(Math.round(w * 1e4));
+  return (h >>> 0).toString(16).padStart(8, "0");
+}
+
+function draw() {
+  if (!state.attention) return;
+  const view = currentView();
+  state.view = view;
+  state.active = null;
+  drawHeatmap(view);
+  drawHeadView(view);
+  const sum = checksum(view);
+  const layer = String(state.attention.layers[state.layer]);
+  for (const id of ["heatmap", "headview"]) {
+    Object.assign($(id).dataset, {
+      checksum: sum, kind: state.kind, layer, head: state.head, rows: view.rows.length, cols: view.cols.length,
+    });
+  }
+  const what = { cross: "cross-attention", encoder: "encoder self-attention", decoder: "decoder self-attention" };
+  $("heatmap-caption").textContent =
+    `${what[state.kind]} · rows: ${view.kind.rowName} (queries) · columns: ${view.kind.colName} (keys)`;
+  renderDetail();
+  renderTooltip();
+}
+
+// ---- drawing helpers -----------------------------------------------------------------------------------
+
+function svg(tag, attrs, parent) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (parent) parent.append(node);
+  return node;
+}
+
+function svgText(parent, x, y, text, attrs, title) {
+  const node = svg("text", { x, y, ...attrs }, parent);
+  node.textContent = text;
+  if (title !== undefined && title !== text) svg("title", {}, node).textContent = title;
+  return node;
+}
+
+const label = (t) => ([...t].length > MAX_LABEL_CHARS ? `${[...t].slice(0, MAX_LABEL_CHARS - 1).join("")}…` : t);
+
+let measurer = null;
+function textWidth(strings) {
+  measurer = measurer || document.createElement("canvas").getContext("2d");
+  measurer.font = LABEL_FONT;
+  return Math.ceil(Math.max(0, ...strings.map((s) => measurer.measureText(s).width)));
+}
+
+function color(w) {
+  const t = Math.min(1, Math.max(0, w)) * (BLUES.length - 1);
+  const i = Math.min(BLUES.length - 2, Math.floor(t));
+  const f = t - i;
+  const c = BLUES[i].map((v, k) => Math.round(v + (BLUES[i + 1][k] - v) * f));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+const fmt = (w) => w.toFixed(4);
+const short = (w) => (w >= 0.995 ? "1" : w.toFixed(2).replace(/^0/, ""));
+
+// ---- heatmap -------------------------------------------------------------------------------------------
+
+function drawHeatmap(view) {
+  const box = $("heatmap");
+  const { matrix, rows, cols } = view;
+  const rowW = textWidth(rows.map(label)) + 10;
+  const colW = textWidth(cols.map(label));
+  const avail = Math.max(box.clientWidth - 2, 160);
+  const fit = (slant) => Math.floor(Math.min(36, Math.max(12, (avail - rowW - (slant ? colW * 0.71 + 4 : 4)) / cols.length)));
+  let slant = true;
+  let cell = fit(true);
+  if (cell < 17) {
+    slant = false;
+    cell = fit(false);
+  }
+  const top = Math.ceil(slant ? colW * 0.71 + 12 : colW + 10);
+  const width = Math.ceil(rowW + cols.length * cell + (slant ? colW * 0.71 + 4 : 4));
+  const height = top + rows.length * cell + 2;
+  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, "aria-hidden": "true" });
+
+  const rowLabels = rows.map((t, i) =>
+    svgText(root, rowW - 6, top + i * cell + cell / 2, label(t), {
+      class: "row-label", "data-row": i, "text-anchor": "end", "dominant-baseline": "central",
+    }, t));
+  const colLabels = cols.map((t, j) => {
+    const x = rowW + j * cell + cell / 2;
+    return svgText(root, 0, 0, label(t), {
+      class: "col-label", "data-col": j, "dominant-baseline": "central",
+      transform: `translate(${x},${top - 6}) rotate(${slant ? -45 : -90})`,
+    }, t);
+  });
+  const cells = matrix.map((row, i) =>
+    row.map((w, j) =>
+      svg("rect", {
+        class: "cell", x: rowW + j * cell, y: top + i * cell, width: cell, height: cell, fill: color(w),
+        "data-row": i, "data-col": j, "data-weight": String(w),
+      }, root)));
+  const rowHl = svg("rect", { class: "hl", x: rowW, width: cols.length * cell, height: cell, visibility: "hidden" }, root);
+  const colHl = svg("rect", { class: "hl", y: top, width: cell, height: rows.length * cell, visibility: "hidden" }, root);
+  const cursor = svg("rect", { class: "cursor", width: cell, height: cell, visibility: "hidden" }, root);
+  const values = svg("g", {}, root);
+
+  root.addEventListener("mouseover", (e) => {
+    const d = e.target.dataset || {};
+    const row = d.row === undefined ? null : Number(d.row);
+    const col = d.col === undefined ? null : Number(d.col);
+    if (row !== null || col !== null) setActive(row, col);
+  });
+  root.addEventListener("mouseleave", () => setActive(null, null));
+  box.replaceChildren(root);
+  state.heat = { rowW, top, cell, cells, rowLabels, colLabels, rowHl, colHl, cursor, values };
+}
+
+function paintHeatmap() {
+  const h = state.heat;
+  if (!h) return;
+  const { row, col } = state.active || { row: null, col: null };
+  const m = state.view.matrix;
+  h.rowLabels.forEach((el, i) => el.classList.toggle("active-label", i === row));
+  h.colLabels.forEach((el, j) => el.classList.toggle("active-label", j === col));
+  h.rowHl.setAttribute("visibility", row === null ? "hidden" : "visible");
+  h.colHl.setAttribute("visibility", col === null ? "hidden" : "visible");
+  if (row !== null) h.rowHl.setAttribute("y", h.top + row * h.cell);
+  if (col !== null) h.colHl.setAttribute("x", h.rowW + col * h.cell);
+  const both = row !== null && col !== null;
+  h.cursor.setAttribute("visibility", both ? "visible" : "hidden");
+  if (both) {
+    h.cursor.setAttribute("x", h.rowW + col * h.cell);
+    h.cursor.setAttribute("y", h.top + row * h.cell);
+  }
+  h.values.replaceChildren();
+  if (h.cell < 20 || (row === null && col === null)) return;
+  const put = (i, j) => {
+    const w = m[i][j];
+    svgText(h.values, h.rowW + j * h.cell + h.cell / 2, h.top + i * h.cell + h.cell / 2, short(w), {
+      class: w > 0.55 ? "value on-dark" : "value", "text-anchor": "middle", "dominant-baseline": "central",
+    });
+  };
+  if (row !== null) m[row].forEach((_, j) => put(row, j));
+  else m.forEach((_, i) => put(i, col));
+}
+
+function heatmapKeys(e) {
+  if (!state.view) return;
+  const nR = state.view.rows.length;
+  const nC = state.view.cols.length;
+  let { row, col } = state.active || {};
+  row = row ?? 0;
+  col = col ?? 0;
+  const moves = {
+    ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1],
+    Home: [0, -nC], End: [0, nC], PageUp: [-nR, 0], PageDown: [nR, 0],
+  };
+  if (e.key === "Escape") {
+    setActive(null, null);
+  } else if (moves[e.key]) {
+    const [dr, dc] = state.active && state.active.row !== null && state.active.col !== null ? moves[e.key] : [0, 0];
+    setActive(Math.min(nR - 1, Math.max(0, row + dr)), Math.min(nC - 1, Math.max(0, col + dc)));
+  } else {
+    return;
+  }
+  e.preventDefault();
+}
+
+// ---- head view -----------------------------------------------------------------------------------------
+
+function drawHeadView(view) {
+  const box = $("headview");
+  const { matrix, rows, cols } = view;
+  const lw = Math.max(textWidth(rows.map(label)), textWidth(["queries"])) + 8;
+  const rw = Math.max(textWidth(cols.map(label)), textWidth(["keys"])) + 8;
+  const width = Math.max(box.clientWidth - 2, lw + rw + 110);
+  const step = 19;
+  const head = 22;
+  const height = head + Math.max(rows.length, cols.length) * step + 4;
+  const x1 = lw + 4;
+  const x2 = width - rw - 4;
+  const y = (i) => head + i * step + step / 2;
+  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, "aria-hidden": "true" });
+  svgText(root, lw, 11, "queries", { class: "axis-title", "text-anchor": "end" });
+  svgText(root, width - rw, 11, "keys", { class: "axis-title" });
+  const lines = [];
+  const lineGroup = svg("g", {}, root);
+  matrix.forEach((row, i) =>
+    row.forEach((w, j) => {
+      if (w < 0.005) return; // invisible anyway; keeps long sentences light
+      const el = svg("line", {
+        class: "hv-line", x1, y1: y(i), x2, y2: y(j), "stroke-opacity": w, "data-row": i, "data-col": j,
+        "data-weight": String(w),
+      }, lineGroup);
+      lines.push({ el, i, j, w });
+    }));
+  const token = (side, i, t) => {
+    const g = svg("g", { class: "hv-token", "data-side": side, "data-index": i }, root);
+    const left = side === "query";
+    svg("rect", { x: left ? 0 : x2 + 2, y: y(i) - step / 2 + 1, width: left ? lw + 2 : rw + 2, height: step - 2, rx: 3 }, g);
+    svgText(g, left ? lw : x2 + 6, y(i), label(t), { "text-anchor": left ? "end" : "start", "dominant-baseline": "central" }, t);
+    return g;
+  };
+  const queries = rows.map((t, i) => token("query", i, t));
+  const keys = cols.map((t, j) => token("key", j, t));
+  const numbers = svg("g", {}, root);
+  root.addEventListener("mouseover", (e) => {
+    const line = e.target.closest(".hv-line");
+    const tok = e.target.closest(".hv-token");
+    if (tok) {
+      const i = Number(tok.dataset.index);
+      state.hvSide = tok.dataset.side;
+      setActive(tok.dataset.side === "query" ? i : null, tok.dataset.side === "key" ? i : null);
+    } else if (line && (!state.active || state.active.row === null)) {
+      setActive(Number(line.dataset.row), Number(line.dataset.col));
+    }
+  });
+  root.addEventListener("mouseleave", () => setActive(null, null));
+  box.replaceChildren(root);
+  state.hv = { lines, queries, keys, numbers, x1, x2, y };
+}
+
+function paintHeadView() {
+  const hv = state.hv;
+  if (!hv) return;
+  const { row, col } = state.active || { row: null, col: null };
+  const m = state.view.matrix;
+  for (const { el, i, j, w } of hv.lines) {
+    const shown = row !== null ? i === row : col !== null ? j === col : true;
+    el.setAttribute("stroke-opacity", shown ? w : 0);
+    el.classList.toggle("picked", row !== null && col !== null && i === row && j === col);
+  }
+  hv.queries.forEach((g, i) => g.classList.toggle("active", i === row));
+  hv.keys.forEach((g, j) => g.classList.toggle("active", j === col));
+  hv.numbers.replaceChildren();
+  const attrs = { class: "hv-number", "dominant-baseline": "central" };
+  if (row !== null) {
+    m[row].forEach((w, j) => svgText(hv.numbers, hv.x2 - 3, hv.y(j), fmt(w).slice(0, 5), { ...attrs, "text-anchor": "end" }));
+  } else if (col !== null) {
+    m.forEach((r, i) => svgText(hv.numbers, hv.x1 + 3, hv.y(i), fmt(r[col]).slice(0, 5), attrs));
+  }
+}
+
+function headViewKeys(e) {
+  if (!state.view) return;
+  const side = state.hvSide;
+  const n = side === "query" ? state.view.rows.length : state.view.cols.length;
+  const current = state.active ? (side === "query" ? state.active.row : state.active.col) : null;
+  let next = current ?? 0;
+  if (e.key === "ArrowUp") next = current === null ? 0 : Math.max(0, current - 1);
+  else if (e.key === "ArrowDown") next = current === null ? 0 : Math.min(n - 1, current + 1);
+  else if (e.key === "ArrowLeft" || e.key === "ArrowRight") {
+    state.hvSide = e.key === "ArrowLeft" ? "query" : "key";
+    const m = state.hvSide === "query" ? state.view.rows.length : state.view.cols.length;
+    next = Math.min(current ?? 0, m - 1);
+  } else if (e.key === "Escape") {
+    setActive(null, null);
+    e.preventDefault();
+    return;
+  } else {
+    return;
+  }
+  e.preventDefault();
+  if (state.hvSide === "query") setActive(next, null);
+  else setActive(null, next);
+}
+
+// ---- what is under the mouse or the keyboard cursor -------------------------------------------------------
+
+function setActive(row, col) {
+  const next = row === null && col === null ? null : { row, col };
+  const same = JSON.stringify(next) === JSON.stringify(state.active);
+  state.active = next;
+  if (same) return;
+  paintHeatmap();
+  paintHeadView();
+  for (const li of $("source-tokens").children) {
+    const i = Number(li.dataset.index);
+    const k = state.view && state.view.kind;
+    const on = k && ((k.cols === "encoder" && i === col) || (k.rows === "encoder" && i === row));
+    li.classList.toggle("active", Boolean(on));
+  }
+  renderDetail();
+  renderTooltip();
+}
+
+function renderDetail() {
+  const summary = $("detail-summary");
+  const list = $("detail-weights");
+  list.replaceChildren();
+  const { row, col } = state.active || { row: null, col: null };
+  if (!state.view || (row === null && col === null)) {
+    summary.textContent = "Hover or focus a cell or a token to see its weights. Arrow keys move, Escape clears.";
+    summary.classList.add("muted");
+    return;
+  }
+  summary.classList.remove("muted");
+  const { matrix, rows, cols } = state.view;
+  let pairs;
+  if (row !== null) {
+    summary.textContent =
+      col === null
+        ? `Query “${rows[row]}” (row ${row}) attends to:`
+        : `Query “${rows[row]}” (row ${row}) → key “${cols[col]}” (column ${col}): ${fmt(matrix[row][col])}. The whole row:`;
+    pairs = cols.map((t, j) => [t, matrix[row][j], j === col]);
+  } else {
+    summary.textContent = `Key “${cols[col]}” (column ${col}) is attended to by:`;
+    pairs = rows.map((t, i) => [t, matrix[i][col], false]);
+  }
+  list.replaceChildren(
+    ...pairs.map(([t, w, picked]) => {
+      const li = document.createElement("li");
+      const name = document.createElement("span");
+      name.textContent = t;
+      if (picked) name.className = "picked";
+      const bar = document.createElement("span");
+      bar.className = "bar";
+      bar.style.width = `${Math.round(w * 40)}px`;
+      li.append(name, bar, fmt(w));
+      return li;
+    }),
+  );
+}
+
+function renderTooltip() {
+  const tip = $("tooltip");
+  const a = state.active;
+  if (!state.heat || !a || a.row === null || a.col === null) {
+    tip.hidden = true;
+    delete tip.dataset.weight;
+    return;
+  }
+  const w = state.view.matrix[a.row][a.col];
+  tip.replaceChildren();
+  const b = (text) => {
+    const el = document.createElement("b");
+    el.textContent = text;
+    return el;
+  };
+  const weight = document.createElement("span");
+  weight.id = "tooltip-weight";
+  weight.textContent = fmt(w);
+  tip.append(b(state.view.rows[a.row]), " → ", b(state.view.cols[a.col]), document.createElement("br"), "weight ", weight);
+  Object.assign(tip.dataset, { row: a.row, col: a.col, weight: String(w) });
+  tip.hidden = false;
+  const r = state.heat.cells[a.row][a.col].getBoundingClientRect();
+  const tw = tip.offsetWidth;
+  const th = tip.offsetHeight;
+  // below and to the right of the cell, off its row and column; flipped where the window ends
+  const left = r.right + 6 + tw > window.innerWidth ? r.left - 6 - tw : r.right + 6;
+  const top = r.bottom + 6 + th > window.innerHeight ? r.top - 6 - th : r.bottom + 6;
+  tip.style.left = `${Math.max(4, left)}px`;
+  tip.style.top = `${Math.max(4, top)}px`;
+}
+
+// ---- wiring --------------------------------------------------------------------------------------------
+
+function start() {
+  $("translate-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    translate();
+  });
+  for (const id of ["source", "reference"]) {
+    $(id).addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        translate();
+      }
+    });
+  }
+  $("key-form").addEventListener("submit", saveKey);
+  $("key-button").addEventListener("click", forgetKey);
+  $("kind").addEventListener("change", (e) => {
+    state.kind = e.target.value;
+    draw();
+  });
+  $("layer").addEventListener("change", (e) => {
+    state.layer = Number(e.target.value);
+    draw();
+  });
+  $("head").addEventListener("change", (e) => {
+    state.head = e.target.value;
+    draw();
+  });
+  $("heatmap").addEventListener("keydown", heatmapKeys);
+  $("heatmap").addEventListener("focus", () => {
+    if (state.view && !(state.active && state.active.row !== null && state.active.col !== null)) setActive(0, 0);
+  });
+  $("headview").addEventListener("keydown", headViewKeys);
+  $("headview").addEventListener("focus", () => {
+    if (state.view && !state.active) setActive(0, null);
+  });
+  for (const id of ["heatmap", "headview"]) $(id).addEventListener("blur", () => setActive(null, null));
+  for (const id of ["heatmap", "headview"]) $(id).addEventListener("scroll", renderTooltip, { passive: true });
+  window.addEventListener("scroll", renderTooltip, { passive: true });
+  let width = $("explorer").clientWidth;
+  new ResizeObserver(() => {
+    const now = $("explorer").clientWidth;
+    if (now !== width && state.view) {
+      width = now;
+      const keep = state.active;
+      draw();
+      if (keep) setActive(keep.row, keep.col);
+    }
+  }).observe($("explorer"));
+
+  const params = new URLSearchParams(window.location.search);
+  if (params.get("text")) $("source").value = params.get("text");
+  if (params.get("reference")) {
+    $("reference").value = params.get("reference");
+    $("reference-box").open = true;
+  }
+  loadInfo().then(() => {
+    if (params.get("text") && $("key-panel").hidden) translate();
+  });
+  if (!params.get("text")) $("source").focus();
+}
+
+start();

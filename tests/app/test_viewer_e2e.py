@@ -1,0 +1,362 @@
+"""The attention viewer in a real headless Chromium, against a real `nmt-serve` process on the trained tiny model.
+
+Needs Debian's `chromium` and `chromium-driver` (scripts/install.sh adds them) and selenium; skips without them.
+Screenshots land in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.app.test_cli import free_port, nmt_serve
+
+try:
+    from selenium import webdriver
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+except ImportError:  # the skip below says why
+    webdriver = None
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.skipif(webdriver is None, reason="selenium is not installed: pip install -e '.[test]'"),
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER),
+        reason="the browser tests need Debian's chromium and chromium-driver (scripts/install.sh installs them as root)",
+    ),
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+SENTENCE = "A dog is running in the park."
+KEY = "viewer-test-key"
+MAX_INPUT_TOKENS = 20  # small, so an over-long input is easy to type
+
+
+def start_server(model_dir: Path, **env: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = nmt_serve("--model-dir", str(model_dir), "--port", str(port), "--device", "cpu", "--log-level", "warning")
+    environ = {**os.environ, "OMP_NUM_THREADS": "1", "NMT_API_KEY": "", **env}
+    proc = subprocess.Popen(cmd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_ready(proc: subprocess.Popen, base: str) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{base}/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"nmt-serve did not become ready:\n{proc.communicate(timeout=10)[0]}")
+
+
+@pytest.fixture(scope="module")
+def servers(trained_checkpoint) -> Iterator[tuple[str, str]]:
+    """Two real servers, started together: one with a small input limit, one behind an API key."""
+    started = [
+        start_server(trained_checkpoint, NMT_MAX_INPUT_TOKENS=str(MAX_INPUT_TOKENS)),
+        start_server(trained_checkpoint, NMT_API_KEY=KEY),
+    ]
+    try:
+        for proc, base in started:
+            wait_ready(proc, base)
+        yield started[0][1], started[1][1]
+    finally:
+        for proc, _ in started:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(servers) -> str:
+    return servers[0]
+
+
+@pytest.fixture(scope="module")
+def keyed_server(servers) -> str:
+    return servers[1]
+
+
+@pytest.fixture(scope="module")
+def api(server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tempfile.mkdtemp(prefix="nmt-viewer-chromium-")
+    for flag in (
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={profile}",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def viewport(driver, width: int, height: int) -> None:
+    metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+
+
+def screenshot(driver, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / f"viewer-{name}.png"))
+
+
+def wait_state(driver, *states: str, timeout: float = 30) -> str:
+    body = driver.find_element(By.TAG_NAME, "body")
+    try:
+        WebDriverWait(driver, timeout).until(lambda _: body.get_attribute("data-state") in states)
+    except TimeoutException:
+        screenshot(driver, "timeout")
+        raise AssertionError(f"the page stayed {body.get_attribute('data-state')!r}, expected {states}") from None
+    return body.get_attribute("data-state")
+
+
+def by_id(driver, id_: str):
+    return driver.find_element(By.ID, id_)
+
+
+def open_page(driver, base: str, path: str = "/") -> None:
+    viewport(driver, 1280, 800)
+    driver.get(base + path)
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(base + path)
+    WebDriverWait(driver, 15).until(lambda d: by_id(d, "model-info").text != "connecting…")
+
+
+def translate(driver, text: str, reference: str = "", expect: str = "ready") -> None:
+    source = by_id(driver, "source")
+    source.clear()
+    if reference:
+        if not by_id(driver, "reference-box").get_attribute("open"):
+            driver.find_element(By.CSS_SELECTOR, "#reference-box summary").click()
+        by_id(driver, "reference").clear()
+        by_id(driver, "reference").send_keys(reference)
+    source.send_keys(text, Keys.ENTER)  # Enter translates
+    assert wait_state(driver, expect, "error" if expect == "ready" else expect) == expect, by_id(driver, "error").text
+
+
+def checksum(driver) -> str:
+    return by_id(driver, "heatmap").get_attribute("data-checksum")
+
+
+def hover(driver, row: int, col: int):
+    cell = driver.find_element(By.CSS_SELECTOR, f'#heatmap rect.cell[data-row="{row}"][data-col="{col}"]')
+    ActionChains(driver).move_to_element(cell).perform()
+    tooltip = by_id(driver, "tooltip")
+    WebDriverWait(driver, 5).until(lambda _: tooltip.is_displayed() and tooltip.get_attribute("data-col") == str(col))
+    assert tooltip.get_attribute("data-row") == str(row)
+    return tooltip
+
+
+@pytest.fixture(scope="module")
+def translated(browser, server, api):
+    """The page after translating SENTENCE, and the API's own answers for the same text."""
+    open_page(browser, server)
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "idle"
+    translate(browser, SENTENCE)
+    attention = api.post("/attention", json={"text": SENTENCE}).json()
+    return browser, attention
+
+
+def test_translating_shows_the_translation_the_tokens_and_the_heatmap(translated, api):
+    driver, attention = translated
+    expected = api.post("/translate", json={"text": SENTENCE, "return_tokens": True}).json()["translations"][0]
+    assert expected["finish_reason"] == "eos" and expected["text"]
+    assert by_id(driver, "translation").text == expected["text"]
+    tokens = api.post("/tokenize", json={"text": SENTENCE}).json()["results"][0]["tokens"]
+    chips = driver.find_elements(By.CSS_SELECTOR, "#source-tokens li")
+    assert [c.text for c in chips] == [t["text"] for t in tokens]  # each piece in its own bordered chip
+    targets = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#target-tokens li")]
+    assert targets == [*expected["tokens"], "</s>"]
+
+    heatmap = by_id(driver, "heatmap")
+    rows, cols = len(attention["decoder_tokens"]), len(attention["encoder_tokens"])
+    assert (heatmap.get_attribute("data-kind"), heatmap.get_attribute("data-head")) == ("cross", "avg")
+    assert len(heatmap.find_elements(By.CSS_SELECTOR, "rect.cell")) == rows * cols
+    row_labels = [e.text for e in heatmap.find_elements(By.CSS_SELECTOR, ".row-label")]
+    col_labels = [e.text for e in heatmap.find_elements(By.CSS_SELECTOR, ".col-label")]
+    assert row_labels == attention["decoder_tokens"] and col_labels == attention["encoder_tokens"]
+    lines = by_id(driver, "headview").find_elements(By.CSS_SELECTOR, "line.hv-line")
+    assert lines and all(0 < float(line.get_attribute("stroke-opacity")) <= 1 for line in lines)
+    # at 1280x800 both views sit side by side, inside the window
+    hm, hv = heatmap.rect, by_id(driver, "headview").rect
+    assert hm["x"] + hm["width"] <= hv["x"] and hm["y"] + 200 < 800 and hv["x"] + hv["width"] <= 1280
+    screenshot(driver, "translated")
+
+
+def test_switching_kind_layer_and_head_redraws(translated):
+    driver, attention = translated
+    seen = {checksum(driver)}
+    kind, layer, head = (Select(by_id(driver, i)) for i in ("kind", "layer", "head"))
+    assert [o.text for o in layer.options] == [str(i) for i in attention["layers"]]
+    assert [o.get_attribute("value") for o in head.options] == ["avg", *map(str, range(len(attention["heads"])))]
+    S, T = len(attention["encoder_tokens"]), len(attention["decoder_tokens"])
+    for value, shape in (("encoder", (S, S)), ("decoder", (T, T)), ("cross", (T, S))):
+        kind.select_by_value(value)
+        heatmap = by_id(driver, "heatmap")
+        assert heatmap.get_attribute("data-kind") == value
+        assert (int(heatmap.get_attribute("data-rows")), int(heatmap.get_attribute("data-cols"))) == shape
+        seen.add(checksum(driver))
+    layer.select_by_value("1")
+    seen.add(checksum(driver))
+    for h in range(len(attention["heads"])):
+        head.select_by_value(str(h))
+        seen.add(checksum(driver))
+    assert len(seen) == 3 + 1 + len(attention["heads"]), "every selection draws a different matrix"
+    assert by_id(driver, "headview").get_attribute("data-checksum") == checksum(driver)
+    head.select_by_value("avg")
+    layer.select_by_value("0")
+    assert checksum(driver) in seen
+
+
+def test_hovering_a_cell_shows_the_apis_weight(translated, api):
+    driver, attention = translated
+    Select(by_id(driver, "kind")).select_by_value("cross")
+    Select(by_id(driver, "layer")).select_by_value("1")
+    Select(by_id(driver, "head")).select_by_value("2")
+    row = 2
+    weights = attention["cross_attention"][1][2][row]
+    col = max(range(len(weights)), key=weights.__getitem__)
+    tooltip = hover(driver, row, col)
+    assert float(tooltip.get_attribute("data-weight")) == weights[col]
+    assert by_id(driver, "tooltip-weight").text == f"{weights[col]:.4f}"
+    assert attention["decoder_tokens"][row] in tooltip.text and attention["encoder_tokens"][col] in tooltip.text
+    labels = by_id(driver, "heatmap").find_elements(By.CSS_SELECTOR, ".active-label")
+    hovered = [attention["decoder_tokens"][row], attention["encoder_tokens"][col]]
+    assert sorted(e.text for e in labels) == sorted(hovered)
+    # the hovered row's weights, as numbers, in the detail list and in the head view
+    numbers = [li.text.split()[-1] for li in driver.find_elements(By.CSS_SELECTOR, "#detail-weights li")]
+    assert numbers == [f"{w:.4f}" for w in weights]
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#headview .hv-number")) == len(weights)
+    screenshot(driver, "hover")
+
+    Select(by_id(driver, "head")).select_by_value("avg")  # the page averages the heads it got
+    mean = api.post("/attention", json={"text": SENTENCE, "layers": [1], "average_heads": True}).json()
+    tooltip = hover(driver, row, col)
+    assert abs(float(tooltip.get_attribute("data-weight")) - mean["cross_attention"][0][0][row][col]) < 2e-4
+
+
+def test_the_explorer_works_from_the_keyboard(translated):
+    driver, _ = translated
+    ActionChains(driver).move_to_element(by_id(driver, "translation-title")).perform()  # the mouse out of the way
+    Select(by_id(driver, "kind")).select_by_value("encoder")
+    heatmap = by_id(driver, "heatmap")
+    heatmap.send_keys(Keys.ARROW_DOWN, Keys.ARROW_DOWN, Keys.ARROW_RIGHT)  # focus puts the cursor on (0, 0)
+    tooltip = by_id(driver, "tooltip")
+    assert (tooltip.get_attribute("data-row"), tooltip.get_attribute("data-col")) == ("2", "1")
+    assert "(row 2)" in by_id(driver, "detail-summary").text
+    heatmap.send_keys(Keys.ESCAPE)
+    assert not tooltip.is_displayed()
+    headview = by_id(driver, "headview")
+    headview.send_keys(Keys.ARROW_DOWN, Keys.ARROW_RIGHT)  # query 1, then over to the keys side
+    active = headview.find_elements(By.CSS_SELECTOR, ".hv-token.active")
+    assert [(g.get_attribute("data-side"), g.get_attribute("data-index")) for g in active] == [("key", "1")]
+    assert "Key" in by_id(driver, "detail-summary").text
+
+
+def test_a_reference_target_is_teacher_forced(translated, api):
+    driver, _ = translated
+    reference = "Ein Hund rennt im Park."
+    translate(driver, SENTENCE, reference=reference)
+    forced = api.post("/attention", json={"text": SENTENCE, "target": reference}).json()
+    chips = driver.find_elements(By.CSS_SELECTOR, "#reference-tokens li")
+    assert [li.text for li in chips] == forced["decoder_tokens"][1:]
+    Select(by_id(driver, "kind")).select_by_value("cross")
+    Select(by_id(driver, "head")).select_by_value("0")
+    heatmap = by_id(driver, "heatmap")
+    assert int(heatmap.get_attribute("data-rows")) == len(forced["decoder_tokens"])
+    assert "Teacher-forced" in by_id(driver, "explorer-note").text
+    layer = int(Select(by_id(driver, "layer")).first_selected_option.get_attribute("value"))
+    tooltip = hover(driver, 1, 0)
+    assert float(tooltip.get_attribute("data-weight")) == forced["cross_attention"][layer][0][1][0]
+    screenshot(driver, "reference")
+    by_id(driver, "reference").clear()
+
+
+def test_empty_input_and_api_errors_are_shown(translated, api):
+    driver, _ = translated
+    by_id(driver, "source").clear()
+    by_id(driver, "translate").click()
+    assert wait_state(driver, "empty") == "empty"
+    assert "Type an English sentence" in by_id(driver, "status").text
+    assert not by_id(driver, "error").is_displayed()
+
+    long_text = " ".join(["The big brown dog runs quickly through the green park."] * 3)
+    message = api.post("/translate", json={"text": long_text}).json()["error"]
+    assert f"the limit is {MAX_INPUT_TOKENS}" in message
+    translate(driver, long_text, expect="error")
+    assert by_id(driver, "error").is_displayed()
+    assert by_id(driver, "error-message").text == message
+    assert by_id(driver, "error").get_attribute("data-type") == "input_too_long"
+    # /tokenize still answers, so the page shows why: more source tokens than the limit
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#source-tokens li")) > MAX_INPUT_TOKENS
+    assert "over" in by_id(driver, "source-count").get_attribute("class").split()
+    screenshot(driver, "error")
+
+    translate(driver, SENTENCE)  # the next good request clears the error
+    assert not by_id(driver, "error").is_displayed()
+
+
+def test_a_narrow_window_stacks_the_page_without_sideways_scrolling(translated):
+    driver, _ = translated
+    try:
+        viewport(driver, 420, 900)
+        WebDriverWait(driver, 5).until(lambda d: by_id(d, "heatmap").rect["width"] <= 420)
+        width = driver.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 420
+        src, explorer = by_id(driver, "translate-form").rect, by_id(driver, "explorer").rect
+        assert explorer["y"] > src["y"] + src["height"]
+        screenshot(driver, "narrow")
+    finally:
+        viewport(driver, 1280, 800)
+
+
+def test_the_page_asks_for_the_api_key_and_sends_it(browser, keyed_server):
+    driver = browser
+    open_page(driver, keyed_server, "/viewer")
+    panel = by_id(driver, "key-panel")
+    assert panel.is_displayed() and "the API key is missing" in by_id(driver, "key-message").text
+    assert driver.switch_to.active_element == by_id(driver, "api-key")
+    by_id(driver, "api-key").send_keys("wrong", Keys.ENTER)
+    WebDriverWait(driver, 10).until(lambda _: "the API key is wrong" in by_id(driver, "key-message").text)
+    screenshot(driver, "api-key")
+
+    by_id(driver, "api-key").send_keys(KEY, Keys.ENTER)
+    WebDriverWait(driver, 10).until(lambda _: not panel.is_displayed())
+    assert "layers" in by_id(driver, "model-info").text
+    assert driver.execute_script("return sessionStorage.getItem('nmt-serve-api-key')") == KEY
+    translate(driver, SENTENCE)
+    assert by_id(driver, "translation").text
+    assert by_id(driver, "heatmap").get_attribute("data-checksum")
+
+    by_id(driver, "key-button").click()  # forget the key: the next call is refused and the prompt returns
+    WebDriverWait(driver, 10).until(lambda _: panel.is_displayed())
+    assert driver.execute_script("return sessionStorage.getItem('nmt-serve-api-key')") is None
