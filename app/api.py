@@ -61,6 +61,12 @@ SSE_EXAMPLE = (
     'data: {"text": "Ein Mann", "finish_reason": "eos", "usage": {"input_tokens": 4, "output_tokens": 3}, '
     '"truncated": false}\n\n'
 )
+# One server-sent event: its `data` field carries a JSON object (a token event, the last event, or an error).
+SSE_EVENT_SCHEMA = {
+    "type": "object",
+    "properties": {"data": {"type": "string", "contentMediaType": "application/json"}, "event": {"type": "string"}},
+    "required": ["data"],
+}
 bearer = HTTPBearer(auto_error=False, description="the server's NMT_API_KEY")
 
 
@@ -152,7 +158,7 @@ async def detokenize(body: s.DetokenizeRequest, engine: EngineDep) -> s.Detokeni
         200: {
             "description": 'JSON, or with `"stream": true` server-sent events: one per generated token, then a last '
             "one with the whole translation (or an error)",
-            "content": {"text/event-stream": {"schema": {"type": "string"}, "example": SSE_EXAMPLE}},
+            "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA, "example": SSE_EXAMPLE}},
         }
     },
 )

@@ -326,12 +326,13 @@ class Batcher:
                     self.row_cap += 1
             if not done:
                 return ids
-            for r in done:
-                seq = self._rows[r]
+            finished = [self._rows[r] for r in done]
+            ids = self._remove(done, ids)  # free the rows first: an answered client sees them gone
+            for seq in finished:
                 if len(seq.hyp.logprobs) > 1:
                     metrics.time_per_output_token.observe((now - seq.first_token) / (len(seq.hyp.logprobs) - 1))
                 self._settle(seq, seq.hyp)
-            return self._remove(done, ids)
+            return ids
         except torch.cuda.OutOfMemoryError as e:  # the rows' cache state is unknown: restart them, fewer at a time
             evicted, self._rows, self._fresh = self._rows, [], []
             self.cache.remove(range(self.cache.n))
