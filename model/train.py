@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             "source_language": "en", "target_language": "de",
             "training_data": {"train_src": args.train_src, "train_tgt": args.train_tgt,
                               "valid_src": args.valid_src, "valid_tgt": args.valid_tgt, "pairs": len(train_pairs)},
-            "command": command, "steps": info["step"], "epochs": info["epoch"],
+            "command": command, "steps": info.get("epoch_step", info["step"]), "epochs": info["epoch"],
             "train_seconds": round(info["seconds"], 1), "parameters": model.num_parameters(),
             "valid": {k: v for k, v in metrics.items() if k != "samples"},
         }  # fmt: skip
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             save_state(state_dir, model, optimizer, info)
             print(f"time budget reached mid-epoch {epoch}; state saved, --resume continues", file=sys.stderr)
             break
-        info["epoch"], info["batch_in_epoch"] = epoch, 0
+        info["epoch"], info["batch_in_epoch"], info["epoch_step"] = epoch, 0, info["step"]
         snap = state_dir / f"epoch{epoch}.safetensors"
         save_file({k: v.detach().cpu().contiguous() for k, v in unique_state_dict(model).items()}, str(snap))
         info["snapshots"] = (info["snapshots"] + [snap.name])[-args.average_last :]
