@@ -8,22 +8,13 @@ the same tokens.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-import torch
+from common import corpus_arguments, load_corpus, pad_batch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.decoding import greedy_decode, greedy_decode_reference  # noqa: E402
-from model.evaluate import max_new_tokens_for  # noqa: E402
-from model.tokenizer import read_lines  # noqa: E402
-
-DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-en-de"
+from model.decoding import greedy_decode, greedy_decode_reference
+from model.evaluate import max_new_tokens_for
 
 
 def run(decode, model, batches) -> tuple[float, int, list[list[int]]]:
@@ -37,38 +28,22 @@ def run(decode, model, batches) -> tuple[float, int, list[list[int]]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
-    p.add_argument("--src", required=True)
-    p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
-    p.add_argument("--batch-sizes", default="1,32")
-    p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    model, tok, _ = load_checkpoint(args.model_dir)
-    sentences = list(read_lines(args.src))
-    sentences = sentences[: args.limit] if args.limit else sentences
-    encoded = sorted(tok.encode_batch(sentences), key=len)  # length-sorted, as a server batches
+    args = corpus_arguments(__doc__).parse_args()
+    model, tok, encoded = load_corpus(args)
     results = []
     for bs in map(int, args.batch_sizes.split(",")):
-        batches = []
-        for i in range(0, len(encoded), bs):
-            chunk = encoded[i : i + bs]
-            src = torch.full((len(chunk), max(map(len, chunk))), tok.pad_id, dtype=torch.long)
-            for r, ids in enumerate(chunk):
-                src[r, : len(ids)] = torch.tensor(ids)
-            batches.append(src)
+        batches = [pad_batch(encoded[i : i + bs], tok.pad_id) for i in range(0, len(encoded), bs)]
         run(greedy_decode, model, batches[:2])  # warm-up
         t_c, n_c, out_c = run(greedy_decode, model, batches)
         t_r, n_r, out_r = run(greedy_decode_reference, model, batches)
         same = sum(a == b for a, b in zip(out_c, out_r)) / len(out_c)
         row = {
             "batch": bs,
-            "sentences": len(sentences),
+            "sentences": len(encoded),
             "cached_tok_s": round(n_c / t_c, 1),
             "recompute_tok_s": round(n_r / t_r, 1),
-            "cached_sent_s": round(len(sentences) / t_c, 1),
-            "recompute_sent_s": round(len(sentences) / t_r, 1),
+            "cached_sent_s": round(len(encoded) / t_c, 1),
+            "recompute_sent_s": round(len(encoded) / t_r, 1),
             "speedup": round((n_c / t_c) / (n_r / t_r), 2),
             "same_output": round(same, 4),
         }

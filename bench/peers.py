@@ -10,7 +10,6 @@ sentences/s, tokens/s and the ours/CT2 ratios, then one JSON line with every fig
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -21,18 +20,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import corpus_arguments, load_corpus, pad_batch  # noqa: E402
 from ct2_convert import GreedyTranslator, convert  # noqa: E402
 
-from model.checkpoint import load_checkpoint  # noqa: E402
 from model.decoding import greedy_decode  # noqa: E402
 from model.evaluate import max_new_tokens_for  # noqa: E402
-from model.tokenizer import read_lines  # noqa: E402
 from model.transformer import Transformer  # noqa: E402
-
-DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-en-de"
 
 # An engine decodes one batch of source id lists (each ending in </s>) with a budget of new tokens
 # and returns, per sentence, the generated ids without </s> and how many tokens it generated (</s> included).
@@ -41,10 +36,7 @@ Engine = Callable[[list[list[int]], int], list[tuple[list[int], int]]]
 
 def ours(model: Transformer, pad_id: int) -> Engine:
     def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
-        src = torch.full((len(batch), max(map(len, batch))), pad_id, dtype=torch.long)
-        for r, ids in enumerate(batch):
-            src[r, : len(ids)] = torch.tensor(ids)
-        return [(h.tokens, len(h.logprobs)) for h in greedy_decode(model, src, budget)]
+        return [(h.tokens, len(h.logprobs)) for h in greedy_decode(model, pad_batch(batch, pad_id), budget)]
 
     return decode
 
@@ -91,20 +83,11 @@ def same(a: list[list[int]], b: list[list[int]]) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
-    p.add_argument("--src", required=True)
-    p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
-    p.add_argument("--batch-sizes", default="1,32")
-    p.add_argument("--threads", type=int, default=2)
+    p = corpus_arguments(__doc__)
     p.add_argument("--repeats", type=int, default=1, help="timed passes per engine, interleaved; the fastest counts")
     args = p.parse_args()
 
-    torch.set_num_threads(args.threads)
-    model, tok, _ = load_checkpoint(args.model_dir)
-    sentences = list(read_lines(args.src))
-    sentences = sentences[: args.limit] if args.limit else sentences
-    encoded = sorted(tok.encode_batch(sentences), key=len)  # length-sorted, as a server batches
+    model, tok, encoded = load_corpus(args)
 
     mine: dict[str, Engine] = {"ours_fp32": ours(model, tok.pad_id)}
     try:

@@ -1,0 +1,44 @@
+"""What the in-process benchmarks share: arguments, the length-sorted corpus, padded batches."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
+
+from model.checkpoint import load_checkpoint  # noqa: E402
+from model.tokenizer import Tokenizer, read_lines  # noqa: E402
+from model.transformer import Transformer  # noqa: E402
+
+
+def corpus_arguments(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
+    p.add_argument("--src", required=True)
+    p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
+    p.add_argument("--batch-sizes", default="1,32")
+    p.add_argument("--threads", type=int, default=2)
+    return p
+
+
+def load_corpus(args: argparse.Namespace) -> tuple[Transformer, Tokenizer, list[list[int]]]:
+    """The model, its tokenizer and the source sentences as ids, length-sorted as a server batches them."""
+    torch.set_num_threads(args.threads)
+    model, tok, _ = load_checkpoint(args.model_dir)
+    sentences = list(read_lines(args.src))
+    sentences = sentences[: args.limit] if args.limit else sentences
+    return model, tok, sorted(tok.encode_batch(sentences), key=len)
+
+
+def pad_batch(batch: list[list[int]], pad_id: int) -> torch.Tensor:
+    """Right-padded (B, S) source ids."""
+    src = torch.full((len(batch), max(map(len, batch))), pad_id, dtype=torch.long)
+    for r, ids in enumerate(batch):
+        src[r, : len(ids)] = torch.tensor(ids)
+    return src
