@@ -78,3 +78,16 @@ class StepGate:
         """Let a paused worker go on (a hold set meanwhile stays armed)."""
         self.paused.clear()
         self._go.set()
+
+
+def failing_on_step(decode_step, n: int):
+    """decode_step that raises RuntimeError("injected fault") on its n-th call and works otherwise."""
+    calls = []
+
+    def flaky(tokens, cache):
+        calls.append(1)
+        if len(calls) == n:
+            raise RuntimeError("injected fault")
+        return decode_step(tokens, cache)
+
+    return flaky

@@ -11,6 +11,7 @@ import torch
 
 from app.batcher import MAX_OOM_RETRIES, Batcher, EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
 from model.decoding import greedy_decode
+from tests.app.conftest import failing_on_step
 
 pytestmark = pytest.mark.anyio
 TEXTS = [
@@ -119,15 +120,7 @@ async def test_a_cancelled_request_leaves_the_batch(tiny_model, sources):
 
 async def test_a_failing_step_fails_its_sequences_and_the_next_ones_succeed(tiny_model, sources):
     model = copy.deepcopy(tiny_model)
-    real, calls = model.decode_step, []
-
-    def flaky(tokens, cache):
-        calls.append(1)
-        if len(calls) == 3:
-            raise RuntimeError("injected fault")
-        return real(tokens, cache)
-
-    model.decode_step = flaky
+    model.decode_step = failing_on_step(model.decode_step, 3)
     b = batcher(model)
     try:
         with pytest.raises(EngineFailure, match="injected fault"):

@@ -32,25 +32,35 @@ def env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "NMT_API_KEY": ""}
 
 
+def start_server(model_dir, log_level: str = "warning", **extra_env: str) -> tuple[subprocess.Popen, str]:
+    """A real nmt-serve process on a free port (not yet ready) and its base URL."""
+    port = free_port()
+    cmd = nmt_serve("--model-dir", str(model_dir), "--port", str(port), "--device", "cpu", "--log-level", log_level)
+    proc = subprocess.Popen(
+        cmd, env={**env(), **extra_env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_ready(proc: subprocess.Popen, base: str, timeout: float = 90) -> None:
+    """Poll /ready until 200; fail the test with the server's output if it exits or times out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{base}/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"nmt-serve did not become ready:\n{proc.communicate(timeout=10)[0]}")
+
+
 @pytest.fixture
 def server(tiny_checkpoint):
-    port = free_port()
-    cmd = nmt_serve("--model-dir", str(tiny_checkpoint), "--port", str(port), "--device", "cpu", "--log-level", "info")
-    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
+    proc, base = start_server(tiny_checkpoint, log_level="info")
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(f"{base}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail(
-                f"nmt-serve did not become ready:\n{proc.communicate(timeout=10)[0] if proc.poll() is not None else ''}"
-            )
+        wait_ready(proc, base, timeout=60)
         yield proc, base
     finally:
         if proc.poll() is None:

@@ -13,7 +13,7 @@ import torch
 from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import StepGate, serve
+from tests.app.conftest import StepGate, failing_on_step, serve
 from tests.app.test_api import sse
 from tests.app.test_batcher import until
 
@@ -179,16 +179,7 @@ async def test_a_checkpoint_that_fails_to_load_is_reported(tmp_path, settings):
 
 async def test_a_failing_step_fails_only_its_requests_and_the_next_one_succeeds(client, app, monkeypatch):
     model = app.state.engine.model
-    real = model.decode_step
-    calls = []
-
-    def flaky(tokens, cache):
-        calls.append(len(tokens))
-        if len(calls) == 1:
-            raise RuntimeError("injected fault")
-        return real(tokens, cache)
-
-    monkeypatch.setattr(model, "decode_step", flaky)
+    monkeypatch.setattr(model, "decode_step", failing_on_step(model.decode_step, 1))
     r = await client.post("/translate", json={"text": ["A dog.", "A cat."]})
     assert_error(r, 500, "model_error", "injected fault", "other requests were not affected")
     ok = await client.post("/translate", json={"text": "A dog."})
@@ -307,15 +298,7 @@ async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, 
 
 async def test_a_failing_step_ends_a_stream_with_an_error_event_and_the_next_one_succeeds(client, app, monkeypatch):
     model = app.state.engine.model
-    real, calls = model.decode_step, []
-
-    def flaky(tokens, cache):
-        calls.append(1)
-        if len(calls) == 3:
-            raise RuntimeError("injected fault")
-        return real(tokens, cache)
-
-    monkeypatch.setattr(model, "decode_step", flaky)
+    monkeypatch.setattr(model, "decode_step", failing_on_step(model.decode_step, 3))
     events = sse(await client.post("/translate", json={**LONG, "stream": True}))
     assert [e.get("index") for e in events[:-1]] == [0, 1]
     assert events[-1]["type"] == "model_error" and "injected fault" in events[-1]["error"]

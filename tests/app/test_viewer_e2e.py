@@ -6,18 +6,15 @@ Screenshots land in test-artifacts/.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.app.test_cli import free_port, nmt_serve
+from tests.app.test_cli import start_server, wait_ready
 
 try:
     from selenium import webdriver
@@ -43,27 +40,6 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 SENTENCE = "A dog is running in the park."
 KEY = "viewer-test-key"
 MAX_INPUT_TOKENS = 20  # small, so an over-long input is easy to type
-
-
-def start_server(model_dir: Path, **env: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = nmt_serve("--model-dir", str(model_dir), "--port", str(port), "--device", "cpu", "--log-level", "warning")
-    environ = {**os.environ, "OMP_NUM_THREADS": "1", "NMT_API_KEY": "", **env}
-    proc = subprocess.Popen(cmd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def wait_ready(proc: subprocess.Popen, base: str) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{base}/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"nmt-serve did not become ready:\n{proc.communicate(timeout=10)[0]}")
 
 
 @pytest.fixture(scope="module")
