@@ -295,8 +295,7 @@ class Batcher:
         """One token for every live row; rows that emit </s> or reach their budget leave and are answered."""
         eos, metrics = self.model.config.eos_id, self.metrics
         try:
-            logprobs = self.model.decode_step(tokens, self.cache).float().log_softmax(-1)  # (N, V)
-            best, ids = logprobs.max(-1)  # (N,)
+            ids, best = self.model.decode_greedy(tokens, self.cache)  # (N,), (N,)
             ids_host, best_host = self._to_host(ids, best)
             now = time.perf_counter()
             self.steps, self.peak_rows = self.steps + 1, max(self.peak_rows, len(self._rows))

@@ -9,6 +9,8 @@ import torch
 
 from model.transformer import Transformer, padding_mask, subsequent_mask
 
+MIN_WINDOW = 2  # shortest key window a compiled step sees: lengths 0 and 1 would each need their own graph
+
 
 class KVCache:
     """Preallocated decoder state for up to `max_batch` rows (slots).
@@ -49,15 +51,12 @@ class KVCache:
             raise ValueError(f"{b} new rows but only {self.free} free slots")
         if s > self.max_src_len:
             raise ValueError(f"source length {s} exceeds the cache's max_src_len={self.max_src_len}")
-        src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
-        memory = model.encode(src, src_mask)  # (B, S, D)
+        cross_k, cross_v = (getattr(model, "compiled_prefill", None) or model.prefill)(src)  # (L, B, H, S, Dh)
         rows = range(self.n, self.n + b)
         sl = slice(rows.start, rows.stop)
-        for i, layer in enumerate(model.decoder_layers):
-            k, v = layer.cross_attn.project_memory(memory)  # (B, H, S, Dh)
-            self.cross_k[i, sl, :, :s] = k
-            self.cross_v[i, sl, :, :s] = v
-        keep = src_mask[:, 0, 0]  # (B, S)
+        self.cross_k[:, sl, :, :s] = cross_k
+        self.cross_v[:, sl, :, :s] = cross_v
+        keep = src != model.config.pad_id  # (B, S)
         self.src_keep[sl] = False
         self.src_keep[sl, :s] = keep
         self.positions[sl] = 0
@@ -85,33 +84,41 @@ class KVCache:
         self.n = new_n
         return list(zip(movers, holes))
 
-    def kv_len(self) -> int:
-        """Keys the next step attends over: the longest live row including the token being fed."""
-        return int(self._pos[: self.n].max()) + 1
+    def step(self, model: Transformer, tokens: torch.Tensor, greedy: bool = False):
+        """Run the decoder for the live rows, write their new keys/values, advance.
 
-    def cross_mask(self, n: int) -> torch.Tensor:
-        s = int(self._src_len[:n].max())
-        return self.src_keep[:n, :s][:, None, None, :]  # (N, 1, 1, S)
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write this step's k/v (N, H, 1, Dh) at each row's position; return the rows' K/V so far."""
-        n = k.size(0)
-        if self._pos[:n].max() >= self.max_len:
+        tokens (N,) -> logits (N, V), or with greedy=True the next ids (N,) and their log-probabilities (N,).
+        A compiled greedy step (model/compile.py) pads the rows up to its next bucket size and sees
+        key windows of at least MIN_WINDOW, so that few graphs serve every batch.
+        """
+        n = tokens.size(0)
+        if n != self.n:
+            raise ValueError(f"{n} tokens for {self.n} live rows")
+        longest = int(self._pos[:n].max())
+        if longest >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
-        rows = torch.arange(n, device=k.device)
-        pos = self.positions[:n]
-        self.k[layer][rows, :, pos] = k[:, :, 0]
-        self.v[layer][rows, :, pos] = v[:, :, 0]
-        kv_len = self.kv_len()
-        return self.k[layer, :n, :, :kv_len], self.v[layer, :n, :, :kv_len]  # (N, H, kv_len, Dh)
-
-    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        s = int(self._src_len[: self.n].max())
-        return self.cross_k[layer, : self.n, :, :s], self.cross_v[layer, : self.n, :, :s]
-
-    def advance(self) -> None:
-        self.positions[: self.n] += 1
-        self._pos[: self.n] += 1
+        src_len = int(self._src_len[:n].max())
+        compiled = getattr(model, "compiled_step", None) if greedy else None
+        rows = n
+        positions = self.positions[:n]
+        if compiled is not None:  # padding rows at position 0, outputs dropped; always fresh tensors, one graph
+            rows = compiled.rows_for(n, self.max_batch)
+            longest = min(max(longest, MIN_WINDOW), self.max_len)
+            src_len = min(max(src_len, MIN_WINDOW), self.max_src_len)
+            tokens = torch.cat([tokens, tokens.new_full((rows - n,), model.config.pad_id)])
+            positions = torch.cat([positions, positions.new_zeros(rows - n)])
+        fn = compiled or (model.greedy_step if greedy else model.step)
+        *out, k, v = fn(
+            tokens, positions,
+            self.k[:, :rows, :, :longest], self.v[:, :rows, :, :longest],  # (L, rows, H, T, Dh)
+            self.cross_k[:, :rows, :, :src_len], self.cross_v[:, :rows, :, :src_len], self.src_keep[:rows, :src_len],
+        )  # fmt: skip
+        live = torch.arange(n, device=tokens.device)
+        self.k[:, live, :, positions[:n]] = k[:, :n].transpose(0, 1)  # (N, L, H, Dh) at each row's position
+        self.v[:, live, :, positions[:n]] = v[:, :n].transpose(0, 1)
+        self.positions[:n] += 1
+        self._pos[:n] += 1
+        return tuple(o[:n] for o in out) if greedy else out[0][:n]
 
 
 @dataclass
@@ -127,18 +134,26 @@ class Hypothesis:
 
 
 @torch.inference_mode()
-def greedy_decode(model: Transformer, src: torch.Tensor, max_new_tokens: int) -> list[Hypothesis]:
-    """Encode once, then one cached decoder step per token; finished rows leave the batch at once."""
+def greedy_decode(
+    model: Transformer, src: torch.Tensor, max_new_tokens: int, cache: KVCache | None = None
+) -> list[Hypothesis]:
+    """Encode once, then one cached decoder step per token; finished rows leave the batch at once.
+
+    `cache`: an empty KVCache to reuse (a compiled step keeps its graphs only for one cache's shape);
+    by default one sized for this batch.
+    """
     c = model.config
     b = src.size(0)
-    cache = KVCache(model, b, max_new_tokens + 1, src.size(1))
+    if cache is None:
+        cache = KVCache(model, b, max_new_tokens + 1, src.size(1))
+    elif cache.n or cache.max_len <= max_new_tokens:
+        raise ValueError(f"the cache must be empty and longer than max_new_tokens={max_new_tokens}")
     cache.add(model, src)
     hyps = [Hypothesis() for _ in range(b)]
     row_to_seq = list(range(b))
     tokens = torch.full((b,), c.bos_id, dtype=torch.long, device=src.device)
     for _ in range(max_new_tokens):
-        logprobs = model.decode_step(tokens, cache).float().log_softmax(-1)  # (N, V)
-        best, ids = logprobs.max(-1)
+        ids, best = model.decode_greedy(tokens, cache)
         ids_host, best_host = ids.tolist(), best.tolist()
         done = []
         for r, (tok, lp) in enumerate(zip(ids_host, best_host)):
@@ -161,6 +176,7 @@ def greedy_decode(model: Transformer, src: torch.Tensor, max_new_tokens: int) ->
             del row_to_seq[cache.n :]
             ids = ids[: cache.n]
         tokens = ids
+    cache.remove(range(cache.n))
     return hyps
 
 

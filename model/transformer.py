@@ -129,11 +129,16 @@ class MultiHeadAttention(nn.Module):
         return self._heads(k), self._heads(v)
 
     def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """q (B, H, T, Dh), k/v (B, H, S, Dh), mask broadcastable to (B, H, T, S), True = attend."""
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
+        fused: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        """q (B, H, T, Dh), k/v (B, H, S, Dh), mask broadcastable to (B, H, T, S), True = attend.
+
+        fused: F.scaled_dot_product_attention unless the weights are wanted; False spells the
+        attention out in matmuls and a softmax, which torch.compile fuses better for one query.
+        """
         dropout = self.dropout if self.training else 0.0
-        if need_weights:
+        if need_weights or not fused:
             scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(self.head_dim)  # (B, H, T, S)
             weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             out = F.dropout(weights, dropout, self.training).to(v.dtype) @ v  # (B, H, T, Dh)
@@ -141,6 +146,22 @@ class MultiHeadAttention(nn.Module):
             out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
         B, H, T, Dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh)), weights  # (B, T, D)
+
+    def attend_cached(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
+        past_keep: torch.Tensor,
+    ) -> torch.Tensor:  # fmt: skip
+        """One new query per row over the cached keys plus its own new key, without writing the cache.
+
+        q, k, v (N, H, 1, Dh); past_k/past_v (N, H, T, Dh); past_keep (N, 1, 1, T), True = attend -> (N, 1, D)
+        """
+        past = (q @ past_k.transpose(-2, -1)).masked_fill(~past_keep, float("-inf"))  # (N, H, 1, T)
+        own = (q * k).sum(-1, keepdim=True)  # (N, H, 1, 1): a token always sees itself
+        weights = (torch.cat([past, own], dim=-1) / math.sqrt(self.head_dim)).softmax(dim=-1)  # (N, H, 1, T+1)
+        T = past_k.size(2)
+        out = weights[..., :T] @ past_v + weights[..., T:] * v  # (N, H, 1, Dh)
+        N, H, _, Dh = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(N, 1, H * Dh))
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor, memory: torch.Tensor | None = None, need_weights: bool = False
@@ -213,16 +234,15 @@ class DecoderLayer(nn.Module):
         x = self.sub_cross.post(x, y)
         return self.sub_ffn.post(x, self.ffn(self.sub_ffn.pre(x))), w_self, w_cross
 
-    def step(self, x, cache, layer: int, self_mask, cross_mask):
-        """One new token per row against the KV cache. x (N, 1, D) -> (N, 1, D)"""
+    def step(self, x, past_k, past_v, past_keep, cross_k, cross_v, cross_mask):
+        """One new token per row. x (N, 1, D); past_k/v (N, H, T, Dh) with past_keep (N, 1, 1, T);
+        cross_k/v (N, H, S, Dh) with cross_mask (N, 1, 1, S) -> x (N, 1, D), this token's k and v (N, H, Dh)"""
         q, k, v = self.self_attn.project_qkv(self.sub_self.pre(x))  # (N, H, 1, Dh)
-        k, v = cache.update(layer, k, v)  # (N, H, kv_len, Dh)
-        y, _ = self.self_attn.attend(q, k, v, self_mask)
-        x = self.sub_self.post(x, y)
-        k, v = cache.cross(layer)  # (N, H, S, Dh), computed once at admission
-        y, _ = self.cross_attn.attend(self.cross_attn.project_q(self.sub_cross.pre(x)), k, v, cross_mask)
+        x = self.sub_self.post(x, self.self_attn.attend_cached(q, k, v, past_k, past_v, past_keep))
+        q = self.cross_attn.project_q(self.sub_cross.pre(x))
+        y, _ = self.cross_attn.attend(q, cross_k, cross_v, cross_mask, fused=False)
         x = self.sub_cross.post(x, y)
-        return self.sub_ffn.post(x, self.ffn(self.sub_ffn.pre(x)))
+        return self.sub_ffn.post(x, self.ffn(self.sub_ffn.pre(x))), k[:, :, 0], v[:, :, 0]
 
 
 class Transformer(nn.Module):
@@ -275,18 +295,45 @@ class Transformer(nn.Module):
         tgt_mask = padding_mask(tgt, self.config.pad_id) & subsequent_mask(tgt.size(1), tgt.device)
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
+    def prefill(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode once and project every decoder layer's cross-attention keys/values.
+        src (B, S) -> cross_k, cross_v (L, B, H, S, Dh)"""
+        memory = self.encode(src, padding_mask(src, self.config.pad_id))  # (B, S, D)
+        ks, vs = zip(*(layer.cross_attn.project_memory(memory) for layer in self.decoder_layers))
+        return torch.stack(ks), torch.stack(vs)
+
+    def step(self, tokens, positions, past_k, past_v, cross_k, cross_v, src_keep):
+        """The decoder on one new token per row, as a pure function of tensors (what torch.compile takes).
+
+        tokens, positions (N,); past_k/past_v (L, N, H, T, Dh): keys/values of positions < T, of which
+        a row attends to those before its own position; cross_k/cross_v (L, N, H, S, Dh) with src_keep
+        (N, S), True = a real source token -> logits (N, V), this token's keys and values (L, N, H, Dh)
+        """
+        x = self.tgt_embed(tokens[:, None], positions[:, None])  # (N, 1, D)
+        past_keep = (torch.arange(past_k.size(3), device=tokens.device)[None, :] < positions[:, None])[:, None, None]
+        cross_mask = src_keep[:, None, None, :]  # (N, 1, 1, S)
+        ks, vs = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, k, v = layer.step(x, past_k[i], past_v[i], past_keep, cross_k[i], cross_v[i], cross_mask)
+            ks.append(k)
+            vs.append(v)
+        return self.generator(self.decoder_norm(x[:, 0])), torch.stack(ks), torch.stack(vs)
+
+    def greedy_step(self, tokens, positions, past_k, past_v, cross_k, cross_v, src_keep):
+        """`step`, then each row's most likely token and its log-probability -> ids, logprobs (N,), k, v"""
+        logits, k, v = self.step(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
+        logits = logits.float()
+        best, ids = logits.max(-1)
+        return ids, best - logits.logsumexp(-1), k, v
+
     def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """Feed one token per live cache row at that row's position. tokens (N,) -> logits (N, V)"""
-        n = tokens.size(0)
-        positions = cache.positions[:n]  # (N,)
-        x = self.tgt_embed(tokens[:, None], positions[:, None])  # (N, 1, D)
-        kv_len = cache.kv_len()
-        self_mask = (torch.arange(kv_len, device=tokens.device)[None, :] <= positions[:, None])[:, None, None]
-        cross_mask = cache.cross_mask(n)  # (N, 1, 1, S)
-        for i, layer in enumerate(self.decoder_layers):
-            x = layer.step(x, cache, i, self_mask, cross_mask)
-        cache.advance()
-        return self.generator(self.decoder_norm(x[:, 0]))
+        return cache.step(self, tokens)
+
+    def decode_greedy(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """decode_step and the greedy choice in one (compiled, when model/compile.py set that up).
+        tokens (N,) -> next ids (N,), their log-probabilities (N,)"""
+        return cache.step(self, tokens, greedy=True)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

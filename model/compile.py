@@ -1,0 +1,101 @@
+"""torch.compile for the one-token decoder step: one graph per row bucket, dynamic key windows.
+
+Eager PyTorch spends most of a small decoder step on per-op overhead (about 150 ops for a 3-layer
+decoder). Inductor with frozen weights, its C++ GEMM templates (max-autotune) and the C++ wrapper
+turns the step into a few fused kernels. Row counts are padded up to a bucket (1, 2, 4, ...,
+max_batch) so that one graph per bucket serves every batch; the key and source windows are
+marked dynamic, so a growing cache never recompiles.
+
+    compile_model(model)         # model.compiled_step/compiled_prefill are then used by KVCache
+    warm_up(model, cache)        # compile every bucket now rather than on the first requests
+
+The prefill (encoder and cross-attention keys/values) is compiled too, with dynamic shapes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch._dynamo
+import torch._inductor.config as inductor_config
+
+from model.decoding import MIN_WINDOW, KVCache
+from model.transformer import Transformer
+
+
+class CompiledStep:
+    """model.greedy_step compiled; called by KVCache.step with padded rows and dynamic windows."""
+
+    def __init__(self, model: Transformer, mode: str = "max-autotune-no-cudagraphs"):
+        device = next(model.parameters()).device
+        inductor_config.freezing = True  # weights become constants: pre-packed, folded into the kernels
+        if device.type == "cpu":
+            inductor_config.cpp_wrapper = True  # the graph's glue code in C++, not Python
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)  # one per bucket
+        self.fn = torch.compile(model.greedy_step, mode=mode, fullgraph=True, dynamic=False)
+        self.warm = False  # set by warm_up: from then on only the guards that tell the buckets apart run
+
+    @staticmethod
+    def rows_for(n: int, max_rows: int) -> int:
+        """The bucket that n live rows are padded to: the next power of two, at most max_rows."""
+        return min(1 << (n - 1).bit_length(), max_rows)
+
+    def __call__(self, tokens, positions, past_k, past_v, cross_k, cross_v, src_keep):
+        for t, dim in ((past_k, 3), (past_v, 3), (cross_k, 3), (cross_v, 3), (src_keep, 1)):
+            torch._dynamo.maybe_mark_dynamic(t, dim)
+        if not self.warm:
+            return self.fn(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
+        # Full guard evaluation costs ~150 us a call; the weights are frozen and only the row count
+        # differs between the compiled graphs, so checking only what differs is safe here.
+        with torch.compiler.set_stance("eager_on_recompile", skip_guard_eval_unsafe=True):
+            return self.fn(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
+
+
+class CompiledPrefill:
+    """model.prefill compiled with dynamic batch and source length; once warm, a shape no graph
+    covers (a batch of 1 with a 1-token source, say) runs eagerly rather than stalling to compile."""
+
+    def __init__(self, model: Transformer):
+        self.fn = torch.compile(model.prefill, fullgraph=True, dynamic=True)
+        self.warm = False
+
+    def __call__(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        src = src.clone()  # made here, under KVCache.add's inference mode, src always meets the same guards
+        if not self.warm:
+            return self.fn(src)
+        with torch.compiler.set_stance("eager_on_recompile"):
+            return self.fn(src)
+
+
+def compile_model(model: Transformer, mode: str = "max-autotune-no-cudagraphs") -> None:
+    """Give the model a compiled decoder step and prefill (KVCache uses them from now on)."""
+    model.compiled_step = CompiledStep(model, mode)
+    model.compiled_prefill = CompiledPrefill(model)
+
+
+def buckets(max_rows: int) -> list[int]:
+    return sorted({CompiledStep.rows_for(n, max_rows) for n in range(1, max_rows + 1)})
+
+
+@torch.inference_mode()
+def warm_up(model: Transformer, cache: KVCache, log=None) -> float:
+    """Compile the step for every row bucket of an empty cache; returns the seconds it took."""
+    if cache.n:
+        raise ValueError("warm_up needs an empty cache")
+    c, t0 = model.config, time.perf_counter()
+    for rows in buckets(cache.max_batch):
+        width = min(MIN_WINDOW, cache.max_src_len)
+        src = torch.full((rows, width), c.unk_id, device=cache.k.device)
+        src[:, -1] = c.eos_id
+        cache.add(model, src)
+        tokens = torch.full((rows,), c.bos_id, device=cache.k.device)
+        for _ in range(min(MIN_WINDOW + 1, cache.max_len)):  # window MIN_WINDOW, then longer
+            model.decode_greedy(tokens, cache)
+        cache.remove(range(cache.n))
+        if log:
+            log(f"compiled the decoder step for {rows} rows ({time.perf_counter() - t0:.0f} s so far)")
+    for compiled in (getattr(model, "compiled_step", None), getattr(model, "compiled_prefill", None)):
+        if compiled is not None:
+            compiled.warm = True
+    return time.perf_counter() - t0
