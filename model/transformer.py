@@ -67,6 +67,13 @@ def subsequent_mask(size: int, device: torch.device | None = None) -> torch.Tens
     return torch.ones(size, size, dtype=torch.bool, device=device).tril_()[None, None]
 
 
+def greedy_pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's most likely token and its log-probability, without a full log_softmax. (N, V) -> 2 x (N,)"""
+    logits = logits.float()
+    best, ids = logits.max(-1)
+    return ids, best - logits.logsumexp(-1)
+
+
 def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...). -> (P, D)"""
     position = torch.arange(max_positions, dtype=torch.float32)[:, None]  # (P, 1)
@@ -322,18 +329,18 @@ class Transformer(nn.Module):
     def greedy_step(self, tokens, positions, past_k, past_v, cross_k, cross_v, src_keep):
         """`step`, then each row's most likely token and its log-probability -> ids, logprobs (N,), k, v"""
         logits, k, v = self.step(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
-        logits = logits.float()
-        best, ids = logits.max(-1)
-        return ids, best - logits.logsumexp(-1), k, v
+        return *greedy_pick(logits), k, v
 
     def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """Feed one token per live cache row at that row's position. tokens (N,) -> logits (N, V)"""
         return cache.step(self, tokens)
 
     def decode_greedy(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
-        """decode_step and the greedy choice in one (compiled, when model/compile.py set that up).
+        """decode_step and the greedy choice: in one graph when model/compile.py compiled it.
         tokens (N,) -> next ids (N,), their log-probabilities (N,)"""
-        return cache.step(self, tokens, greedy=True)
+        if getattr(self, "compiled_step", None) is not None:
+            return cache.step(self, tokens, greedy=True)
+        return greedy_pick(self.decode_step(tokens, cache))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
