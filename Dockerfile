@@ -47,6 +47,6 @@ USER 10001:10001
 EXPOSE 8000
 # /ready answers 200 once the model is loaded and warmed up, 503 before (and if loading failed).
 # Python's urllib rather than curl: the slim CPU base has no curl. It follows NMT_PORT when that is overridden.
-HEALTHCHECK --interval=15s --timeout=5s --start-period=90s --retries=3 \
+HEALTHCHECK --interval=15s --timeout=5s --start-period=600s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/ready' % os.environ.get('NMT_PORT', '8000'), timeout=4)"]
 ENTRYPOINT ["nmt-serve"]

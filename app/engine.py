@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import platform
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from app.batcher import Batcher, EngineFailure, EngineUnavailable, OutOfMemory, 
 from app.metrics import Metrics
 from app.settings import Settings
 from model.checkpoint import load_checkpoint
+from model.compile import compile_model, uncompile, warm_up
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
 from model.tokenizer import BYTE_TOKENS, Token, Tokenizer
@@ -26,6 +28,7 @@ __all__ = [
     "RequestTimeout", "device_name", "resolve_device",
 ]  # fmt: skip
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+log = logging.getLogger("nmt_serve.engine")
 WARM_UP_TEXT = "A man is riding a bike."
 
 
@@ -105,7 +108,7 @@ class Engine:
         self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model", metadata: dict | None = None,
         max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
         max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
-        metrics: Metrics | None = None,
+        metrics: Metrics | None = None, compile: bool = False,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -131,6 +134,7 @@ class Engine:
             model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics
         )
         self.byte_ids = frozenset(i for i in map(tokenizer.hf.token_to_id, BYTE_TOKENS) if i is not None)
+        self.compile, self.compiled = compile, False
         self.ready = False
 
     @classmethod
@@ -142,7 +146,7 @@ class Engine:
             model, tokenizer, name=metadata.get("name") or Path(s.model_dir).name, metadata=metadata,
             max_input_tokens=s.max_input_tokens, max_new_tokens=s.max_new_tokens, max_batch_texts=s.max_batch_texts,
             max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens, max_queue=s.max_queue,
-            request_timeout_s=s.request_timeout_s, metrics=metrics,
+            request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -150,8 +154,22 @@ class Engine:
     async def start(self) -> None:
         """Start the worker, translate one sentence through the whole path, then report ready."""
         self.batcher.start()
+        if self.compile:
+            self.compiled = await self.batcher.call(self._compile)
         await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens))
         self.ready = True
+
+    def _compile(self) -> bool:
+        """On the worker thread, before any request: compile and warm up every row bucket; eager if that fails."""
+        try:
+            compile_model(self.model)
+            seconds = warm_up(self.model, self.batcher.cache, log.info)
+        except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
+            log.warning("torch.compile failed, serving the eager model: %s", e, exc_info=True)
+            uncompile(self.model)
+            return False
+        log.info("compiled the encoder and the decoder step in %.0f s", seconds)
+        return True
 
     def stop(self, timeout: float = 30.0) -> None:
         """Refuse new work, fail whatever is still queued or decoding, and join the worker (blocking)."""
@@ -164,7 +182,7 @@ class Engine:
             "model": self.name, "config": c.to_dict(), "parameters": self.model.num_parameters(),
             "vocab_size": {"source": c.src_vocab_size, "target": c.tgt_vocab_size},
             "device": str(self.device), "device_name": device_name(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."), "metadata": self.metadata,
+            "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "metadata": self.metadata,
             "limits": {
                 "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
                 "max_batch_texts": self.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,

@@ -181,5 +181,6 @@ class InfoResponse(BaseModel):
     device: str
     device_name: str = Field(description="the GPU's name on CUDA, else the CPU model")
     dtype: str
+    compiled: bool = Field(description="the encoder and decoder step run torch.compile'd graphs (NMT_COMPILE)")
     limits: dict[str, int]
     metadata: dict[str, Any]

@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     prefill_tokens: int = Field(2048, ge=1, description="source tokens admitted into the batch per decoder step")
     max_queue: int = Field(256, ge=1, description="sequences waiting or decoding; a request that does not fit gets 429")
     request_timeout_s: float = Field(60.0, gt=0, description="seconds before an unanswered request gets 504")
+    compile: bool = Field(
+        True,
+        description="torch.compile the encoder and the decoder step at start-up: minutes on a small CPU "
+        "(cached on disk for the next start), then about twice the speed; /ready waits for it",
+    )
     api_key: SecretStr | None = Field(None, description="when set, requests need `Authorization: Bearer <key>`")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

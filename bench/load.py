@@ -36,21 +36,27 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
-def in_process_latencies(model_dir: str, sentences: list[str], threads: int) -> list[float]:
-    """Seconds to tokenize, greedy-decode (batch 1, KV cache) and detokenize each sentence alone."""
+def in_process_latencies(model_dir: str, sentences: list[str], threads: int, compile: bool) -> list[float]:
+    """Seconds to tokenize, greedy-decode (batch 1, KV cache) and detokenize each sentence alone,
+    compiled as the server compiles (model/compile.py) unless compile is False."""
     import torch
 
     from model.checkpoint import load_checkpoint
-    from model.decoding import greedy_decode
+    from model.compile import compile_model, warm_up
+    from model.decoding import KVCache, greedy_decode
     from model.evaluate import max_new_tokens_for
 
     torch.set_num_threads(threads)
     model, tok, _ = load_checkpoint(model_dir)
+    cache = KVCache(model, 1, 257, 256)  # the server's cache with one row: max_new_tokens + 1, max_input_tokens
+    if compile:
+        compile_model(model)
+        print(f"in-process: compiled in {warm_up(model, cache):.0f} s", flush=True)
     out = []
-    for i, s in enumerate(sentences[:3] + sentences):  # three warm-up runs
+    for s in sentences[:3] + sentences:  # three warm-up runs
         t0 = time.perf_counter()
         ids = tok.encode(s)
-        hyp = greedy_decode(model, torch.tensor([ids]), max_new_tokens_for(len(ids)))[0]
+        hyp = greedy_decode(model, torch.tensor([ids]), max_new_tokens_for(len(ids)), cache)[0]
         tok.decode(hyp.tokens)
         out.append(time.perf_counter() - t0)
     return out[3:]
@@ -64,16 +70,16 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(
-    model_dir: str, threads: int, server_args: Sequence[str] = ()
+    model_dir: str, threads: int, server_args: Sequence[str] = (), compile: bool = True
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """Start `nmt-serve` on a free port, wait for /ready, yield (base URL, process); SIGTERM it afterwards."""
     port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NMT_LOG_LEVEL": "warning"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NMT_LOG_LEVEL": "warning", "NMT_COMPILE": str(compile)}
     cmd = ["nmt-serve", "--model-dir", model_dir, "--port", str(port), *server_args]
     server = subprocess.Popen(cmd, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + (900 if compile else 120)  # torch.compile's warm-up takes minutes here
         while True:
             try:
                 if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
@@ -130,6 +136,7 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, in-process and in the server")
     p.add_argument("--server-arg", action="append", default=[], help="extra nmt-serve argument (repeatable)")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="eager model, in-process and served")
     args = p.parse_args()
 
     from model.tokenizer import read_lines
@@ -137,11 +144,11 @@ def main() -> None:
     sentences = [s for s in read_lines(args.src) if s.strip()]
     sentences = sentences[: args.limit] if args.limit else sentences
 
-    alone = in_process_latencies(args.model_dir, sentences, args.threads)
+    alone = in_process_latencies(args.model_dir, sentences, args.threads, args.compile)
     floor_p50 = statistics.median(alone)
     print(f"in-process, batch 1: p50 {1000 * floor_p50:.1f} ms over {len(alone)} sentences", flush=True)
 
-    with running_server(args.model_dir, args.threads, args.server_arg) as (url, _):
+    with running_server(args.model_dir, args.threads, args.server_arg, args.compile) as (url, _):
         results = []
         for level in map(int, args.levels.split(",")):
             row = asyncio.run(drive(url, sentences, level))

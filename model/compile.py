@@ -74,6 +74,12 @@ def compile_model(model: Transformer, mode: str = "max-autotune-no-cudagraphs") 
     model.compiled_prefill = CompiledPrefill(model)
 
 
+def uncompile(model: Transformer) -> None:
+    """Back to the eager model."""
+    for name in ("compiled_step", "compiled_prefill"):
+        model.__dict__.pop(name, None)
+
+
 def buckets(max_rows: int) -> list[int]:
     return sorted({CompiledStep.rows_for(n, max_rows) for n in range(1, max_rows + 1)})
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -11,6 +13,9 @@ from model.transformer import Transformer, TransformerConfig
 from tests.synthetic import synthetic_pairs
 
 torch.set_num_threads(1)  # tiny models: threads cost more than they give, and tests run side by side
+# Servers in tests (in-process and child processes) run the eager model: torch.compile's warm-up takes
+# tens of seconds each time. tests/model/test_compile.py and tests/app/test_compiled.py compile on purpose.
+os.environ["NMT_COMPILE"] = "0"
 
 
 @pytest.fixture(scope="session")

@@ -19,10 +19,10 @@ def anyio_backend():
 
 
 @asynccontextmanager
-async def serve(settings: Settings):
+async def serve(settings: Settings, startup_timeout: float = 60):
     """Run the app's lifespan, wait until the model is ready, and yield (app, client)."""
     app = create_app(settings)
-    async with LifespanManager(app, startup_timeout=60, shutdown_timeout=60):
+    async with LifespanManager(app, startup_timeout=startup_timeout, shutdown_timeout=60):
         await app.state.loading
         assert app.state.engine is not None and app.state.engine.ready, app.state.load_error
         transport = httpx.ASGITransport(app, raise_app_exceptions=False)
@@ -32,7 +32,7 @@ async def serve(settings: Settings):
 
 @pytest.fixture(scope="module")
 def settings(tiny_checkpoint) -> Settings:
-    return Settings(model_dir=tiny_checkpoint, max_input_tokens=64, max_new_tokens=40, max_batch_texts=8)
+    return Settings(model_dir=tiny_checkpoint, max_input_tokens=64, max_new_tokens=40, max_batch_texts=8, compile=False)
 
 
 @pytest.fixture(scope="module")

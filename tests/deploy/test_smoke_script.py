@@ -120,7 +120,8 @@ def test_cpu_smoke_passes_against_nmt_serve_configured_only_by_the_compose_envir
     port = free_port()
     # The nmt-cpu container's environment, with the operator's NMT_MODEL_DIR pointing at a tiny checkpoint. Two
     # changes for a test run outside a container: loopback only, and the published port is the container port.
-    env = resolved_compose({"NMT_MODEL_DIR": str(tiny_checkpoint)})["services"]["nmt-cpu"]["environment"]
+    host = {"NMT_MODEL_DIR": str(tiny_checkpoint), "NMT_COMPILE": "0"}  # compiling: tests/app/test_compiled.py
+    env = resolved_compose(host)["services"]["nmt-cpu"]["environment"]
     env = {k: str(v) for k, v in env.items()} | {"NMT_HOST": "127.0.0.1", "NMT_PORT": str(port), "OMP_NUM_THREADS": "1"}
     _, check = healthcheck()
     spec = {"server": nmt_serve(), "env": env, "healthcheck": [sys.executable, *check[1:]]}

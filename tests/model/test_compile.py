@@ -1,0 +1,51 @@
+"""The compiled decoder step decodes exactly what the eager model decodes, and warm-up leaves nothing to compile."""
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from model.checkpoint import load_checkpoint
+from model.compile import CompiledStep, buckets, compile_model, uncompile, warm_up
+from model.decoding import KVCache, greedy_decode
+from tests.model.test_decoding import SOURCES, batch
+
+MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
+
+
+def test_rows_are_padded_to_the_next_power_of_two_capped_by_the_cache():
+    assert [CompiledStep.rows_for(n, 6) for n in range(1, 7)] == [1, 2, 4, 4, 6, 6]
+    assert buckets(6) == [1, 2, 4, 6] and buckets(1) == [1]
+
+
+def test_compiled_greedy_decoding_equals_eager_for_every_bucket_without_recompiling(trained_checkpoint):
+    eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
+    cache = KVCache(compiled, max_batch=4, max_len=31, max_src_len=16)
+    compile_model(compiled)
+    assert warm_up(compiled, cache) > 0 and cache.n == 0
+    graphs = counters["stats"]["unique_graphs"]
+
+    # 1, 2, 3 (padded to 4) and 4 rows; rows leave at different steps, so the batch shrinks across buckets
+    for rows in ([SOURCES[1]], SOURCES[:2], SOURCES[1:], SOURCES, MORE, [MORE[1]] * 4):
+        got, want = greedy_decode(compiled, batch(rows), 30, cache), greedy_decode(eager, batch(rows), 30)
+        for g, w in zip(got, want, strict=True):
+            assert (g.tokens, g.finish_reason) == (w.tokens, w.finish_reason)
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+        assert cache.n == 0, "greedy_decode hands the cache back empty"
+    assert counters["stats"]["unique_graphs"] == graphs, "a batch after warm-up compiled a new graph"
+
+    uncompile(compiled)
+    assert not hasattr(compiled, "compiled_step") and not hasattr(compiled, "compiled_prefill")
+
+
+def test_warm_up_needs_an_empty_cache(tiny_model):
+    cache = KVCache(tiny_model, max_batch=2, max_len=8, max_src_len=8)
+    cache.add(tiny_model, batch([SOURCES[0]]))
+    with pytest.raises(ValueError, match="empty cache"):
+        warm_up(tiny_model, cache)
+
+
+@torch.inference_mode()
+def test_a_reused_cache_must_be_empty_and_long_enough(tiny_model):
+    cache = KVCache(tiny_model, max_batch=2, max_len=8, max_src_len=8)
+    with pytest.raises(ValueError, match="longer than max_new_tokens"):
+        greedy_decode(tiny_model, batch([SOURCES[0]]), 8, cache)
