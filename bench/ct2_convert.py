@@ -21,6 +21,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.ct2_translator import GreedyTranslator  # noqa: E402, F401 - importable from here too
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.tokenizer import BOS, EOS, UNK, Tokenizer  # noqa: E402
 from model.transformer import MultiHeadAttention, Transformer  # noqa: E402
@@ -116,26 +117,6 @@ class CheckpointConverter(ctranslate2.converters.Converter):
 def convert(model: Transformer, tokenizer: Tokenizer, output_dir: str | Path, quantization: str | None = None) -> str:
     """Write a CTranslate2 model directory; `quantization` is e.g. "int8" (default: the weights' float32)."""
     return CheckpointConverter(model, tokenizer).convert(str(output_dir), quantization=quantization, force=True)
-
-
-class GreedyTranslator:
-    """A CTranslate2 Translator that reads and returns our token ids, decoding greedily as greedy_decode does."""
-
-    def __init__(self, model_dir: str | Path, tokenizer: Tokenizer, **translator_args):
-        self.translator = ctranslate2.Translator(str(model_dir), **translator_args)
-        self.id_to_token = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
-        self.token_to_id = {t: i for i, t in enumerate(self.id_to_token)}
-
-    def __call__(self, sources: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """Source ids (each ending in </s>) -> generated ids without </s>; one batch, one budget."""
-        results = self.translator.translate_batch(
-            [[self.id_to_token[i] for i in ids] for ids in sources],
-            beam_size=1,  # greedy; CT2's default is 2
-            max_decoding_length=max_new_tokens,  # counts generated tokens, </s> included, as ours does
-            min_decoding_length=0,  # ours may emit </s> first; CT2's default of 1 forbids it
-            max_input_length=0,  # no truncation
-        )
-        return [[self.token_to_id[t] for t in r.hypotheses[0]] for r in results]
 
 
 def main() -> None:

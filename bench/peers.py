@@ -14,7 +14,6 @@ JSON line with every figure.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import subprocess
 import sys
@@ -23,15 +22,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import corpus_arguments, load_corpus, pad_batch  # noqa: E402
-
-from model.decoding import KVCache, greedy_decode  # noqa: E402
-from model.evaluate import max_new_tokens_for  # noqa: E402
-from model.transformer import Transformer  # noqa: E402
+from common import corpus_arguments  # noqa: E402
 
 ENGINES = ["ct2_fp32", "ct2_int8", "ours_compiled", "ours_eager", "ours_int8"]
 # An engine decodes one batch of source id lists (each ending in </s>) with a budget of new tokens
@@ -39,7 +34,11 @@ ENGINES = ["ct2_fp32", "ct2_int8", "ours_compiled", "ours_eager", "ours_int8"]
 Engine = Callable[[list[list[int]], int], list[tuple[list[int], int]]]
 
 
-def ours(model: Transformer, pad_id: int, cache: KVCache | None = None) -> Engine:
+def ours(model, pad_id: int, cache=None) -> Engine:
+    from common import pad_batch
+
+    from model.decoding import greedy_decode
+
     def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
         hyps = greedy_decode(model, pad_batch(batch, pad_id), budget, cache)
         return [(h.tokens, len(h.logprobs)) for h in hyps]
@@ -54,17 +53,32 @@ def ct2(translator) -> Engine:
     return decode
 
 
-def make_engine(name: str, model: Transformer, tok, encoded: list[list[int]], max_batch: int, threads: int) -> Engine:
-    if name.startswith("ct2_"):
-        from ct2_convert import GreedyTranslator, convert
+def ct2_engine(name: str, args) -> tuple[Engine, list[list[int]]]:
+    """CT2 on the converted model, in a process that never imports torch; the corpus sorted as load_corpus does."""
+    from bench.ct2_translator import GreedyTranslator
+    from model.tokenizer import Tokenizer, read_lines
 
-        tmp = tempfile.mkdtemp(prefix="nmt-ct2-")
-        convert(model, tok, tmp)  # float32 weights; int8 is chosen at load time
-        compute_type = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
-        return ct2(GreedyTranslator(tmp, tok, compute_type=compute_type, intra_threads=threads, inter_threads=1))
+    tok = Tokenizer.from_file(Path(args.model_dir) / "tokenizer.json")
+    sentences = list(read_lines(args.src))
+    sentences = sentences[: args.limit] if args.limit else sentences
+    encoded = sorted(tok.encode_batch(sentences), key=len)
+    compute_type = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
+    translator = GreedyTranslator(args.ct2_dir, tok, compute_type=compute_type, intra_threads=args.threads, inter_threads=1)
+    return ct2(translator), encoded
+
+
+def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]]:
+    import torch
+
+    from common import load_corpus
+
+    from model.decoding import KVCache
+    from model.evaluate import max_new_tokens_for
+
+    model, tok, encoded = load_corpus(args)
     if name == "ours_int8":
-        quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
-        return ours(quantized, tok.pad_id)
+        quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        return ours(quantized, tok.pad_id), encoded
     if name == "ours_compiled":
         from model.compile import compile_model, warm_up
 
@@ -72,8 +86,8 @@ def make_engine(name: str, model: Transformer, tok, encoded: list[list[int]], ma
         cache = KVCache(model, max_batch, max_new_tokens_for(longest) + 1, longest)
         compile_model(model)
         print(f"  ours_compiled: warm-up took {warm_up(model, cache):.0f} s", file=sys.stderr, flush=True)
-        return ours(model, tok.pad_id, cache)
-    return ours(model, tok.pad_id)
+        return ours(model, tok.pad_id, cache), encoded
+    return ours(model, tok.pad_id), encoded
 
 
 def run(engine: Engine, batches: list[list[list[int]]]) -> tuple[float, int, list[list[int]]]:
@@ -89,20 +103,23 @@ def run(engine: Engine, batches: list[list[list[int]]]) -> tuple[float, int, lis
 
 def worker(args) -> None:
     """In a child process: one engine, every batch size; prints {batch: {seconds, tokens, outputs}} as JSON."""
-    model, tok, encoded = load_corpus(args)
+    from model.evaluate import max_new_tokens_for  # noqa: F401 - torch-free
+
     sizes = list(map(int, args.batch_sizes.split(",")))
-    engine = make_engine(args.worker, model, tok, encoded, max(sizes), args.threads)
+    if args.worker.startswith("ct2_"):
+        engine, encoded = ct2_engine(args.worker, args)
+    else:
+        engine, encoded = our_engine(args.worker, args, max(sizes))
     result = {}
-    with torch.inference_mode():
-        for bs in sizes:
-            batches = [encoded[i : i + bs] for i in range(0, len(encoded), bs)]
-            run(engine, batches[:2])  # warm-up
-            best = None
-            for _ in range(args.repeats):
-                seconds, tokens, out = run(engine, batches)
-                if best is None or seconds < best[0]:
-                    best = (seconds, tokens, out)
-            result[bs] = {"seconds": best[0], "tokens": best[1], "outputs": best[2]}
+    for bs in sizes:
+        batches = [encoded[i : i + bs] for i in range(0, len(encoded), bs)]
+        run(engine, batches[:2])  # warm-up
+        best = None
+        for _ in range(args.repeats):
+            seconds, tokens, out = run(engine, batches)
+            if best is None or seconds < best[0]:
+                best = (seconds, tokens, out)
+        result[bs] = {"seconds": best[0], "tokens": best[1], "outputs": best[2]}
     print(json.dumps(result))
 
 
@@ -115,19 +132,27 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1, help="timed passes per engine and batch size; the fastest counts")
     p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {ENGINES}")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one engine in this process
+    p.add_argument("--ct2-dir", help=argparse.SUPPRESS)  # internal: the converted model
     args = p.parse_args()
     if args.worker:
         return worker(args)
 
-    passthrough = ["--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit), "--threads",
-                   str(args.threads), "--batch-sizes", args.batch_sizes, "--repeats", str(args.repeats)]  # fmt: skip
     results = {}
-    for name in args.engines.split(","):
-        print(f"running {name} ...", file=sys.stderr, flush=True)
-        child = subprocess.run(
-            [sys.executable, __file__, *passthrough, "--worker", name], stdout=subprocess.PIPE, text=True, check=True
-        )
-        results[name] = {int(k): v for k, v in json.loads(child.stdout.strip().splitlines()[-1]).items()}
+    with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
+        if any(name.startswith("ct2_") for name in args.engines.split(",")):
+            from bench.ct2_convert import convert
+            from model.checkpoint import load_checkpoint
+
+            convert(*load_checkpoint(args.model_dir)[:2], ct2_dir)  # float32 weights; int8 is chosen at load time
+        passthrough = ["--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit), "--threads",
+                       str(args.threads), "--batch-sizes", args.batch_sizes, "--repeats", str(args.repeats),
+                       "--ct2-dir", ct2_dir]  # fmt: skip
+        for name in args.engines.split(","):
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            child = subprocess.run(
+                [sys.executable, __file__, *passthrough, "--worker", name], stdout=subprocess.PIPE, text=True, check=True
+            )
+            results[name] = {int(k): v for k, v in json.loads(child.stdout.strip().splitlines()[-1]).items()}
 
     n = len(next(iter(results.values()))[int(args.batch_sizes.split(",")[0])]["outputs"])
     rows = []

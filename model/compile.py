@@ -14,6 +14,7 @@ The prefill (encoder and cross-attention keys/values) is compiled too, with dyna
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
@@ -22,6 +23,8 @@ import torch._inductor.config as inductor_config
 
 from model.decoding import MIN_WINDOW, KVCache
 from model.transformer import Transformer
+
+log = logging.getLogger(__name__)
 
 
 class CompiledStep:
@@ -34,6 +37,7 @@ class CompiledStep:
             inductor_config.cpp_wrapper = True  # the graph's glue code in C++, not Python
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)  # one per bucket
         self.fn = torch.compile(model.greedy_step, mode=mode, fullgraph=True, dynamic=False)
+        self.eager, self.missed = model.greedy_step, 0  # missed: steps no compiled graph covered
         self.warm = False  # set by warm_up: from then on only the guards that tell the buckets apart run
 
     @staticmethod
@@ -48,8 +52,16 @@ class CompiledStep:
             return self.fn(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
         # Full guard evaluation costs ~150 us a call; the weights are frozen and only the row count
         # differs between the compiled graphs, so checking only what differs is safe here.
-        with torch.compiler.set_stance("eager_on_recompile", skip_guard_eval_unsafe=True):
-            return self.fn(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
+        try:
+            with torch.compiler.set_stance("eager_on_recompile", skip_guard_eval_unsafe=True):
+                return self.fn(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
+        except RuntimeError as e:  # inputs no warmed-up graph covers: answer them eagerly, say so once
+            if "Recompilation" not in str(e):
+                raise
+            if not self.missed:
+                log.warning("a decoder step needed a graph the warm-up did not compile; running it eagerly: %s", e)
+            self.missed += 1
+            return self.eager(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
 
 
 class CompiledPrefill:

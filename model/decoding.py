@@ -29,11 +29,13 @@ class KVCache:
         if max_len > c.max_positions:
             raise ValueError(f"max_len={max_len} exceeds the model's max_positions={c.max_positions}")
         self.max_batch, self.max_len, self.max_src_len = max_batch, max_len, max_src_len
-        self.k = torch.zeros(L, max_batch, H, max_len, Dh, device=device, dtype=dtype)
+        # One slot more than is ever used: a window then never spans a whole dimension, which would make
+        # the view contiguous and send a compiled step (model/compile.py) to a different graph.
+        self.k = torch.zeros(L, max_batch, H, max_len + 1, Dh, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
-        self.cross_k = torch.zeros(L, max_batch, H, max_src_len, Dh, device=device, dtype=dtype)
+        self.cross_k = torch.zeros(L, max_batch, H, max_src_len + 1, Dh, device=device, dtype=dtype)
         self.cross_v = torch.zeros_like(self.cross_k)
-        self.src_keep = torch.zeros(max_batch, max_src_len, dtype=torch.bool, device=device)  # True = real token
+        self.src_keep = torch.zeros(max_batch, max_src_len + 1, dtype=torch.bool, device=device)  # True = real token
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)  # next position per row
         self.n = 0
         self._pos = np.zeros(max_batch, dtype=np.int64)  # host copies: no device sync to size the windows

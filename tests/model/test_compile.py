@@ -10,6 +10,7 @@ from model.decoding import KVCache, greedy_decode
 from tests.model.test_decoding import SOURCES, batch
 
 MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
+LONGEST = [list(range(40, 55)) + [2]]  # 16 tokens: the cache's whole source window
 
 
 def test_rows_are_padded_to_the_next_power_of_two_capped_by_the_cache():
@@ -25,13 +26,14 @@ def test_compiled_greedy_decoding_equals_eager_for_every_bucket_without_recompil
     graphs = counters["stats"]["unique_graphs"]
 
     # 1, 2, 3 (padded to 4) and 4 rows; rows leave at different steps, so the batch shrinks across buckets
-    for rows in ([SOURCES[1]], SOURCES[:2], SOURCES[1:], SOURCES, MORE, [MORE[1]] * 4):
+    for rows in ([SOURCES[1]], SOURCES[:2], SOURCES[1:], SOURCES, MORE, [MORE[1]] * 4, LONGEST, LONGEST + MORE):
         got, want = greedy_decode(compiled, batch(rows), 30, cache), greedy_decode(eager, batch(rows), 30)
         for g, w in zip(got, want, strict=True):
             assert (g.tokens, g.finish_reason) == (w.tokens, w.finish_reason)
             assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
         assert cache.n == 0, "greedy_decode hands the cache back empty"
     assert counters["stats"]["unique_graphs"] == graphs, "a batch after warm-up compiled a new graph"
+    assert compiled.compiled_step.missed == 0, "a step fell back to the eager model"
 
     uncompile(compiled)
     assert not hasattr(compiled, "compiled_step") and not hasattr(compiled, "compiled_prefill")
