@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import corpus_arguments  # noqa: E402
 
+from model.evaluate import max_new_tokens_for  # noqa: E402 - imports torch, runs nothing in it
+
 ENGINES = ["ct2_fp32", "ct2_int8", "ours_compiled", "ours_eager", "ours_int8"]
 # An engine decodes one batch of source id lists (each ending in </s>) with a budget of new tokens
 # and returns, per sentence, the generated ids without </s> and how many tokens it generated (</s> included).
@@ -73,7 +75,6 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     from common import load_corpus
 
     from model.decoding import KVCache
-    from model.evaluate import max_new_tokens_for
 
     model, tok, encoded = load_corpus(args)
     if name == "ours_int8":
@@ -103,8 +104,6 @@ def run(engine: Engine, batches: list[list[list[int]]]) -> tuple[float, int, lis
 
 def worker(args) -> None:
     """In a child process: one engine, every batch size; prints {batch: {seconds, tokens, outputs}} as JSON."""
-    from model.evaluate import max_new_tokens_for  # noqa: F401 - torch-free
-
     sizes = list(map(int, args.batch_sizes.split(",")))
     if args.worker.startswith("ct2_"):
         engine, encoded = ct2_engine(args.worker, args)
