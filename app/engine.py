@@ -108,7 +108,7 @@ class Engine:
         self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model", metadata: dict | None = None,
         max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
         max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
-        metrics: Metrics | None = None, compile: bool = False,
+        metrics: Metrics | None = None, compile: bool = False, threads: int = 0,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -131,7 +131,7 @@ class Engine:
         )
         self.request_timeout_s = request_timeout_s
         self.batcher = Batcher(
-            model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics
+            model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics, threads
         )
         self.byte_ids = frozenset(i for i in map(tokenizer.hf.token_to_id, BYTE_TOKENS) if i is not None)
         self.compile, self.compiled = compile, False
@@ -139,14 +139,17 @@ class Engine:
 
     @classmethod
     def from_settings(cls, s: Settings, metrics: Metrics | None = None) -> Engine:
-        """Load the checkpoint onto the configured device and dtype (blocking)."""
+        """Load the checkpoint onto the configured device and dtype (blocking). The calling thread is left
+        single-threaded in torch so that the batcher's worker is the only thread with an OpenMP team."""
+        threads = s.threads or torch.get_num_threads()
+        torch.set_num_threads(1)  # before any parallel work here: see Batcher.threads
         device, dtype = resolve_device(s.device, s.dtype)
         model, tokenizer, metadata = load_checkpoint(s.model_dir, device=device, dtype=dtype)
         return cls(
             model, tokenizer, name=metadata.get("name") or Path(s.model_dir).name, metadata=metadata,
             max_input_tokens=s.max_input_tokens, max_new_tokens=s.max_new_tokens, max_batch_texts=s.max_batch_texts,
             max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens, max_queue=s.max_queue,
-            request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile,
+            request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -182,7 +185,8 @@ class Engine:
             "model": self.name, "config": c.to_dict(), "parameters": self.model.num_parameters(),
             "vocab_size": {"source": c.src_vocab_size, "target": c.tgt_vocab_size},
             "device": str(self.device), "device_name": device_name(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "metadata": self.metadata,
+            "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "threads": self.batcher.threads,
+            "metadata": self.metadata,
             "limits": {
                 "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
                 "max_batch_texts": self.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,

@@ -182,5 +182,6 @@ class InfoResponse(BaseModel):
     device_name: str = Field(description="the GPU's name on CUDA, else the CPU model")
     dtype: str
     compiled: bool = Field(description="the encoder and decoder step run torch.compile'd graphs (NMT_COMPILE)")
+    threads: int = Field(description="CPU threads the model's work runs on (NMT_THREADS)")
     limits: dict[str, int]
     metadata: dict[str, Any]

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
         description="torch.compile the encoder and the decoder step at start-up: minutes on a small CPU "
         "(cached on disk for the next start), then about twice the speed; /ready waits for it",
     )
+    threads: int = Field(
+        0, ge=0, description="CPU threads for the model's work (one OpenMP team); 0 = OMP_NUM_THREADS, else one per core"
+    )
     api_key: SecretStr | None = Field(None, description="when set, requests need `Authorization: Bearer <key>`")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

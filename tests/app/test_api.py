@@ -303,3 +303,18 @@ async def test_openapi_lists_every_endpoint(client):
         ("/detokenize", "post"), ("/translate", "post"), ("/attention", "post"),
     }  # fmt: skip
     assert (await client.get("/docs")).status_code == 200
+
+
+async def test_model_work_runs_on_the_configured_number_of_threads(settings):
+    import torch
+
+    async with serve(settings.model_copy(update={"threads": 1})) as (app, client):
+        info = (await client.get("/info")).json()
+        engine = app.state.engine
+        assert info["threads"] == 1
+        assert await engine.batcher.call(torch.get_num_threads) == 1
+        r = await client.post("/translate", json={"text": "A dog runs."})
+        assert r.status_code == 200
+    async with serve(settings.model_copy(update={"threads": 2})) as (app, client):
+        assert (await client.get("/info")).json()["threads"] == 2
+        assert await app.state.engine.batcher.call(torch.get_num_threads) == 2
