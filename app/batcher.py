@@ -303,10 +303,13 @@ class Batcher:
         """One token for every live row; rows that emit </s> or reach their budget leave and are answered."""
         eos, metrics = self.model.config.eos_id, self.metrics
         try:
+            t0 = time.perf_counter()
             ids, best = self.model.decode_greedy(tokens, self.cache)  # (N,), (N,)
             ids_host, best_host = self._to_host(ids, best)
             now = time.perf_counter()
             self.steps, self.peak_rows = self.steps + 1, max(self.peak_rows, len(self._rows))
+            metrics.decoder_steps.inc()
+            metrics.step_duration.observe(now - t0)
             metrics.generated_tokens.inc(len(ids_host))
             for seq in self._fresh:
                 if not seq.first_token:  # not after an out-of-memory restart

@@ -34,6 +34,11 @@ class Metrics:
             "nmt_time_to_first_token_seconds", "per sequence: time from submission to the engine to its first token",
             buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self.decoder_steps = Counter("nmt_decoder_steps", "decoder steps taken (tokens / steps = mean batch)", registry=r)
+        self.step_duration = Histogram(
+            "nmt_decoder_step_duration_seconds", "one decoder step for the whole running batch",
+            buckets=TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
         self.oom_retries = Counter("nmt_oom_retries", "CUDA out-of-memory retries", registry=r)
 
     def watch(self, queue_length: Callable[[], float], batch_size: Callable[[], float]) -> None:

@@ -46,9 +46,9 @@ class CompiledStep:
         return min(1 << (n - 1).bit_length(), max_rows)
 
     def __call__(self, tokens, positions, past_k, past_v, cross_k, cross_v, src_keep):
-        for t, dim in ((past_k, 3), (past_v, 3), (cross_k, 3), (cross_v, 3), (src_keep, 1)):
-            torch._dynamo.maybe_mark_dynamic(t, dim)
         if not self.warm:
+            for t, dim in ((past_k, 3), (past_v, 3), (cross_k, 3), (cross_v, 3), (src_keep, 1)):
+                torch._dynamo.maybe_mark_dynamic(t, dim)
             return self.fn(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
         # Full guard evaluation costs ~150 us a call; the weights are frozen and only the row count
         # differs between the compiled graphs, so checking only what differs is safe here.

@@ -77,8 +77,11 @@ class KVCache:
         if holes:
             src = torch.tensor(movers, device=self.k.device)
             dst = torch.tensor(holes, device=self.k.device)
-            for t in (self.k, self.v, self.cross_k, self.cross_v):
-                t[:, dst] = t[:, src]
+            # Only the windows the movers have written: a step never reads a row past its own position
+            # or source length (masked), and whole rows would copy ~3 MB each here.
+            t_len, s_len = int(self._pos[movers].max()), int(self._src_len[movers].max())
+            for t, w in ((self.k, t_len), (self.v, t_len), (self.cross_k, s_len), (self.cross_v, s_len)):
+                t[:, dst, :, :w] = t[:, src, :, :w]
             self.src_keep[dst] = self.src_keep[src]
             self.positions[dst] = self.positions[src]
             self._pos[holes] = self._pos[movers]
@@ -96,30 +99,38 @@ class KVCache:
         n = tokens.size(0)
         if n != self.n:
             raise ValueError(f"{n} tokens for {self.n} live rows")
-        longest = int(self._pos[:n].max())
+        pos = self._pos[:n]
+        longest, first = int(pos.max()), int(pos.min())
         if longest >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
         src_len = int(self._src_len[:n].max())
         compiled = getattr(model, "compiled_step", None) if greedy else None
         rows = n
         positions = self.positions[:n]
-        if compiled is not None:  # padding rows at position 0, outputs dropped; always fresh tensors, one graph
+        if compiled is not None:  # padding rows at position 0, outputs dropped; fresh tensors: one graph per bucket
             rows = compiled.rows_for(n, self.max_batch)
             longest = min(max(longest, MIN_WINDOW), self.max_len)
             src_len = min(max(src_len, MIN_WINDOW), self.max_src_len)
-            tokens = torch.cat([tokens, tokens.new_full((rows - n,), model.config.pad_id)])
-            positions = torch.cat([positions, positions.new_zeros(rows - n)])
+            if rows > n:
+                tokens = torch.cat([tokens, tokens.new_full((rows - n,), model.config.pad_id)])
+                positions = torch.cat([positions, positions.new_zeros(rows - n)])
+            else:
+                tokens, positions = tokens.clone(), positions.clone()
         fn = compiled or (model.greedy_step if greedy else model.step)
         *out, k, v = fn(
             tokens, positions,
             self.k[:, :rows, :, :longest], self.v[:, :rows, :, :longest],  # (L, rows, H, T, Dh)
             self.cross_k[:, :rows, :, :src_len], self.cross_v[:, :rows, :, :src_len], self.src_keep[:rows, :src_len],
         )  # fmt: skip
-        live = torch.arange(n, device=tokens.device)
-        self.k[:, live, :, positions[:n]] = k[:, :n].transpose(0, 1)  # (N, L, H, Dh) at each row's position
-        self.v[:, live, :, positions[:n]] = v[:, :n].transpose(0, 1)
+        if first == int(pos.max()):  # every row at one position (always at batch 1): a plain strided copy
+            self.k[:, :n, :, first] = k[:, :n]  # (L, N, H, Dh)
+            self.v[:, :n, :, first] = v[:, :n]
+        else:
+            live = torch.arange(n, device=tokens.device)
+            self.k[:, live, :, positions[:n]] = k[:, :n].transpose(0, 1)  # (N, L, H, Dh) at each row's position
+            self.v[:, live, :, positions[:n]] = v[:, :n].transpose(0, 1)
         self.positions[:n] += 1
-        self._pos[:n] += 1
+        pos += 1
         return tuple(o[:n] for o in out) if greedy else out[0][:n]
 
 

@@ -52,6 +52,10 @@ async def test_metrics_expose_every_series_with_sensible_values_after_traffic(cl
     output_tokens = sum(r.json()["usage"]["output_tokens"] for r in plain) + sse(stream)[-1]["usage"]["output_tokens"]
     assert delta("nmt_generated_tokens_total") == output_tokens
     assert delta("nmt_time_to_first_token_seconds_count") == sequences
+    steps = delta("nmt_decoder_steps_total")  # every step makes a token for each of its rows
+    assert 5 <= steps <= output_tokens  # the stream alone took 5
+    assert delta("nmt_decoder_step_duration_seconds_count") == steps
+    assert delta("nmt_decoder_step_duration_seconds_sum") > 0
     assert delta("nmt_time_to_first_token_seconds_sum") > 0
     assert 1 <= delta("nmt_time_per_output_token_seconds_count") <= sequences
     assert delta("nmt_time_per_output_token_seconds_sum") > 0
