@@ -8,7 +8,7 @@ short (one sentence), long (several sentences joined, cut to the input limit), s
 event, which must extend the streamed text), cancelled (a stream closed after its first events, or a
 plain request abandoned after a few hundred ms) and invalid ones (each must get its 4xx). Prints the
 responses by kind and status, p50/p99 latency per minute, the server's RSS at start and end with the
-growth, and the queue/batch gauges once the load stops (cancelled work must have left the batch).
+growth (and the RSS at the end of each minute), and the queue/batch gauges once the load stops (cancelled work must have left the batch).
 Exits 1 if any response was unexpected.
 """
 
@@ -19,6 +19,7 @@ import asyncio
 import json
 import random
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -142,7 +143,7 @@ def main() -> None:
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
     p.add_argument("--src", default=str(DEFAULT_SRC), help="sentences, one a line (plain or .gz)")
     p.add_argument("--minutes", type=float, default=5)
-    p.add_argument("--warmup-s", type=float, default=20)
+    p.add_argument("--warmup-s", type=float, default=60, help="load before the start RSS is read (allocator pools fill in the first minute)")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--threads", type=int, default=2, help="torch threads in the server")
     p.add_argument("--seed", type=int, default=0)
@@ -156,7 +157,19 @@ def main() -> None:
         asyncio.run(run(url, sentences, args.concurrency, args.warmup_s, args.seed + 1))
         rss_start = rss_mb(server.pid)
         print(f"warm-up {args.warmup_s:g} s done; server RSS {rss_start:.1f} MB", flush=True)
+        samples: list[tuple[float, float]] = []  # (seconds into the run, RSS MB), every 10 s
+        done = threading.Event()
+
+        def sample() -> None:
+            t0 = time.monotonic()
+            while not done.wait(10):
+                samples.append((time.monotonic() - t0, rss_mb(server.pid)))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         records = asyncio.run(run(url, sentences, args.concurrency, 60 * args.minutes, args.seed))
+        done.set()
+        sampler.join()
         rss_end = rss_mb(server.pid)
         deadline = time.monotonic() + 10
         while (after := gauges(url)) and any(after.values()) and time.monotonic() < deadline:
@@ -177,7 +190,8 @@ def main() -> None:
     for kind in MIX:
         print(f"  {kind:<10} " + ", ".join(f"{s}: {n}" for s, n in sorted(by_kind[kind].items(), key=str)))
     print(f"unexpected responses: {unexpected}")
-    print("\nminute  requests   p50 ms   p99 ms | p99 short   p99 long p99 streamed")
+    rss_by_minute = {int(t // 60): mb for t, mb in samples}  # the last sample in each minute
+    print("\nminute  requests   p50 ms   p99 ms | p99 short   p99 long p99 streamed |   RSS MB")
     for minute in sorted(per_minute):
         kinds = per_minute[minute]
         every = [x for xs in kinds.values() for x in xs]
@@ -187,7 +201,8 @@ def main() -> None:
 
         print(
             f"{minute + 1:>6} {len(every):>9} {1000 * percentile(every, 50):8.0f} {p99(every)} | "
-            f"{p99(kinds['short'])}   {p99(kinds['long'])}     {p99(kinds['streamed'])}"
+            f"{p99(kinds['short'])}   {p99(kinds['long'])}     {p99(kinds['streamed'])} | "
+            f"{rss_by_minute.get(minute, rss_end):8.1f}"
         )
     growth = 100 * (rss_end - rss_start) / rss_start
     print(f"\nserver RSS: {rss_start:.1f} MB after warm-up, {rss_end:.1f} MB at the end ({growth:+.1f}%; target < 5%)")
