@@ -143,7 +143,9 @@ def main() -> None:
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
     p.add_argument("--src", default=str(DEFAULT_SRC), help="sentences, one a line (plain or .gz)")
     p.add_argument("--minutes", type=float, default=5)
-    p.add_argument("--warmup-s", type=float, default=60, help="load before the start RSS is read (allocator pools fill in the first minute)")
+    p.add_argument(
+        "--warmup-s", type=float, default=60, help="load before the start RSS is read (the allocator fills up first)"
+    )
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--threads", type=int, default=2, help="torch threads in the server")
     p.add_argument("--seed", type=int, default=0)
