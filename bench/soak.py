@@ -7,8 +7,8 @@ the server's RSS, then runs --concurrency clients for --minutes. Each client loo
 short (one sentence), long (several sentences joined, cut to the input limit), streamed (read to the last
 event, which must extend the streamed text), cancelled (a stream closed after its first events, or a
 plain request abandoned after a few hundred ms) and invalid ones (each must get its 4xx). Prints the
-responses by kind and status, p50/p99 latency per minute, the server's RSS at start and end with the
-growth (and the RSS at the end of each minute), and the queue/batch gauges once the load stops (cancelled work must have left the batch).
+responses by kind and status, p50/p99 latency and the server's RSS per minute, its RSS at start and end
+with the growth, and the queue/batch gauges once the load stops (cancelled work must have left the batch).
 Exits 1 if any response was unexpected.
 """
 

@@ -100,7 +100,8 @@ class KVCache:
         if n != self.n:
             raise ValueError(f"{n} tokens for {self.n} live rows")
         pos = self._pos[:n]
-        longest, first = int(pos.max()), int(pos.min())
+        longest = int(pos.max())
+        one_position = longest == int(pos.min())  # every row at one position (always at batch 1)
         if longest >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
         src_len = int(self._src_len[:n].max())
@@ -122,9 +123,10 @@ class KVCache:
             self.k[:, :rows, :, :longest], self.v[:, :rows, :, :longest],  # (L, rows, H, T, Dh)
             self.cross_k[:, :rows, :, :src_len], self.cross_v[:, :rows, :, :src_len], self.src_keep[:rows, :src_len],
         )  # fmt: skip
-        if first == int(pos.max()):  # every row at one position (always at batch 1): a plain strided copy
-            self.k[:, :n, :, first] = k[:, :n]  # (L, N, H, Dh)
-            self.v[:, :n, :, first] = v[:, :n]
+        if one_position:  # a plain strided copy rather than an indexed store
+            p = int(pos[0])
+            self.k[:, :n, :, p] = k[:, :n]  # (L, N, H, Dh)
+            self.v[:, :n, :, p] = v[:, :n]
         else:
             live = torch.arange(n, device=tokens.device)
             self.k[:, live, :, positions[:n]] = k[:, :n].transpose(0, 1)  # (N, L, H, Dh) at each row's position

@@ -7,6 +7,7 @@ import json
 
 import httpx
 import pytest
+import torch
 
 from app.settings import Settings
 from model.evaluate import translate_corpus
@@ -306,8 +307,6 @@ async def test_openapi_lists_every_endpoint(client):
 
 
 async def test_model_work_runs_on_the_configured_number_of_threads(settings):
-    import torch
-
     async with serve(settings.model_copy(update={"threads": 1})) as (app, client):
         info = (await client.get("/info")).json()
         engine = app.state.engine
