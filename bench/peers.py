@@ -1,20 +1,24 @@
 """Our greedy decoding against CTranslate2 on the same weights, side by side in one run, at batch 1 and 32.
 
-    python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--limit 100] [--threads 2]
+    python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--limit 100] [--rounds 3]
 
 Converts the checkpoint to CTranslate2 (bench/ct2_convert.py) and decodes the length-sorted sentences
 in the same batches with each engine: CT2 float32 and int8; ours compiled (model/compile.py, what
 nmt-serve runs by default), ours eager, and ours eager with dynamic int8 Linear layers. Each engine
-runs in its own child process, one after another: two OpenMP runtimes in one process (PyTorch's and
-CT2's) spin on the same two cores and slow each other down several-fold. Checks that CT2 float32
-produces our float32 tokens, and prints sentences/s, tokens/s and the ours/CT2 ratios, then one
-JSON line with every figure.
+runs in its own child process: two OpenMP runtimes in one process (PyTorch's and CT2's) spin on the
+same two cores and slow each other down several-fold. The children load (and compile) one after
+another, then take turns: in every round each engine decodes the whole corpus once while the others
+wait idle, in a rotating order. The speed of a shared machine drifts by tens of percent within
+minutes, so ratios are taken per round, from passes run back to back, and the median is reported
+with its range. Checks that CT2 float32 produces our float32 tokens, and prints sentences/s (the
+best pass), tokens/s and the ours/CT2 ratios, then one JSON line with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -103,32 +107,66 @@ def run(engine: Engine, batches: list[list[list[int]]]) -> tuple[float, int, lis
 
 
 def worker(args) -> None:
-    """In a child process: one engine, every batch size; prints {batch: {seconds, tokens, outputs}} as JSON."""
+    """In a child process: load one engine, warm it up, print {"ready": true}; then for each batch size read from
+    stdin, decode the whole corpus once and print {seconds, tokens, outputs} as one JSON line."""
     sizes = list(map(int, args.batch_sizes.split(",")))
     if args.worker.startswith("ct2_"):
         engine, encoded = ct2_engine(args.worker, args)
     else:
         engine, encoded = our_engine(args.worker, args, max(sizes))
-    result = {}
+    batches = {bs: [encoded[i : i + bs] for i in range(0, len(encoded), bs)] for bs in sizes}
     for bs in sizes:
-        batches = [encoded[i : i + bs] for i in range(0, len(encoded), bs)]
-        run(engine, batches[:2])  # warm-up
-        best = None
-        for _ in range(args.repeats):
-            seconds, tokens, out = run(engine, batches)
-            if best is None or seconds < best[0]:
-                best = (seconds, tokens, out)
-        result[bs] = {"seconds": best[0], "tokens": best[1], "outputs": best[2]}
-    print(json.dumps(result))
+        run(engine, batches[bs][:2])  # warm-up
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        seconds, tokens, out = run(engine, batches[int(line)])
+        print(json.dumps({"seconds": seconds, "tokens": tokens, "outputs": out}), flush=True)
+
+
+def answer(child: subprocess.Popen) -> dict:
+    """The child's next JSON line (libraries may print other lines to stdout)."""
+    for line in child.stdout:
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"the benchmark process exited with {child.wait()}")
 
 
 def same(a: list[list[int]], b: list[list[int]]) -> float:
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
+def measure(args, names: list[str], sizes: list[int], ct2_dir: str) -> dict[int, dict[str, list[dict]]]:
+    """{batch size: {engine: one result per round}}, the engines taking turns in rotating order."""
+    passthrough = ["--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit), "--threads",
+                   str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir", ct2_dir]  # fmt: skip
+    children: dict[str, subprocess.Popen] = {}
+    try:
+        for name in names:  # one at a time: a compile must not share the cores with another engine
+            print(f"starting {name} ...", file=sys.stderr, flush=True)
+            children[name] = subprocess.Popen(
+                [sys.executable, __file__, *passthrough, "--worker", name], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            answer(children[name])
+        results: dict[int, dict[str, list[dict]]] = {bs: {name: [] for name in names} for bs in sizes}
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for bs in sizes:
+                for name in order:
+                    children[name].stdin.write(f"{bs}\n")
+                    children[name].stdin.flush()
+                    results[bs][name].append(answer(children[name]))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+        return results
+    finally:
+        for child in children.values():
+            child.stdin.close()
+            child.wait(timeout=60)
+
+
 def main() -> None:
     p = corpus_arguments(__doc__)
-    p.add_argument("--repeats", type=int, default=1, help="timed passes per engine and batch size; the fastest counts")
+    p.add_argument("--rounds", type=int, default=3, help="passes per engine and batch size, the engines taking turns")
     p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {ENGINES}")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one engine in this process
     p.add_argument("--ct2-dir", help=argparse.SUPPRESS)  # internal: the converted model
@@ -136,46 +174,43 @@ def main() -> None:
     if args.worker:
         return worker(args)
 
-    results = {}
+    names, sizes = args.engines.split(","), list(map(int, args.batch_sizes.split(",")))
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
-        if any(name.startswith("ct2_") for name in args.engines.split(",")):
+        if any(name.startswith("ct2_") for name in names):
             from bench.ct2_convert import convert
             from model.checkpoint import load_checkpoint
 
             convert(*load_checkpoint(args.model_dir)[:2], ct2_dir)  # float32 weights; int8 is chosen at load time
-        passthrough = ["--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit), "--threads",
-                       str(args.threads), "--batch-sizes", args.batch_sizes, "--repeats", str(args.repeats),
-                       "--ct2-dir", ct2_dir]  # fmt: skip
-        for name in args.engines.split(","):
-            print(f"running {name} ...", file=sys.stderr, flush=True)
-            child = subprocess.run(
-                [sys.executable, __file__, *passthrough, "--worker", name], stdout=subprocess.PIPE, text=True, check=True
-            )
-            results[name] = {int(k): v for k, v in json.loads(child.stdout.strip().splitlines()[-1]).items()}
+        results = measure(args, names, sizes, ct2_dir)
 
-    n = len(next(iter(results.values()))[int(args.batch_sizes.split(",")[0])]["outputs"])
     rows = []
-    for bs in map(int, args.batch_sizes.split(",")):
-        r = {name: res[bs] for name, res in results.items()}
-        row = {"batch": bs, "sentences": n, "threads": args.threads}
-        for name, x in r.items():
+    for bs in sizes:
+        passes = results[bs]
+        best = {name: min(rs, key=lambda x: x["seconds"]) for name, rs in passes.items()}
+        n = len(best[names[0]]["outputs"])
+        row = {"batch": bs, "sentences": n, "threads": args.threads, "rounds": args.rounds}
+        for name, x in best.items():
             row[f"{name}_sent_s"] = round(n / x["seconds"], 1)
             row[f"{name}_tok_s"] = round(x["tokens"] / x["seconds"], 1)
+        ranges = {}
         for mine, theirs in (("ours_compiled", "ct2_fp32"), ("ours_eager", "ct2_fp32"), ("ours_int8", "ct2_int8")):
-            if mine in r and theirs in r:  # the same sentences: a speed ratio
-                row[f"{mine}/{theirs}"] = round(r[theirs]["seconds"] / r[mine]["seconds"], 2)
-        ref = r.get("ours_eager") or r.get("ours_compiled")
+            if mine in passes and theirs in passes:  # the same sentences: a speed ratio, per round
+                per_round = sorted(t["seconds"] / m["seconds"] for m, t in zip(passes[mine], passes[theirs]))
+                row[f"{mine}/{theirs}"] = round(statistics.median(per_round), 2)
+                ranges[f"{mine}/{theirs}"] = (per_round[0], per_round[-1])
+        ref = best.get("ours_eager") or best.get("ours_compiled")
         if ref:
-            for name, x in r.items():
+            for name, x in best.items():
                 if x is not ref:
                     row[f"match_{name}_vs_ours_fp32"] = round(same(x["outputs"], ref["outputs"]), 4)
         rows.append(row)
 
-        print(f"batch {bs} ({n} sentences, {args.threads} threads, each engine in its own process)", flush=True)
-        for name in r:
+        print(f"batch {bs} ({n} sentences, {args.threads} threads, each engine in its own process, best of "
+              f"{args.rounds} rounds)", flush=True)  # fmt: skip
+        for name in best:
             print(f"  {name:<14} {row[f'{name}_sent_s']:>8} sent/s {row[f'{name}_tok_s']:>9} tok/s")
-        ratios = [f"{k} = {v}x" for k, v in row.items() if "/" in k]
-        print("  " + " | ".join(ratios) + " (sentences/s)")
+        ratios = [f"{k} = {v}x (rounds {ranges[k][0]:.2f}-{ranges[k][1]:.2f})" for k, v in row.items() if "/" in k]
+        print("  " + " | ".join(ratios) + " (sentences/s, median of the per-round ratios)")
         matches = {k.removeprefix("match_"): f"{v:.1%}" for k, v in row.items() if k.startswith("match_")}
         print("  same tokens: " + ", ".join(f"{k} {v}" for k, v in matches.items()), flush=True)
     print(json.dumps(rows))
