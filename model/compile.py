@@ -45,23 +45,23 @@ class CompiledStep:
         """The bucket that n live rows are padded to: the next power of two, at most max_rows."""
         return min(1 << (n - 1).bit_length(), max_rows)
 
-    def __call__(self, tokens, positions, past_k, past_v, cross_k, cross_v, src_keep):
+    def __call__(self, tokens, positions, past_kv, cross_kv, src_keep):
         if not self.warm:
-            for t, dim in ((past_k, 3), (past_v, 3), (cross_k, 3), (cross_v, 3), (src_keep, 1)):
+            for t, dim in ((past_kv, 4), (cross_kv, 4), (src_keep, 1)):
                 torch._dynamo.maybe_mark_dynamic(t, dim)
-            return self.fn(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
+            return self.fn(tokens, positions, past_kv, cross_kv, src_keep)
         # Full guard evaluation costs ~150 us a call; the weights are frozen and only the row count
         # differs between the compiled graphs, so checking only what differs is safe here.
         try:
             with torch.compiler.set_stance("eager_on_recompile", skip_guard_eval_unsafe=True):
-                return self.fn(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
+                return self.fn(tokens, positions, past_kv, cross_kv, src_keep)
         except RuntimeError as e:  # inputs no warmed-up graph covers: answer them eagerly, say so once
             if "Recompilation" not in str(e):
                 raise
             if not self.missed:
                 log.warning("a decoder step needed a graph the warm-up did not compile; running it eagerly: %s", e)
             self.missed += 1
-            return self.eager(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
+            return self.eager(tokens, positions, past_kv, cross_kv, src_keep)
 
 
 class CompiledPrefill:
@@ -72,7 +72,7 @@ class CompiledPrefill:
         self.fn = torch.compile(model.prefill, fullgraph=True, dynamic=True)
         self.warm = False
 
-    def __call__(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, src: torch.Tensor) -> torch.Tensor:
         src = src.clone()  # made here, under KVCache.add's inference mode, src always meets the same guards
         if not self.warm:
             return self.fn(src)
@@ -104,10 +104,10 @@ def warm_up(model: Transformer, cache: KVCache, log=None) -> float:
     c, t0 = model.config, time.perf_counter()
     for rows in buckets(cache.max_batch):
         width = min(MIN_WINDOW, cache.max_src_len)
-        src = torch.full((rows, width), c.unk_id, device=cache.k.device)
+        src = torch.full((rows, width), c.unk_id, device=cache.kv.device)
         src[:, -1] = c.eos_id
         cache.add(model, src)
-        tokens = torch.full((rows,), c.bos_id, device=cache.k.device)
+        tokens = torch.full((rows,), c.bos_id, device=cache.kv.device)
         for _ in range(min(MIN_WINDOW + 1, cache.max_len)):  # window MIN_WINDOW, then longer
             model.decode_greedy(tokens, cache)
         cache.remove(range(cache.n))

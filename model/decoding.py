@@ -18,7 +18,8 @@ class KVCache:
     Per decoder layer: self-attention keys/values written by position as tokens are decoded, and
     cross-attention keys/values computed once from `memory` when a row is admitted. Live rows are
     always 0..n-1; `remove` moves the last live rows into the holes, so a scheduler can add and drop
-    sequences between steps without copying the whole cache.
+    sequences between steps without copying the whole cache. Keys and values share one buffer, so a
+    step takes one view of each and writes its new keys and values with one store.
     """
 
     def __init__(self, model: Transformer, max_batch: int, max_len: int, max_src_len: int, device=None, dtype=None):
@@ -31,19 +32,26 @@ class KVCache:
         self.max_batch, self.max_len, self.max_src_len = max_batch, max_len, max_src_len
         # One slot more than is ever used: a window then never spans a whole dimension, which would make
         # the view contiguous and send a compiled step (model/compile.py) to a different graph.
-        self.k = torch.zeros(L, max_batch, H, max_len + 1, Dh, device=device, dtype=dtype)
-        self.v = torch.zeros_like(self.k)
-        self.cross_k = torch.zeros(L, max_batch, H, max_src_len + 1, Dh, device=device, dtype=dtype)
-        self.cross_v = torch.zeros_like(self.cross_k)
+        self.kv = torch.zeros(2, L, max_batch, H, max_len + 1, Dh, device=device, dtype=dtype)  # keys, values
+        self.cross_kv = torch.zeros(2, L, max_batch, H, max_src_len + 1, Dh, device=device, dtype=dtype)
         self.src_keep = torch.zeros(max_batch, max_src_len + 1, dtype=torch.bool, device=device)  # True = real token
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)  # next position per row
+        self.tokens = torch.zeros(max_batch, dtype=torch.long, device=device)  # a compiled step's input rows
         self.n = 0
-        self._pos = np.zeros(max_batch, dtype=np.int64)  # host copies: no device sync to size the windows
-        self._src_len = np.zeros(max_batch, dtype=np.int64)
+        # Host-side bookkeeping, so that sizing a step's windows needs no device sync and no per-row work:
+        # a row's position is the steps taken since it was added (steps - _start[row]).
+        self.steps = 0
+        self._start = np.zeros(max_batch, dtype=np.int64)
+        self._src_len = np.zeros(max_batch, dtype=np.int64)  # up to each row's last real source token
+        self._oldest = self._newest = 0  # the smallest and largest _start among live rows
+        self._longest_src = 0  # the largest _src_len among live rows
 
     @property
     def free(self) -> int:
         return self.max_batch - self.n
+
+    def _positions(self, rows) -> np.ndarray:
+        return self.steps - self._start[rows]
 
     @torch.inference_mode()
     def add(self, model: Transformer, src: torch.Tensor) -> range:
@@ -53,18 +61,21 @@ class KVCache:
             raise ValueError(f"{b} new rows but only {self.free} free slots")
         if s > self.max_src_len:
             raise ValueError(f"source length {s} exceeds the cache's max_src_len={self.max_src_len}")
-        cross_k, cross_v = (getattr(model, "compiled_prefill", None) or model.prefill)(src)  # (L, B, H, S, Dh)
+        cross_kv = (getattr(model, "compiled_prefill", None) or model.prefill)(src)  # (2, L, B, H, S, Dh)
         rows = range(self.n, self.n + b)
         sl = slice(rows.start, rows.stop)
-        self.cross_k[:, sl, :, :s] = cross_k
-        self.cross_v[:, sl, :, :s] = cross_v
+        self.cross_kv[:, :, sl, :, :s] = cross_kv
         keep = src != model.config.pad_id  # (B, S)
         self.src_keep[sl] = False
         self.src_keep[sl, :s] = keep
         self.positions[sl] = 0
-        self._pos[sl] = 0
+        self._start[sl] = self.steps
         last = torch.arange(1, s + 1, device=keep.device) * keep  # (B, S): 1-based index of real tokens, else 0
         self._src_len[sl] = last.max(1).values.clamp(min=1).cpu().numpy()  # window up to the last real token
+        if not self.n:
+            self._oldest, self._longest_src = self.steps, 0
+        self._newest = self.steps
+        self._longest_src = max(self._longest_src, int(self._src_len[sl].max()))
         self.n += b
         return rows
 
@@ -75,18 +86,21 @@ class KVCache:
         holes = sorted(r for r in dead if r < new_n)
         movers = [r for r in range(new_n, self.n) if r not in dead]
         if holes:
-            src = torch.tensor(movers, device=self.k.device)
-            dst = torch.tensor(holes, device=self.k.device)
+            src = torch.tensor(movers, device=self.kv.device)
+            dst = torch.tensor(holes, device=self.kv.device)
             # Only the windows the movers have written: a step never reads a row past its own position
             # or source length (masked), and whole rows would copy ~3 MB each here.
-            t_len, s_len = int(self._pos[movers].max()), int(self._src_len[movers].max())
-            for t, w in ((self.k, t_len), (self.v, t_len), (self.cross_k, s_len), (self.cross_v, s_len)):
-                t[:, dst, :, :w] = t[:, src, :, :w]
+            t_len, s_len = int(self._positions(movers).max()), int(self._src_len[movers].max())
+            self.kv[:, :, dst, :, :t_len] = self.kv[:, :, src, :, :t_len]
+            self.cross_kv[:, :, dst, :, :s_len] = self.cross_kv[:, :, src, :, :s_len]
             self.src_keep[dst] = self.src_keep[src]
             self.positions[dst] = self.positions[src]
-            self._pos[holes] = self._pos[movers]
+            self._start[holes] = self._start[movers]
             self._src_len[holes] = self._src_len[movers]
         self.n = new_n
+        if new_n:
+            self._oldest, self._newest = int(self._start[:new_n].min()), int(self._start[:new_n].max())
+            self._longest_src = int(self._src_len[:new_n].max())
         return list(zip(movers, holes))
 
     def step(self, model: Transformer, tokens: torch.Tensor, greedy: bool = False):
@@ -99,41 +113,35 @@ class KVCache:
         n = tokens.size(0)
         if n != self.n:
             raise ValueError(f"{n} tokens for {self.n} live rows")
-        pos = self._pos[:n]
-        longest = int(pos.max())
-        one_position = longest == int(pos.min())  # every row at one position (always at batch 1)
+        longest = position = self.steps - self._oldest  # the furthest position of any live row
         if longest >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
-        src_len = int(self._src_len[:n].max())
+        src_len = self._longest_src
         compiled = getattr(model, "compiled_step", None) if greedy else None
         rows = n
-        positions = self.positions[:n]
-        if compiled is not None:  # padding rows at position 0, outputs dropped; fresh tensors: one graph per bucket
+        if compiled is not None:  # rows past n run on stale state and their outputs are dropped
             rows = compiled.rows_for(n, self.max_batch)
             longest = min(max(longest, MIN_WINDOW), self.max_len)
             src_len = min(max(src_len, MIN_WINDOW), self.max_src_len)
+            self.tokens[:n] = tokens
+            tokens = self.tokens[:rows]
             if rows > n:
-                tokens = torch.cat([tokens, tokens.new_full((rows - n,), model.config.pad_id)])
-                positions = torch.cat([positions, positions.new_zeros(rows - n)])
-            else:
-                tokens, positions = tokens.clone(), positions.clone()
+                self.positions[n:rows] = 0  # a stale position could point past the sinusoidal table
         fn = compiled or (model.greedy_step if greedy else model.step)
-        *out, k, v = fn(
-            tokens, positions,
-            self.k[:, :rows, :, :longest], self.v[:, :rows, :, :longest],  # (L, rows, H, T, Dh)
-            self.cross_k[:, :rows, :, :src_len], self.cross_v[:, :rows, :, :src_len], self.src_keep[:rows, :src_len],
+        *out, kv = fn(
+            tokens, self.positions[:rows], self.kv[:, :, :rows, :, :longest],  # (2, L, rows, H, T, Dh)
+            self.cross_kv[:, :, :rows, :, :src_len], self.src_keep[:rows, :src_len],
         )  # fmt: skip
-        if one_position:  # a plain strided copy rather than an indexed store
-            p = int(pos[0])
-            self.k[:, :n, :, p] = k[:, :n]  # (L, N, H, Dh)
-            self.v[:, :n, :, p] = v[:, :n]
+        if self._oldest == self._newest:  # every row at one position (always at batch 1): a plain strided copy
+            self.kv[:, :, :n, :, position] = kv[:, :, :n]
         else:
-            live = torch.arange(n, device=tokens.device)
-            self.k[:, live, :, positions[:n]] = k[:, :n].transpose(0, 1)  # (N, L, H, Dh) at each row's position
-            self.v[:, live, :, positions[:n]] = v[:, :n].transpose(0, 1)
+            live = torch.arange(n, device=kv.device)
+            self.kv[:, :, live, :, self.positions[:n]] = kv[:, :, :n].permute(2, 0, 1, 3, 4)  # (N, 2, L, H, Dh)
         self.positions[:n] += 1
-        pos += 1
-        return tuple(o[:n] for o in out) if greedy else out[0][:n]
+        self.steps += 1
+        if rows > n:
+            out = [o[:n] for o in out]
+        return tuple(out) if greedy else out[0]
 
 
 @dataclass

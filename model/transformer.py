@@ -302,34 +302,34 @@ class Transformer(nn.Module):
         tgt_mask = padding_mask(tgt, self.config.pad_id) & subsequent_mask(tgt.size(1), tgt.device)
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
-    def prefill(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefill(self, src: torch.Tensor) -> torch.Tensor:
         """Encode once and project every decoder layer's cross-attention keys/values.
-        src (B, S) -> cross_k, cross_v (L, B, H, S, Dh)"""
+        src (B, S) -> cross_kv (2, L, B, H, S, Dh): keys, then values"""
         memory = self.encode(src, padding_mask(src, self.config.pad_id))  # (B, S, D)
         ks, vs = zip(*(layer.cross_attn.project_memory(memory) for layer in self.decoder_layers))
-        return torch.stack(ks), torch.stack(vs)
+        return torch.stack([torch.stack(ks), torch.stack(vs)])
 
-    def step(self, tokens, positions, past_k, past_v, cross_k, cross_v, src_keep):
+    def step(self, tokens, positions, past_kv, cross_kv, src_keep):
         """The decoder on one new token per row, as a pure function of tensors (what torch.compile takes).
 
-        tokens, positions (N,); past_k/past_v (L, N, H, T, Dh): keys/values of positions < T, of which
-        a row attends to those before its own position; cross_k/cross_v (L, N, H, S, Dh) with src_keep
-        (N, S), True = a real source token -> logits (N, V), this token's keys and values (L, N, H, Dh)
+        tokens, positions (N,); past_kv (2, L, N, H, T, Dh): keys and values of positions < T, of which a row
+        attends to those before its own position; cross_kv (2, L, N, H, S, Dh) with src_keep (N, S), True = a
+        real source token -> logits (N, V), this token's keys and values kv (2, L, N, H, Dh)
         """
         x = self.tgt_embed(tokens[:, None], positions[:, None])  # (N, 1, D)
-        past_keep = (torch.arange(past_k.size(3), device=tokens.device)[None, :] < positions[:, None])[:, None, None]
+        past_keep = (torch.arange(past_kv.size(4), device=tokens.device)[None, :] < positions[:, None])[:, None, None]
         cross_mask = src_keep[:, None, None, :]  # (N, 1, 1, S)
         ks, vs = [], []
         for i, layer in enumerate(self.decoder_layers):
-            x, k, v = layer.step(x, past_k[i], past_v[i], past_keep, cross_k[i], cross_v[i], cross_mask)
+            x, k, v = layer.step(x, past_kv[0, i], past_kv[1, i], past_keep, cross_kv[0, i], cross_kv[1, i], cross_mask)
             ks.append(k)
             vs.append(v)
-        return self.generator(self.decoder_norm(x[:, 0])), torch.stack(ks), torch.stack(vs)
+        return self.generator(self.decoder_norm(x[:, 0])), torch.stack([torch.stack(ks), torch.stack(vs)])
 
-    def greedy_step(self, tokens, positions, past_k, past_v, cross_k, cross_v, src_keep):
-        """`step`, then each row's most likely token and its log-probability -> ids, logprobs (N,), k, v"""
-        logits, k, v = self.step(tokens, positions, past_k, past_v, cross_k, cross_v, src_keep)
-        return *greedy_pick(logits), k, v
+    def greedy_step(self, tokens, positions, past_kv, cross_kv, src_keep):
+        """`step`, then each row's most likely token and its log-probability -> ids, logprobs (N,), kv"""
+        logits, kv = self.step(tokens, positions, past_kv, cross_kv, src_keep)
+        return *greedy_pick(logits), kv
 
     def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """Feed one token per live cache row at that row's position. tokens (N,) -> logits (N, V)"""

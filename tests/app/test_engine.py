@@ -164,7 +164,7 @@ async def test_on_cuda_the_model_and_its_cache_live_on_the_gpu(tiny_checkpoint, 
     e = Engine.from_settings(Settings(model_dir=tiny_checkpoint, device="cuda", max_new_tokens=40))
     await e.start()
     try:
-        assert next(e.model.parameters()).is_cuda and e.batcher.cache.k.is_cuda
+        assert next(e.model.parameters()).is_cuda and e.batcher.cache.kv.is_cuda
         info = e.info()
         assert info["device"].startswith("cuda") and info["device_name"] == torch.cuda.get_device_name(e.device)
         out = await asyncio.gather(*(e.translate(t) for t in TEXTS))
