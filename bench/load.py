@@ -36,9 +36,13 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
-def in_process_latencies(model_dir: str, sentences: list[str], threads: int, compile: bool) -> list[float]:
+def in_process_latencies(
+    model_dir: str, sentences: list[str], threads: int, compile: bool, pause: float = 0.0
+) -> tuple[list[float], list[float]]:
     """Seconds to tokenize, greedy-decode (batch 1, KV cache) and detokenize each sentence alone,
-    compiled as the server compiles (model/compile.py) unless compile is False."""
+    compiled as the server compiles (model/compile.py) unless compile is False: back to back, and with
+    the cores left idle for `pause` seconds before each sentence, as a server at concurrency 1 leaves them
+    while a response travels and the next request comes in."""
     import torch
 
     from model.checkpoint import load_checkpoint
@@ -52,14 +56,20 @@ def in_process_latencies(model_dir: str, sentences: list[str], threads: int, com
     if compile:
         compile_model(model)
         print(f"in-process: compiled in {warm_up(model, cache):.0f} s", flush=True)
-    out = []
-    for s in sentences[:3] + sentences:  # three warm-up runs
-        t0 = time.perf_counter()
-        ids = tok.encode(s)
-        hyp = greedy_decode(model, torch.tensor([ids]), max_new_tokens_for(len(ids)), cache)[0]
-        tok.decode(hyp.tokens)
-        out.append(time.perf_counter() - t0)
-    return out[3:]
+
+    def timed(gap: float) -> list[float]:
+        out = []
+        for s in sentences[:3] + sentences:  # three warm-up runs
+            if gap:
+                time.sleep(gap)
+            t0 = time.perf_counter()
+            ids = tok.encode(s)
+            hyp = greedy_decode(model, torch.tensor([ids]), max_new_tokens_for(len(ids)), cache)[0]
+            tok.decode(hyp.tokens)
+            out.append(time.perf_counter() - t0)
+        return out[3:]
+
+    return timed(0.0), timed(pause) if pause else []
 
 
 def free_port() -> int:
@@ -136,6 +146,8 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, in-process and in the server")
     p.add_argument("--server-arg", action="append", default=[], help="extra nmt-serve argument (repeatable)")
+    p.add_argument("--pause-ms", type=float, default=3.0, help="also time in-process decoding with the cores idle "
+                   "this long before each sentence (0 = not)")  # fmt: skip
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager model, in-process and served")
     args = p.parse_args()
 
@@ -144,9 +156,12 @@ def main() -> None:
     sentences = [s for s in read_lines(args.src) if s.strip()]
     sentences = sentences[: args.limit] if args.limit else sentences
 
-    alone = in_process_latencies(args.model_dir, sentences, args.threads, args.compile)
+    alone, paused = in_process_latencies(args.model_dir, sentences, args.threads, args.compile, args.pause_ms / 1000)
     floor_p50 = statistics.median(alone)
     print(f"in-process, batch 1: p50 {1000 * floor_p50:.1f} ms over {len(alone)} sentences", flush=True)
+    if paused:
+        print(f"in-process, batch 1, {args.pause_ms:g} ms idle before each sentence: p50 "
+              f"{1000 * statistics.median(paused):.1f} ms", flush=True)  # fmt: skip
 
     with running_server(args.model_dir, args.threads, args.server_arg, args.compile) as (url, _):
         results = []
@@ -160,12 +175,17 @@ def main() -> None:
             )
     by = {r["concurrency"]: r for r in results}
     summary = {"in_process_p50_ms": round(1000 * floor_p50, 1), "levels": results}
+    if paused:
+        summary["in_process_paused_p50_ms"] = round(1000 * statistics.median(paused), 1)
     if 1 in by and 32 in by:
         summary["sent_s_c32_over_c1"] = round(by[32]["sent_s"] / by[1]["sent_s"], 2)
         print(f"batching pays: concurrency 32 / concurrency 1 sentences/s = {summary['sent_s_c32_over_c1']}x (target >= 4)")
     if 1 in by:
         summary["p50_c1_over_in_process"] = round(by[1]["p50_ms"] / (1000 * floor_p50), 2)
         print(f"HTTP overhead: p50 at concurrency 1 / in-process p50 = {summary['p50_c1_over_in_process']}x (target <= 1.5)")
+        if paused:
+            summary["p50_c1_over_paused"] = round(by[1]["p50_ms"] / summary["in_process_paused_p50_ms"], 2)
+            print(f"  against in-process decoding after {args.pause_ms:g} ms idle: {summary['p50_c1_over_paused']}x")
     print(json.dumps(summary))
 
 
