@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -29,7 +29,12 @@ __all__ = [
 ]  # fmt: skip
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 log = logging.getLogger("nmt_serve.engine")
+T = TypeVar("T")
 WARM_UP_TEXT = "A man is riding a bike."
+# Requests whose texts have at most this many characters in all are tokenized and detokenized on the event loop:
+# that takes tens of microseconds, less than a hop to a thread and back, which also passes the GIL to and fro
+# while the batcher's worker needs it. Longer requests are tokenized on a thread.
+INLINE_CHARS = 2_000
 
 
 class InvalidRequest(ValueError):
@@ -204,11 +209,12 @@ class Engine:
         self._check_budget(max_new_tokens)
         live = [i for i, t in enumerate(texts) if t.strip()]
         self.batcher.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
+        size = sum(map(len, texts))
         async with self._deadline():
-            srcs, truncated = await asyncio.to_thread(self._encode_sources, texts, truncate, isinstance(text, str))
+            srcs, truncated = await _off_loop(size, self._encode_sources, texts, truncate, isinstance(text, str))
             budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
             hyps = await self.batcher.generate([srcs[i] for i in live], budgets)
-        return await asyncio.to_thread(self._translations, srcs, truncated, dict(zip(live, hyps)))
+        return await _off_loop(size, self._translations, srcs, truncated, dict(zip(live, hyps)))
 
     async def translate_stream(
         self, text: str, max_new_tokens: int | None = None, truncate: bool = False
@@ -224,7 +230,7 @@ class Engine:
         self.batcher.check_capacity(1)
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         async with self._deadline(deadline):
-            (src,), truncated = await asyncio.to_thread(self._encode_sources, [text], truncate, True)
+            (src,), truncated = await _off_loop(len(text), self._encode_sources, [text], truncate, True)
         if not text.strip():
             yield None
             yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
@@ -379,6 +385,13 @@ class Engine:
             [tok.id_to_token(i) for i in src], [tok.id_to_token(i) for i in tgt_ids[0].tolist()], tok.decode(tgt),
             layers, heads, pick(enc), pick(dec), pick(cross),
         )  # fmt: skip
+
+
+async def _off_loop(size: int, fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) here when the request is small (`size` characters, at most INLINE_CHARS), else on a thread."""
+    if size <= INLINE_CHARS:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
 
 
 class IncrementalText:
