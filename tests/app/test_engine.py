@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from app.engine import (
+    INLINE_CHARS,
     Engine,
     IncrementalText,
     InputTooLong,
@@ -43,6 +44,20 @@ async def test_many_texts_come_back_in_order_as_each_translates_alone(engine, ti
         assert [t.text] == expected
     assert [t.output_tokens for t in out[-2:]] == [0, 0]
     assert engine.ready and engine.batcher.peak_rows == 3
+
+
+async def test_large_requests_are_tokenized_on_a_thread_with_the_same_results(engine, monkeypatch):
+    threads = []
+    to_thread = asyncio.to_thread
+    monkeypatch.setattr(asyncio, "to_thread", lambda fn, *a: threads.append(fn.__name__) or to_thread(fn, *a))
+    small = await engine.translate(TEXTS[:2], truncate=True)
+    assert threads == [], "a small request is tokenized on the event loop"
+    filler = "a dog runs " * (INLINE_CHARS // 10)  # over the inline limit on its own: cut to 32 tokens
+    large = await engine.translate([*TEXTS[:2], filler], truncate=True)
+    assert threads == ["_encode_sources", "_translations"]
+    assert [t.text for t in large[:2]] == [t.text for t in small] and large[2].truncated
+    with pytest.raises(InputTooLong, match=r"text\[2\] has \d+ tokens"):  # raised on the thread, as on the loop
+        await engine.translate([*TEXTS[:2], filler])
 
 
 async def test_limits_are_checked_before_any_model_work(engine):
