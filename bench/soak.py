@@ -144,7 +144,8 @@ def main() -> None:
     p.add_argument("--src", default=str(DEFAULT_SRC), help="sentences, one a line (plain or .gz)")
     p.add_argument("--minutes", type=float, default=5)
     p.add_argument(
-        "--warmup-s", type=float, default=60, help="load before the start RSS is read (the allocator fills up first)"
+        "--warmup-s", type=float, default=150,
+        help="load before the start RSS is read (the allocator fills up first: here it grew for up to 2 minutes)",
     )
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--threads", type=int, default=2, help="torch threads in the server")
