@@ -211,10 +211,11 @@ class Engine:
         self.batcher.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
         size = sum(map(len, texts))
         async with self._deadline():
-            srcs, truncated = await _off_loop(size, self._encode_sources, texts, truncate, isinstance(text, str))
+            single = isinstance(text, str)
+            srcs, truncated = await _inline_or_on_thread(size, self._encode_sources, texts, truncate, single)
             budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
             hyps = await self.batcher.generate([srcs[i] for i in live], budgets)
-        return await _off_loop(size, self._translations, srcs, truncated, dict(zip(live, hyps)))
+        return await _inline_or_on_thread(size, self._translations, srcs, truncated, dict(zip(live, hyps)))
 
     async def translate_stream(
         self, text: str, max_new_tokens: int | None = None, truncate: bool = False
@@ -230,7 +231,7 @@ class Engine:
         self.batcher.check_capacity(1)
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         async with self._deadline(deadline):
-            (src,), truncated = await _off_loop(len(text), self._encode_sources, [text], truncate, True)
+            (src,), truncated = await _inline_or_on_thread(len(text), self._encode_sources, [text], truncate, True)
         if not text.strip():
             yield None
             yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
@@ -387,7 +388,7 @@ class Engine:
         )  # fmt: skip
 
 
-async def _off_loop(size: int, fn: Callable[..., T], *args: Any) -> T:
+async def _inline_or_on_thread(size: int, fn: Callable[..., T], *args: Any) -> T:
     """fn(*args) here when the request is small (`size` characters, at most INLINE_CHARS), else on a thread."""
     if size <= INLINE_CHARS:
         return fn(*args)

@@ -60,7 +60,7 @@ def in_process_decoder(model_dir: str, threads: int, compile: bool) -> Callable[
 
     def timed(sentences: list[str], pause: float) -> list[float]:
         out = []
-        for s in sentences[:3] + sentences:  # three warm-up runs
+        for s in sentences[:3] + sentences:  # three warm-up runs: each call follows the server's turn
             if pause:
                 time.sleep(pause)
             t0 = time.perf_counter()

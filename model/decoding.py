@@ -50,9 +50,6 @@ class KVCache:
     def free(self) -> int:
         return self.max_batch - self.n
 
-    def _positions(self, rows) -> np.ndarray:
-        return self.steps - self._start[rows]
-
     @torch.inference_mode()
     def add(self, model: Transformer, src: torch.Tensor) -> range:
         """Prefill: encode src (B, S) once, store its cross-attention K/V in new rows; returns those rows."""
@@ -90,7 +87,7 @@ class KVCache:
             dst = torch.tensor(holes, device=self.kv.device)
             # Only the windows the movers have written: a step never reads a row past its own position
             # or source length (masked), and whole rows would copy ~3 MB each here.
-            t_len, s_len = int(self._positions(movers).max()), int(self._src_len[movers].max())
+            t_len, s_len = int(self.steps - self._start[movers].min()), int(self._src_len[movers].max())
             self.kv[:, :, dst, :, :t_len] = self.kv[:, :, src, :, :t_len]
             self.cross_kv[:, :, dst, :, :s_len] = self.cross_kv[:, :, src, :, :s_len]
             self.src_keep[dst] = self.src_keep[src]
