@@ -39,6 +39,14 @@ class Metrics:
             "nmt_decoder_step_duration_seconds", "one decoder step for the whole running batch",
             buckets=TOKEN_BUCKETS, registry=r,
         )  # fmt: skip
+        self.prefill_duration = Histogram(
+            "nmt_prefill_duration_seconds", "one admission: the encoder and cross-attention keys/values of the "
+            "sequences joining the batch", buckets=TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.prefilled_sequences = Counter(
+            "nmt_prefilled_sequences", "sequences admitted into the batch (sequences / prefills = mean admission)",
+            registry=r,
+        )  # fmt: skip
         self.oom_retries = Counter("nmt_oom_retries", "CUDA out-of-memory retries", registry=r)
 
     def watch(self, queue_length: Callable[[], float], batch_size: Callable[[], float]) -> None:

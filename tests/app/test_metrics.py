@@ -57,6 +57,9 @@ async def test_metrics_expose_every_series_with_sensible_values_after_traffic(cl
     assert delta("nmt_decoder_step_duration_seconds_count") == steps
     assert delta("nmt_decoder_step_duration_seconds_sum") > 0
     assert delta("nmt_time_to_first_token_seconds_sum") > 0
+    assert delta("nmt_prefilled_sequences_total") == sequences  # each encoded once, alone or with others
+    assert 1 <= delta("nmt_prefill_duration_seconds_count") <= sequences
+    assert delta("nmt_prefill_duration_seconds_sum") > 0
     assert 1 <= delta("nmt_time_per_output_token_seconds_count") <= sequences
     assert delta("nmt_time_per_output_token_seconds_sum") > 0
     assert value(after, "nmt_queue_length") == 0 and value(after, "nmt_running_batch_size") == 0
