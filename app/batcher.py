@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import threading
 import time
@@ -120,9 +121,15 @@ class Batcher:
 
     def __init__(
         self, model: Transformer, max_batch_size: int, max_len: int, max_src_len: int, prefill_tokens: int,
-        max_queue: int = 256, metrics: Metrics | None = None, threads: int = 0,
+        max_queue: int = 256, metrics: Metrics | None = None, threads: int = 0, waiting_served_ratio: float = 0.0,
+        max_waiting_steps: int = 0,
     ):  # fmt: skip
         self.model, self.prefill_tokens, self.max_queue = model, prefill_tokens, max_queue
+        # Admission of arrivals while rows are decoding (as TGI's --waiting-served-ratio and --max-waiting-tokens):
+        # they wait until they number waiting_served_ratio x the running rows, or for max_waiting_steps steps, and are
+        # then encoded together. Encoding one sentence costs about a third of encoding eight, per sentence.
+        self.waiting_served_ratio, self.max_waiting_steps = waiting_served_ratio, max_waiting_steps
+        self._held = 0  # steps taken while sequences were waiting and none were admitted
         self.threads = threads or torch.get_num_threads()  # the worker's intra-op threads
         self.device = next(model.parameters()).device
         self.cache = KVCache(model, max_batch_size, max_len, max_src_len)
@@ -272,6 +279,12 @@ class Batcher:
         """Encode waiting sequences into free cache rows, up to `prefill_tokens` source tokens per step."""
         batch, budget = [], self.prefill_tokens
         room = min(self.cache.free, self.row_cap - len(self._rows))
+        if self._rows and self._waiting and room and self._held < self.max_waiting_steps:
+            enough = min(room, math.ceil(self.waiting_served_ratio * len(self._rows)))
+            if len(self._waiting) < enough:  # too few to encode together yet: let them gather for another step
+                self._held += 1
+                return tokens
+        self._held = 0
         while self._waiting and len(batch) < room:
             seq = self._waiting[0]
             if batch and len(seq.src) > budget:
@@ -287,7 +300,10 @@ class Batcher:
             src = torch.tensor([s.src + [c.pad_id] * (width - len(s.src)) for s in batch])  # (B, S)
             if self._host is not None:  # CUDA: one asynchronous copy from pinned memory
                 src = src.pin_memory().to(self.device, non_blocking=True)
+            t0 = time.perf_counter()
             self.cache.add(self.model, src)
+            self.metrics.prefill_duration.observe(time.perf_counter() - t0)
+            self.metrics.prefilled_sequences.inc(len(batch))
         except torch.cuda.OutOfMemoryError as e:  # the running rows are untouched; retry fewer new ones
             self._retry_smaller(batch, e, running=len(self._rows))
             return tokens

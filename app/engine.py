@@ -113,7 +113,8 @@ class Engine:
         self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model", metadata: dict | None = None,
         max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
         max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
-        metrics: Metrics | None = None, compile: bool = False, threads: int = 0,
+        metrics: Metrics | None = None, compile: bool = False, threads: int = 0, waiting_served_ratio: float = 0.3,
+        max_waiting_steps: int = 4,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -136,8 +137,9 @@ class Engine:
         )
         self.request_timeout_s = request_timeout_s
         self.batcher = Batcher(
-            model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics, threads
-        )
+            model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics, threads,
+            waiting_served_ratio, max_waiting_steps,
+        )  # fmt: skip
         self.byte_ids = frozenset(i for i in map(tokenizer.hf.token_to_id, BYTE_TOKENS) if i is not None)
         self.compile, self.compiled = compile, False
         self.ready = False
@@ -155,6 +157,7 @@ class Engine:
             max_input_tokens=s.max_input_tokens, max_new_tokens=s.max_new_tokens, max_batch_texts=s.max_batch_texts,
             max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens, max_queue=s.max_queue,
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
+            waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------

@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     max_batch_texts: int = Field(64, ge=1, description="texts (or id lists) per request")
     max_batch_size: int = Field(32, ge=1, description="sequences the engine decodes together")
     prefill_tokens: int = Field(2048, ge=1, description="source tokens admitted into the batch per decoder step")
+    waiting_served_ratio: float = Field(
+        0.3, ge=0, description="while rows are decoding, new sequences wait until they number this ratio of the "
+        "running rows (or max_waiting_steps pass) and are then encoded together; 0 = admit each at once",
+    )
+    max_waiting_steps: int = Field(4, ge=0, description="decoder steps a new sequence waits at most to be admitted with others")
     max_queue: int = Field(256, ge=1, description="sequences waiting or decoding; a request that does not fit gets 429")
     request_timeout_s: float = Field(60.0, gt=0, description="seconds before an unanswered request gets 504")
     compile: bool = Field(

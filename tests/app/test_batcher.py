@@ -102,6 +102,29 @@ async def test_admission_budget_of_one_sequence_per_step_keeps_order(tiny_model,
     assert [h.tokens for h in hyps] == [alone(model, s, 20).tokens for s in sources]
 
 
+async def test_arrivals_while_rows_decode_are_held_a_few_steps_and_encoded_together(tiny_model, sources):
+    model = slow(tiny_model)
+    b = Batcher(model, 32, 200, max_src_len=64, prefill_tokens=2048, waiting_served_ratio=1.0, max_waiting_steps=3)
+    b.start()
+
+    def prefills() -> float:
+        return b.metrics.registry.get_sample_value("nmt_prefill_duration_seconds_count")
+
+    try:
+        running = asyncio.create_task(b.generate(sources[:4], [150] * 4))
+        await until(lambda: b.cache.n == 4)  # nothing was running: admitted at once, in one prefill
+        assert prefills() == 1
+        steps = b.steps
+        late = await b.generate(sources[4:6], [5, 5])  # 2 arrivals < 1.0 x 4 running rows: held, then encoded together
+        assert prefills() == 2 and b.steps - steps >= 3 + 5
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    finally:
+        b.stop()
+    assert [h.tokens for h in late] == [alone(model, s, 5).tokens for s in sources[4:6]]
+
+
 async def test_a_cancelled_request_leaves_the_batch(tiny_model, sources):
     b = batcher(slow(tiny_model), max_len=200)
     try:
