@@ -11,7 +11,7 @@ from typing import get_args
 import uvicorn
 from pydantic import ValidationError
 
-from app.engine import resolve_device
+from app.device import resolve_device
 from app.main import create_app
 from app.settings import Dtype, LogLevel, Settings
 

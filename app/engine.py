@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,6 +13,8 @@ from typing import Any, TypeVar
 import torch
 
 from app.batcher import Batcher, EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
+from app.detokenize import IncrementalText
+from app.device import device_name, resolve_device
 from app.metrics import Metrics
 from app.settings import Settings
 from model.checkpoint import load_checkpoint
@@ -25,9 +26,8 @@ from model.transformer import Transformer, padding_mask, subsequent_mask
 
 __all__ = [
     "Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "OutOfMemory", "QueueFull",
-    "RequestTimeout", "device_name", "resolve_device",
+    "RequestTimeout",
 ]  # fmt: skip
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 log = logging.getLogger("nmt_serve.engine")
 T = TypeVar("T")
 WARM_UP_TEXT = "A man is riding a bike."
@@ -47,39 +47,6 @@ class InputTooLong(InvalidRequest):
 
 class RequestTimeout(RuntimeError):
     """The request was not answered within NMT_REQUEST_TIMEOUT_S; its sequences were dropped."""
-
-
-def resolve_device(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
-    """Map "auto" to cuda when available, else cpu; refuse half precision off CUDA."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"device {device!r} is not a torch device; use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} was requested but CUDA is not available here; use auto or cpu")
-    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r} does not exist; this host has {torch.cuda.device_count()} CUDA devices")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
-    if dtype != "float32" and dev.type != "cuda":
-        raise ValueError(f"dtype {dtype} needs a CUDA device, but the device is {dev.type}; use float32")
-    return dev, DTYPES[dtype]
-
-
-def device_name(device: torch.device) -> str:
-    """The GPU's name on CUDA, else the CPU's model name."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 @dataclass
@@ -396,26 +363,3 @@ async def _inline_or_on_thread(size: int, fn: Callable[..., T], *args: Any) -> T
     if size <= INLINE_CHARS:
         return fn(*args)
     return await asyncio.to_thread(fn, *args)
-
-
-class IncrementalText:
-    """The text of a growing list of target ids, which only ever grows.
-
-    Each non-byte piece re-decodes the whole prefix and reports the new suffix. A run of byte-fallback pieces
-    (<0xC3><0xA4> = "ä") is held back until a non-byte piece ends it: the tokenizer decodes a run as a whole,
-    so a later byte can turn an earlier complete character into replacement characters.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, byte_ids: frozenset[int]):
-        self.tokenizer, self.byte_ids = tokenizer, byte_ids
-        self.ids: list[int] = []
-        self.text = ""
-
-    def add(self, token: int) -> str:
-        """Append a token id; return the text it makes final ("" while a byte run is open)."""
-        self.ids.append(token)
-        if token in self.byte_ids:
-            return ""
-        text = self.tokenizer.decode(self.ids)
-        delta, self.text = text[len(self.text) :], text
-        return delta

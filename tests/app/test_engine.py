@@ -1,9 +1,8 @@
-"""The engine: limits, devices, streaming text, timeouts, and a many-text request coming back whole and in order."""
+"""The engine: limits, streaming, timeouts, and a many-text request coming back whole and in order."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 
 import pytest
 import torch
@@ -11,13 +10,10 @@ import torch
 from app.engine import (
     INLINE_CHARS,
     Engine,
-    IncrementalText,
     InputTooLong,
     InvalidRequest,
     QueueFull,
     RequestTimeout,
-    device_name,
-    resolve_device,
 )
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from model.checkpoint import load_checkpoint
@@ -78,49 +74,9 @@ def test_limits_must_fit_the_model(tiny_model, tokenizer):
         Engine(tiny_model, tokenizer, max_new_tokens=512)
 
 
-def test_resolve_device():
-    expected = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    assert resolve_device("auto", "float32") == (expected, torch.float32)
-    assert resolve_device("cpu", "float32") == (torch.device("cpu"), torch.float32)
-    with pytest.raises(ValueError, match="needs a CUDA device"):
-        resolve_device("cpu", "float16")
-    with pytest.raises(ValueError, match="not a torch device"):
-        resolve_device("banana", "float32")
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="CUDA is not available"):
-            resolve_device("cuda", "bfloat16")
-
-
 def test_engine_limits_must_admit_a_full_request(tiny_model, tokenizer):
     with pytest.raises(ValueError, match="max_queue=4 is below max_batch_texts=8"):
         Engine(tiny_model, tokenizer, max_batch_texts=8, max_queue=4)
-
-
-def test_device_name_names_the_cpu_or_the_gpu():
-    assert device_name(torch.device("cpu")).strip()
-    if torch.cuda.is_available():
-        assert device_name(torch.device("cuda:0")) == torch.cuda.get_device_name(0)
-
-
-def test_incremental_text_only_grows_and_holds_byte_runs_until_they_end(tokenizer):
-    byte_ids = frozenset(tokenizer.hf.token_to_id(f"<0x{i:02X}>") for i in range(256))
-    words = [i for i in range(4, tokenizer.vocab_size) if i not in byte_ids]
-    rng = random.Random(0)
-    for _ in range(300):  # random pieces, a third of them bytes: runs that do and do not form UTF-8
-        ids = [rng.choice(sorted(byte_ids) if rng.random() < 0.35 else words) for _ in range(rng.randint(1, 25))]
-        inc, shown = IncrementalText(tokenizer, byte_ids), ""
-        for k, i in enumerate(ids, 1):
-            delta = inc.add(i)
-            assert inc.text == shown + delta and tokenizer.decode(ids).startswith(inc.text)
-            shown = inc.text
-            if i not in byte_ids:
-                assert inc.text == tokenizer.decode(ids[:k])
-    text = "Zwei junge weiße Männer — naïve café €42"  # pieces the tiny vocabulary spells with bytes
-    ids = tokenizer.encode(text, side="target", add_special_tokens=False)
-    assert byte_ids & set(ids)
-    inc = IncrementalText(tokenizer, byte_ids)
-    deltas = [inc.add(i) for i in ids]
-    assert "".join(deltas) == inc.text == text and "\ufffd" not in "".join(deltas)
 
 
 async def test_a_stream_has_an_event_per_token_and_ends_with_the_plain_translation(engine):

@@ -12,7 +12,7 @@ import crossplane
 import jsonschema
 import pytest
 
-from app.engine import resolve_device
+from app.device import resolve_device
 from app.settings import BUNDLED_MODEL_DIR, MAX_BODY_BYTES, Settings
 from tests.deploy.repo import (
     NGINX_CONF,
