@@ -11,7 +11,9 @@ ratios the service is judged by: sentences/s at concurrency 32 over concurrency 
 concurrency 1 over the in-process p50. For the second, in-process decoding and requests at concurrency
 1 take turns, 100 sentences at a time, so that the machine's drift does not fall between them;
 in-process decoding is also timed with the cores left idle for --pause-ms before each sentence, as a
-server's are while a response travels.
+server's are while a response travels. Last, the service at concurrency 32 takes turns with CTranslate2
+float32 decoding the same sentences in process at batch 32 (the peer bench/peers.py times), and the
+median of the per-round ratios is printed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -185,6 +187,39 @@ async def drive(url: str, sentences: list[str], concurrency: int, client: str = 
     }
 
 
+@contextmanager
+def ct2_at_batch_32(args: argparse.Namespace) -> Iterator[Callable[[], float]]:
+    """CTranslate2 float32 on the converted checkpoint, in a process of its own (bench/peers.py's worker, 2 threads):
+    yields a function that decodes all the sentences once, 32 at a time as peers.py does, and returns sentences/s."""
+    import tempfile
+
+    from peers import answer
+
+    from bench.ct2_convert import convert
+    from model.checkpoint import load_checkpoint
+
+    with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
+        convert(*load_checkpoint(args.model_dir)[:2], ct2_dir)
+        child = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "peers.py"), "--model-dir", args.model_dir, "--src", args.src,
+             "--limit", str(args.limit), "--threads", str(args.threads), "--batch-sizes", "32", "--ct2-dir", ct2_dir,
+             "--worker", "ct2_fp32"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            answer(child)  # loaded and warmed up
+
+            def run() -> float:
+                child.stdin.write("32\n")
+                child.stdin.flush()
+                x = answer(child)
+                return len(x["outputs"]) / x["seconds"]
+
+            yield run
+        finally:
+            child.stdin.close()
+            child.wait(timeout=60)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
@@ -196,6 +231,8 @@ def main() -> None:
     p.add_argument("--pause-ms", type=float, default=3.0, help="also time in-process decoding with the cores idle "
                    "this long before each sentence (0 = not)")  # fmt: skip
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager model, in-process and served")
+    p.add_argument("--ct2-rounds", type=int, default=3, help="rounds of concurrency 32 over HTTP taking turns with "
+                   "CTranslate2 in process at batch 32 (0 = skip; needs the ctranslate2 package)")  # fmt: skip
     p.add_argument("--client", choices=["raw", "httpx"], default="raw", help="raw: keep-alive HTTP/1.1 on asyncio "
                    "streams, 0.14 ms of CPU a request; httpx: 1.2 ms, taken from the server's two cores")  # fmt: skip
     args = p.parse_args()
@@ -206,7 +243,9 @@ def main() -> None:
     sentences = sentences[: args.limit] if args.limit else sentences
 
     decode = in_process_decoder(args.model_dir, args.threads, args.compile)
-    with running_server(args.model_dir, args.threads, args.server_arg, args.compile) as (url, _):
+    with ExitStack() as stack:
+        ct2 = stack.enter_context(ct2_at_batch_32(args)) if args.ct2_rounds else None
+        url, _ = stack.enter_context(running_server(args.model_dir, args.threads, args.server_arg, args.compile))
         results = []
         for level in map(int, args.levels.split(",")):
             row = asyncio.run(drive(url, sentences, level, args.client))
@@ -225,6 +264,13 @@ def main() -> None:
             alone += decode(part, 0.0)
             paused += decode(part, args.pause_ms / 1000) if args.pause_ms else []
             served += asyncio.run(drive(url, part, 1, args.client))["latencies"]
+        # The service at concurrency 32 against CTranslate2 decoding the same sentences in process, 32 at a time:
+        # one pass each per round, back to back, the ratio taken per round.
+        vs_ct2 = []
+        for _ in range(args.ct2_rounds):
+            theirs = ct2()
+            ours = asyncio.run(drive(url, sentences, 32, args.client))["sent_s"]
+            vs_ct2.append((ours, theirs))
 
     summary = {"levels": results}
     by = {r["concurrency"]: r for r in results}
@@ -242,6 +288,13 @@ def main() -> None:
         summary["p50_c1_over_paused"] = round(p50["http_c1"] / p50["in_process_paused"], 2)
         print(f"  in process with {args.pause_ms:g} ms idle before each sentence: {p50['in_process_paused']} ms, "
               f"{summary['p50_c1_over_paused']}x")  # fmt: skip
+    if vs_ct2:
+        ratios = sorted(ours / theirs for ours, theirs in vs_ct2)
+        summary["c32_vs_ct2_in_process"] = {"rounds": [[o, round(t, 1)] for o, t in vs_ct2],
+                                            "ratio": round(statistics.median(ratios), 2)}  # fmt: skip
+        print(f"HTTP at concurrency 32 against CTranslate2 float32 in process at batch 32, taking turns: "
+              + ", ".join(f"{o:.1f} vs {t:.1f}" for o, t in vs_ct2) + f" sent/s: {statistics.median(ratios):.2f}x "
+              f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}; target >= 0.6)")  # fmt: skip
     print(json.dumps(summary))
 
 
