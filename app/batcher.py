@@ -1,8 +1,9 @@
 """Continuous batching on one worker thread that owns the model.
 
 Callers on any event loop submit sequences and await futures. Between decoder steps the worker admits
-waiting sequences into free KV-cache rows (the encoder runs once per sequence), steps every live row
-by one token, and lets finished rows leave at once, so a short request never waits for a long one.
+waiting sequences into free KV-cache rows (the encoder runs once per sequence; while rows are decoding,
+arrivals may gather for a few steps to be encoded together), steps every live row by one token, and
+lets finished rows leave at once, so a short request never waits for a long one.
 A streaming sequence also gets each new token on its caller's loop; a sequence whose caller gives up
 (cancelled, timed out, disconnected) leaves the batch before the next step. At most `max_queue`
 sequences are waiting or decoding at once; beyond that `generate` and `stream` raise QueueFull.
