@@ -147,33 +147,37 @@ async def drive(url: str, sentences: list[str], concurrency: int, client: str = 
     latencies, out_tokens, errors = [], 0, 0
     queue = list(reversed(sentences))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as pool:
+    pool = httpx.AsyncClient(base_url=url, timeout=120, limits=limits) if client == "httpx" else None
 
-        async def worker() -> None:
-            nonlocal out_tokens, errors
-            conn = await RawConnection.open(url) if client == "raw" else None
-            try:
-                while queue:
-                    text = queue.pop()
-                    t0 = time.perf_counter()
-                    if conn is not None:
-                        async with asyncio.timeout(120):
-                            status, body = await conn.post("/translate", {"text": text})
-                    else:
-                        r = await pool.post("/translate", json={"text": text})
-                        status, body = r.status_code, r.json()
-                    latencies.append(time.perf_counter() - t0)
-                    if status != 200:
-                        errors += 1
-                        continue
-                    out_tokens += body["usage"]["output_tokens"]
-            finally:
+    async def worker() -> None:
+        nonlocal out_tokens, errors
+        conn = await RawConnection.open(url) if pool is None else None
+        try:
+            while queue:
+                text = queue.pop()
+                t0 = time.perf_counter()
                 if conn is not None:
-                    conn.close()
+                    async with asyncio.timeout(120):
+                        status, body = await conn.post("/translate", {"text": text})
+                else:
+                    r = await pool.post("/translate", json={"text": text})
+                    status, body = r.status_code, r.json()
+                latencies.append(time.perf_counter() - t0)
+                if status != 200:
+                    errors += 1
+                    continue
+                out_tokens += body["usage"]["output_tokens"]
+        finally:
+            if conn is not None:
+                conn.close()
 
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    try:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - t0
+    finally:
+        if pool is not None:
+            await pool.aclose()
+    wall = time.perf_counter() - t0
     return {
         "concurrency": concurrency,
         "sentences": len(sentences),
