@@ -197,31 +197,23 @@ def ct2_at_batch_32(args: argparse.Namespace) -> Iterator[Callable[[], float]]:
     yields a function that decodes all the sentences once, 32 at a time as peers.py does, and returns sentences/s."""
     import tempfile
 
-    from peers import answer
+    from peers import decode_once, start_worker, stop_worker
 
     from bench.ct2_convert import convert
     from model.checkpoint import load_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
         convert(*load_checkpoint(args.model_dir)[:2], ct2_dir)
-        child = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "peers.py"), "--model-dir", args.model_dir, "--src", args.src,
-             "--limit", str(args.limit), "--threads", str(args.threads), "--batch-sizes", "32", "--ct2-dir", ct2_dir,
-             "--worker", "ct2_fp32"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        child = start_worker(argparse.Namespace(**{**vars(args), "batch_sizes": "32"}), "ct2_fp32", ct2_dir)
         try:
-            answer(child)  # loaded and warmed up
 
             def run() -> float:
-                child.stdin.write("32\n")
-                child.stdin.flush()
-                x = answer(child)
+                x = decode_once(child, 32)
                 return len(x["outputs"]) / x["seconds"]
 
             yield run
         finally:
-            child.stdin.close()
-            child.wait(timeout=60)
+            stop_worker(child)
 
 
 def main() -> None:

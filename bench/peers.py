@@ -135,33 +135,51 @@ def same(a: list[list[int]], b: list[list[int]]) -> float:
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
+def start_worker(args, name: str, ct2_dir: str) -> subprocess.Popen:
+    """One engine in a process of its own (see `worker`), loaded and warmed up for args.batch_sizes."""
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit),
+         "--threads", str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir", ct2_dir, "--worker", name],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        answer(child)  # {"ready": true}
+    except BaseException:
+        child.kill()
+        raise
+    return child
+
+
+def decode_once(child: subprocess.Popen, batch_size: int) -> dict:
+    """Have a started worker decode the whole corpus once at `batch_size`: {seconds, tokens, outputs}."""
+    child.stdin.write(f"{batch_size}\n")
+    child.stdin.flush()
+    return answer(child)
+
+
+def stop_worker(child: subprocess.Popen) -> None:
+    child.stdin.close()
+    child.wait(timeout=60)
+
+
 def measure(args, names: list[str], sizes: list[int], ct2_dir: str) -> dict[int, dict[str, list[dict]]]:
     """{batch size: {engine: one result per round}}, the engines taking turns in rotating order."""
-    passthrough = ["--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit), "--threads",
-                   str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir", ct2_dir]  # fmt: skip
     children: dict[str, subprocess.Popen] = {}
     try:
         for name in names:  # one at a time: a compile must not share the cores with another engine
             print(f"starting {name} ...", file=sys.stderr, flush=True)
-            children[name] = subprocess.Popen(
-                [sys.executable, __file__, *passthrough, "--worker", name], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
-            answer(children[name])
+            children[name] = start_worker(args, name, ct2_dir)
         results: dict[int, dict[str, list[dict]]] = {bs: {name: [] for name in names} for bs in sizes}
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for bs in sizes:
                 for name in order:
-                    children[name].stdin.write(f"{bs}\n")
-                    children[name].stdin.flush()
-                    results[bs][name].append(answer(children[name]))
+                    results[bs][name].append(decode_once(children[name], bs))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         return results
     finally:
         for child in children.values():
-            child.stdin.close()
-            child.wait(timeout=60)
+            stop_worker(child)
 
 
 def main() -> None:
