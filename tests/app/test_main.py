@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 
@@ -160,6 +161,16 @@ async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monke
             await app.state.loading
             assert (await client.get("/ready")).json() == {"status": "ready"}
         assert_error(await client.get("/ready"), 503, "not_ready", "shutting down")
+
+
+async def test_what_startup_loaded_is_frozen_out_of_the_cyclic_collector(settings):
+    gc.unfreeze()
+    async with serve(settings) as (app, client):
+        model = app.state.engine.model
+        collected = {id(o) for o in gc.get_objects()}  # every generation but the permanent (frozen) one
+        assert gc.is_tracked(model) and id(model) not in collected
+        assert gc.get_freeze_count() > 10_000  # torch, the model, the tokenizer
+        assert (await client.post("/translate", json={"text": "a dog"})).status_code == 200
 
 
 async def test_a_checkpoint_that_fails_to_load_is_reported(tmp_path, settings):
