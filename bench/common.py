@@ -31,9 +31,13 @@ def load_corpus(args: argparse.Namespace) -> tuple[Transformer, Tokenizer, list[
     """The model, its tokenizer and the source sentences as ids, length-sorted as a server batches them."""
     torch.set_num_threads(args.threads)
     model, tok, _ = load_checkpoint(args.model_dir)
+    return model, tok, sorted(tok.encode_batch(read_sentences(args)), key=len)
+
+
+def read_sentences(args: argparse.Namespace) -> list[str]:
+    """The lines of --src, the first --limit of them when it is set."""
     sentences = list(read_lines(args.src))
-    sentences = sentences[: args.limit] if args.limit else sentences
-    return model, tok, sorted(tok.encode_batch(sentences), key=len)
+    return sentences[: args.limit] if args.limit else sentences
 
 
 def pad_batch(batch: list[list[int]], pad_id: int) -> torch.Tensor:

@@ -28,16 +28,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from asgi_lifespan import LifespanManager  # noqa: E402
-from common import corpus_arguments  # noqa: E402
+from common import corpus_arguments, read_sentences  # noqa: E402
 
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from model.decoding import Hypothesis  # noqa: E402
-from model.tokenizer import read_lines  # noqa: E402
 
 
 async def post(app, path: str, body: bytes) -> int:
     """One request through the ASGI app, as uvicorn would hand it over; returns the status."""
+    # Not httpx.ASGITransport: the client's own work per request would run on this thread too and blur the figure.
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
         "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
@@ -92,9 +92,7 @@ async def main() -> None:
     p.add_argument("--passes", type=int, default=3, help="passes over the corpus per measurement: a full collection "
                    "comes only every few thousand requests")
     args = p.parse_args()
-    sentences = list(read_lines(args.src))
-    sentences = sentences[: args.limit] if args.limit else sentences
-    bodies = [json.dumps({"text": s}).encode() for s in sentences]
+    bodies = [json.dumps({"text": s}).encode() for s in read_sentences(args)]
     app = create_app(Settings(model_dir=args.model_dir, compile=False, threads=args.threads))
     async with LifespanManager(app, startup_timeout=300):
         await app.state.loading
