@@ -89,8 +89,12 @@ async def main() -> None:
     p = corpus_arguments(__doc__)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--passes", type=int, default=3, help="passes over the corpus per measurement: a full collection "
-                   "comes only every few thousand requests")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=3,
+        help="passes over the corpus per measurement: a full collection comes only every few thousand requests",
+    )
     args = p.parse_args()
     bodies = [json.dumps({"text": s}).encode() for s in read_sentences(args)]
     app = create_app(Settings(model_dir=args.model_dir, compile=False, threads=args.threads))
@@ -110,9 +114,13 @@ async def main() -> None:
                     gc.unfreeze()
                 per[mode].append(await measure(app, bodies * args.passes, args.concurrency))
         ratios = [u / f for f, u in zip(per["frozen"], per["unfrozen"])]
-    print(f"{len(bodies) * args.passes} requests per measurement at concurrency {args.concurrency}, {args.rounds} rounds; loop-thread CPU per request:")
+    print(
+        f"{len(bodies) * args.passes} requests per measurement at concurrency {args.concurrency}, {args.rounds} rounds; loop-thread CPU per request:"
+    )
     for mode, values in per.items():
-        print(f"  {mode:9} {statistics.median(values) * 1e3:.3f} ms (rounds {', '.join(f'{v * 1e3:.3f}' for v in values)})")
+        print(
+            f"  {mode:9} {statistics.median(values) * 1e3:.3f} ms (rounds {', '.join(f'{v * 1e3:.3f}' for v in values)})"
+        )
     print(f"  unfrozen/frozen = {statistics.median(ratios):.2f}x (rounds {min(ratios):.2f}-{max(ratios):.2f})")
 
 
