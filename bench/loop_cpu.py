@@ -115,11 +115,13 @@ async def main() -> None:
                 per[mode].append(await measure(app, bodies * args.passes, args.concurrency))
         ratios = [u / f for f, u in zip(per["frozen"], per["unfrozen"])]
     print(
-        f"{len(bodies) * args.passes} requests per measurement at concurrency {args.concurrency}, {args.rounds} rounds; loop-thread CPU per request:"
+        f"{len(bodies) * args.passes} requests per measurement at concurrency {args.concurrency}, {args.rounds} rounds; "
+        "loop-thread CPU per request:"
     )
     for mode, values in per.items():
         print(
-            f"  {mode:9} {statistics.median(values) * 1e3:.3f} ms (rounds {', '.join(f'{v * 1e3:.3f}' for v in values)})"
+            f"  {mode:9} {statistics.median(values) * 1e3:.3f} ms "
+            f"(rounds {', '.join(f'{v * 1e3:.3f}' for v in values)})"
         )
     print(f"  unfrozen/frozen = {statistics.median(ratios):.2f}x (rounds {min(ratios):.2f}-{max(ratios):.2f})")
 
