@@ -138,7 +138,13 @@ class KVCache:
         self.steps += 1
         if rows > n:
             out = [o[:n] for o in out]
-        return tuple(out) if greedy else out[0]
+        if not greedy:
+            return out[0]
+        ids, logprobs, hidden = out
+        screen = getattr(model, "screen", None)
+        if screen is not None and rows >= screen.min_rows:  # greedy_step screened: settle the rows it left at -1
+            ids, logprobs = screen.confirm(ids, logprobs, hidden, model.generator)
+        return ids, logprobs
 
 
 @dataclass

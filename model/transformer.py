@@ -267,6 +267,7 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.output_proj = None if c.tie_output else nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.screen = None  # a LogitScreen (model/screen.py) for greedy_step, set by use_screen
         for name, p in self.named_parameters():
             if p.dim() > 1 and "embed" not in name:
                 nn.init.xavier_uniform_(p)
@@ -290,11 +291,24 @@ class Transformer(nn.Module):
         x = self.decoder_norm(x)
         return (x, w_self, w_cross) if need_weights else x
 
+    @property
+    def generator_weight(self) -> torch.Tensor:
+        """The output projection's weight (V, D): the target embedding's when tied."""
+        return self.tgt_embed.token.weight if self.output_proj is None else self.output_proj.weight
+
     def generator(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) -> logits (..., V)"""
         if self.output_proj is None:
             return F.linear(hidden, self.tgt_embed.token.weight)
         return self.output_proj(hidden)
+
+    def use_screen(self, on: bool = True) -> bool:
+        """Screen greedy_step's output projection in bfloat16 (model/screen.py) where that pays; returns
+        whether it is on. Call it before model/compile.py compiles the step."""
+        from model.screen import LogitScreen, supported
+
+        self.screen = LogitScreen(self.generator_weight) if on and supported(self.generator_weight) else None
+        return self.screen is not None
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher forcing. src (B, S), tgt (B, T) starting with <s> -> logits (B, T, V)"""
@@ -316,6 +330,11 @@ class Transformer(nn.Module):
         attends to those before its own position; cross_kv (2, L, N, H, S, Dh) with src_keep (N, S), True = a
         real source token -> logits (N, V), this token's keys and values kv (2, L, N, H, Dh)
         """
+        hidden, kv = self.step_hidden(tokens, positions, past_kv, cross_kv, src_keep)
+        return self.generator(hidden), kv
+
+    def step_hidden(self, tokens, positions, past_kv, cross_kv, src_keep):
+        """`step` up to the final norm: -> hidden (N, D), kv (2, L, N, H, Dh)"""
         x = self.tgt_embed(tokens[:, None], positions[:, None])  # (N, 1, D)
         past_keep = (torch.arange(past_kv.size(4), device=tokens.device)[None, :] < positions[:, None])[:, None, None]
         cross_mask = src_keep[:, None, None, :]  # (N, 1, 1, S)
@@ -324,12 +343,16 @@ class Transformer(nn.Module):
             x, k, v = layer.step(x, past_kv[0, i], past_kv[1, i], past_keep, cross_kv[0, i], cross_kv[1, i], cross_mask)
             ks.append(k)
             vs.append(v)
-        return self.generator(self.decoder_norm(x[:, 0])), torch.stack([torch.stack(ks), torch.stack(vs)])
+        return self.decoder_norm(x[:, 0]), torch.stack([torch.stack(ks), torch.stack(vs)])
 
     def greedy_step(self, tokens, positions, past_kv, cross_kv, src_keep):
-        """`step`, then each row's most likely token and its log-probability -> ids, logprobs (N,), kv"""
-        logits, kv = self.step(tokens, positions, past_kv, cross_kv, src_keep)
-        return *greedy_pick(logits), kv
+        """`step`, then each row's most likely token and its log-probability -> ids, logprobs, hidden (N, D), kv.
+        With a screen and enough rows, ids are -1 where the screen could not vouch for the float32 argmax:
+        LogitScreen.confirm settles those (KVCache.step does)."""
+        hidden, kv = self.step_hidden(tokens, positions, past_kv, cross_kv, src_keep)
+        if self.screen is not None and hidden.size(0) >= self.screen.min_rows:
+            return *self.screen(hidden, self.generator_weight), hidden, kv
+        return *greedy_pick(self.generator(hidden)), hidden, kv
 
     def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """Feed one token per live cache row at that row's position. tokens (N,) -> logits (N, V)"""
@@ -338,9 +361,7 @@ class Transformer(nn.Module):
     def decode_greedy(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
         """decode_step and the greedy choice: in one graph when model/compile.py compiled it.
         tokens (N,) -> next ids (N,), their log-probabilities (N,)"""
-        if getattr(self, "compiled_step", None) is not None:
-            return cache.step(self, tokens, greedy=True)
-        return greedy_pick(self.decode_step(tokens, cache))
+        return cache.step(self, tokens, greedy=True)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -52,14 +52,14 @@ def client(served) -> httpx.AsyncClient:
 
 
 class StepGate:
-    """Wraps a model's decoder step: records each step's batch size, and can hold the worker at a chosen step."""
+    """Wraps a model's greedy decoder step: records each step's batch size, and can hold the worker at a chosen step."""
 
     def __init__(self, model, monkeypatch):
         self.sizes: list[int] = []
         self.paused, self._go, self._hold = threading.Event(), threading.Event(), None
-        real = model.decode_step
+        real = model.decode_greedy
 
-        def decode_step(tokens, cache):
+        def decode_greedy(tokens, cache):
             self.sizes.append(tokens.size(0))
             if self._hold is not None and self._hold(self.sizes):
                 self._hold = None
@@ -68,7 +68,7 @@ class StepGate:
                 self._go.wait(30)
             return real(tokens, cache)
 
-        monkeypatch.setattr(model, "decode_step", decode_step)
+        monkeypatch.setattr(model, "decode_greedy", decode_greedy)
 
     def hold(self, when) -> None:
         """Pause the worker (once) at the first step where when(sizes) is true, before the step runs."""
@@ -80,14 +80,14 @@ class StepGate:
         self._go.set()
 
 
-def failing_on_step(decode_step, n: int):
-    """decode_step that raises RuntimeError("injected fault") on its n-th call and works otherwise."""
+def failing_on_step(decode_greedy, n: int):
+    """decode_greedy that raises RuntimeError("injected fault") on its n-th call and works otherwise."""
     calls = []
 
     def flaky(tokens, cache):
         calls.append(1)
         if len(calls) == n:
             raise RuntimeError("injected fault")
-        return decode_step(tokens, cache)
+        return decode_greedy(tokens, cache)
 
     return flaky

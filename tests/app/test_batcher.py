@@ -23,29 +23,28 @@ TEXTS = [
 def ends_early(tiny_model):
     """A copy of the tiny model that emits </s> after (source length % 7 + 2) tokens, so lengths vary."""
     m = copy.deepcopy(tiny_model)
-    real, eos = m.decode_step, m.config.eos_id
+    real, eos = m.decode_greedy, m.config.eos_id
 
-    def decode_step(tokens, cache):
+    def decode_greedy(tokens, cache):
         n = tokens.size(0)
         pos, src_len = cache.positions[:n].clone(), cache.src_keep[:n].sum(1)  # (N,), (N,)
-        logits = real(tokens, cache)  # (N, V)
-        logits[pos == src_len % 7 + 2, eos] = 1e4
-        return logits
+        ids, logprobs = real(tokens, cache)  # (N,), (N,)
+        return torch.where(pos == src_len % 7 + 2, eos, ids), logprobs
 
-    m.decode_step = decode_step
+    m.decode_greedy = decode_greedy
     return m
 
 
 def slow(tiny_model, seconds: float = 0.002):
     """A copy of the tiny model whose decoder step takes a little while, so a test can act mid-sequence."""
     m = copy.deepcopy(tiny_model)
-    real = m.decode_step
+    real = m.decode_greedy
 
-    def decode_step(tokens, cache):
+    def decode_greedy(tokens, cache):
         time.sleep(seconds)
         return real(tokens, cache)
 
-    m.decode_step = decode_step
+    m.decode_greedy = decode_greedy
     return m
 
 
@@ -143,7 +142,7 @@ async def test_a_cancelled_request_leaves_the_batch(tiny_model, sources):
 
 async def test_a_failing_step_fails_its_sequences_and_the_next_ones_succeed(tiny_model, sources):
     model = copy.deepcopy(tiny_model)
-    model.decode_step = failing_on_step(model.decode_step, 3)
+    model.decode_greedy = failing_on_step(model.decode_greedy, 3)
     b = batcher(model)
     try:
         with pytest.raises(EngineFailure, match="injected fault"):
@@ -199,15 +198,15 @@ async def test_stop_fails_waiting_work_and_refuses_new_work(tiny_model, sources)
 def failing_steps(tiny_model, error: Exception, at: set[int]):
     """A copy of the tiny model whose decoder step raises `error` on the given (1-based) calls."""
     m = copy.deepcopy(tiny_model)
-    real, calls = m.decode_step, []
+    real, calls = m.decode_greedy, []
 
-    def decode_step(tokens, cache):
+    def decode_greedy(tokens, cache):
         calls.append(tokens.size(0))
         if len(calls) in at:
             raise error
         return real(tokens, cache)
 
-    m.decode_step = decode_step
+    m.decode_greedy = decode_greedy
     return m, calls
 
 

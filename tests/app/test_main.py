@@ -190,7 +190,7 @@ async def test_a_checkpoint_that_fails_to_load_is_reported(tmp_path, settings):
 
 async def test_a_failing_step_fails_only_its_requests_and_the_next_one_succeeds(client, app, monkeypatch):
     model = app.state.engine.model
-    monkeypatch.setattr(model, "decode_step", failing_on_step(model.decode_step, 1))
+    monkeypatch.setattr(model, "decode_greedy", failing_on_step(model.decode_greedy, 1))
     r = await client.post("/translate", json={"text": ["A dog.", "A cat."]})
     assert_error(r, 500, "model_error", "injected fault", "other requests were not affected")
     ok = await client.post("/translate", json={"text": "A dog."})
@@ -309,7 +309,7 @@ async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, 
 
 async def test_a_failing_step_ends_a_stream_with_an_error_event_and_the_next_one_succeeds(client, app, monkeypatch):
     model = app.state.engine.model
-    monkeypatch.setattr(model, "decode_step", failing_on_step(model.decode_step, 3))
+    monkeypatch.setattr(model, "decode_greedy", failing_on_step(model.decode_greedy, 3))
     events = sse(await client.post("/translate", json={**LONG, "stream": True}))
     assert [e.get("index") for e in events[:-1]] == [0, 1]
     assert events[-1]["type"] == "model_error" and "injected fault" in events[-1]["error"]
