@@ -81,7 +81,7 @@ class Engine:
         max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
         max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
         metrics: Metrics | None = None, compile: bool = False, threads: int = 0, waiting_served_ratio: float = 0.3,
-        max_waiting_steps: int = 4,
+        max_waiting_steps: int = 4, screen_logits: bool = False,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -103,6 +103,7 @@ class Engine:
             max_batch_texts,
         )
         self.request_timeout_s = request_timeout_s
+        self.screened = model.use_screen(screen_logits)  # before compiling: the step's graph includes it
         self.batcher = Batcher(
             model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics, threads,
             waiting_served_ratio, max_waiting_steps,
@@ -125,6 +126,7 @@ class Engine:
             max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens, max_queue=s.max_queue,
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
+            screen_logits=s.screen_logits,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -160,7 +162,8 @@ class Engine:
             "model": self.name, "config": c.to_dict(), "parameters": self.model.num_parameters(),
             "vocab_size": {"source": c.src_vocab_size, "target": c.tgt_vocab_size},
             "device": str(self.device), "device_name": device_name(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "threads": self.batcher.threads,
+            "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled,
+            "screened_logits": self.screened, "threads": self.batcher.threads,
             "metadata": self.metadata,
             "limits": {
                 "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,

@@ -182,6 +182,9 @@ class InfoResponse(BaseModel):
     device_name: str = Field(description="the GPU's name on CUDA, else the CPU model")
     dtype: str
     compiled: bool = Field(description="the encoder and decoder step run torch.compile'd graphs (NMT_COMPILE)")
+    screened_logits: bool = Field(
+        description="greedy picks screened in bfloat16, confirmed in float32 (NMT_SCREEN_LOGITS)"
+    )
     threads: int = Field(description="CPU threads the model's work runs on (NMT_THREADS)")
     limits: dict[str, int]
     metadata: dict[str, Any]

@@ -40,6 +40,11 @@ class Settings(BaseSettings):
         description="torch.compile the encoder and the decoder step at start-up: minutes on a small CPU "
         "(cached on disk for the next start), then about twice the speed; /ready waits for it",
     )
+    screen_logits: bool = Field(
+        True,
+        description="on CPUs with bfloat16 matmuls, find each step's most likely token with a bfloat16 output "
+        "projection confirmed in float32 (model/screen.py): the same tokens, log-probabilities within ~3e-3",
+    )
     threads: int = Field(
         0, ge=0, description="CPU threads for the model's work (one OpenMP team); 0 = OMP_NUM_THREADS, else one per core"
     )
