@@ -3,8 +3,10 @@
     python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--limit 100] [--rounds 3]
 
 Converts the checkpoint to CTranslate2 (bench/ct2_convert.py) and decodes the length-sorted sentences
-in the same batches with each engine: CT2 float32 and int8; ours compiled (model/compile.py, what
-nmt-serve runs by default), ours eager, and ours eager with dynamic int8 Linear layers. Each engine
+in the same batches with each engine: CT2 float32 and int8; ours compiled (model/compile.py) with the
+bfloat16 logit screen where the CPU has bfloat16 matmuls (model/screen.py: float32 greedy's tokens;
+what nmt-serve runs by default), ours compiled without it (ours_compiled_fp32), ours eager (float32),
+and ours eager with dynamic int8 Linear layers. Each engine
 runs in its own child process: two OpenMP runtimes in one process (PyTorch's and CT2's) spin on the
 same two cores and slow each other down several-fold. The children load (and compile) one after
 another, then take turns: in every round each engine decodes the whole corpus once while the others
@@ -34,7 +36,7 @@ from common import corpus_arguments  # noqa: E402
 
 from model.evaluate import max_new_tokens_for  # noqa: E402 - imports torch, runs nothing in it
 
-ENGINES = ["ct2_fp32", "ct2_int8", "ours_compiled", "ours_eager", "ours_int8"]
+ENGINES = ["ct2_fp32", "ct2_int8", "ours_compiled", "ours_compiled_fp32", "ours_eager", "ours_int8"]
 # An engine decodes one batch of source id lists (each ending in </s>) with a budget of new tokens
 # and returns, per sentence, the generated ids without </s> and how many tokens it generated (</s> included).
 Engine = Callable[[list[list[int]], int], list[tuple[list[int], int]]]
@@ -84,13 +86,17 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     if name == "ours_int8":
         quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
         return ours(quantized, tok.pad_id), encoded
-    if name == "ours_compiled":
+    if name in ("ours_compiled", "ours_compiled_fp32"):
         from model.compile import compile_model, warm_up
 
+        # ours_compiled is what nmt-serve runs by default: the output projection screened in bfloat16 where
+        # the CPU has bfloat16 matmuls (model/screen.py, the same tokens); ours_compiled_fp32 without the screen
+        screened = model.use_screen(name == "ours_compiled")
+        print(f"  {name}: logit screen {'on' if screened else 'off'}", file=sys.stderr, flush=True)
         longest = max(map(len, encoded))
         cache = KVCache(model, max_batch, max_new_tokens_for(longest) + 1, longest)
         compile_model(model)
-        print(f"  ours_compiled: warm-up took {warm_up(model, cache):.0f} s", file=sys.stderr, flush=True)
+        print(f"  {name}: warm-up took {warm_up(model, cache):.0f} s", file=sys.stderr, flush=True)
         return ours(model, tok.pad_id, cache), encoded
     return ours(model, tok.pad_id), encoded
 
@@ -211,12 +217,14 @@ def main() -> None:
             row[f"{name}_sent_s"] = round(n / x["seconds"], 1)
             row[f"{name}_tok_s"] = round(x["tokens"] / x["seconds"], 1)
         ranges = {}
-        for mine, theirs in (("ours_compiled", "ct2_fp32"), ("ours_eager", "ct2_fp32"), ("ours_int8", "ct2_int8")):
+        pairs = [("ours_compiled", "ct2_fp32"), ("ours_compiled_fp32", "ct2_fp32"), ("ours_eager", "ct2_fp32"),
+                 ("ours_int8", "ct2_int8")]  # fmt: skip
+        for mine, theirs in pairs:
             if mine in passes and theirs in passes:  # the same sentences: a speed ratio, per round
                 per_round = sorted(t["seconds"] / m["seconds"] for m, t in zip(passes[mine], passes[theirs]))
                 row[f"{mine}/{theirs}"] = round(statistics.median(per_round), 2)
                 ranges[f"{mine}/{theirs}"] = (per_round[0], per_round[-1])
-        ref = best.get("ours_eager") or best.get("ours_compiled")
+        ref = best.get("ours_eager") or best.get("ours_compiled_fp32") or best.get("ours_compiled")
         if ref:
             for name, x in best.items():
                 if x is not ref:
@@ -226,7 +234,7 @@ def main() -> None:
         print(f"batch {bs} ({n} sentences, {args.threads} threads, each engine in its own process, best of "
               f"{args.rounds} rounds)", flush=True)  # fmt: skip
         for name in best:
-            print(f"  {name:<14} {row[f'{name}_sent_s']:>8} sent/s {row[f'{name}_tok_s']:>9} tok/s")
+            print(f"  {name:<18} {row[f'{name}_sent_s']:>8} sent/s {row[f'{name}_tok_s']:>9} tok/s")
         ratios = [f"{k} = {v}x (rounds {ranges[k][0]:.2f}-{ranges[k][1]:.2f})" for k, v in row.items() if "/" in k]
         print("  " + " | ".join(ratios) + " (sentences/s, median of the per-round ratios)")
         matches = {k.removeprefix("match_"): f"{v:.1%}" for k, v in row.items() if k.startswith("match_")}
