@@ -359,7 +359,7 @@ class Transformer(nn.Module):
         return cache.step(self, tokens)
 
     def decode_greedy(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
-        """decode_step and the greedy choice: in one graph when model/compile.py compiled it.
+        """greedy_step on the cache's live rows (compiled when model/compile.py compiled it), screened rows settled.
         tokens (N,) -> next ids (N,), their log-probabilities (N,)"""
         return cache.step(self, tokens, greedy=True)
 
