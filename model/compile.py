@@ -9,7 +9,7 @@ marked dynamic, so a growing cache never recompiles.
     compile_model(model)         # model.compiled_step/compiled_prefill are then used by KVCache
     warm_up(model, cache)        # compile every bucket now rather than on the first requests
 
-The prefill (encoder and cross-attention keys/values) is compiled too, with dynamic shapes.
+The prefill (encoder and cross-attention keys/values), padded and packed, is compiled too, with dynamic shapes.
 """
 
 from __future__ import annotations
@@ -65,30 +65,31 @@ class CompiledStep:
 
 
 class CompiledPrefill:
-    """model.prefill compiled with dynamic batch and source length; once warm, a shape no graph
+    """model.prefill (or prefill_packed) compiled with dynamic shapes; once warm, a shape no graph
     covers (a batch of 1 with a 1-token source, say) runs eagerly rather than stalling to compile."""
 
-    def __init__(self, model: Transformer):
-        self.fn = torch.compile(model.prefill, fullgraph=True, dynamic=True)
+    def __init__(self, fn):
+        self.fn = torch.compile(fn, fullgraph=True, dynamic=True)
         self.warm = False
 
-    def __call__(self, src: torch.Tensor) -> torch.Tensor:
-        src = src.clone()  # made here, under KVCache.add's inference mode, src always meets the same guards
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+        inputs = [t.clone() for t in inputs]  # made here, under KVCache.add's inference mode: the same guards always
         if not self.warm:
-            return self.fn(src)
+            return self.fn(*inputs)
         with torch.compiler.set_stance("eager_on_recompile"):
-            return self.fn(src)
+            return self.fn(*inputs)
 
 
 def compile_model(model: Transformer, mode: str = "max-autotune-no-cudagraphs") -> None:
     """Give the model a compiled decoder step and prefill (KVCache uses them from now on)."""
     model.compiled_step = CompiledStep(model, mode)
-    model.compiled_prefill = CompiledPrefill(model)
+    model.compiled_prefill = CompiledPrefill(model.prefill)
+    model.compiled_prefill_packed = CompiledPrefill(model.prefill_packed)
 
 
 def uncompile(model: Transformer) -> None:
     """Back to the eager model."""
-    for name in ("compiled_step", "compiled_prefill"):
+    for name in ("compiled_step", "compiled_prefill", "compiled_prefill_packed"):
         model.__dict__.pop(name, None)
 
 
@@ -113,7 +114,10 @@ def warm_up(model: Transformer, cache: KVCache, log=None) -> float:
         cache.remove(range(cache.n))
         if log:
             log(f"compiled the decoder step for {rows} rows ({time.perf_counter() - t0:.0f} s so far)")
-    for compiled in (getattr(model, "compiled_step", None), getattr(model, "compiled_prefill", None)):
-        if compiled is not None:
+    if cache.max_batch > 1 and cache.max_src_len > 2:  # sources of different lengths: the packed prefill
+        src = torch.tensor([[c.unk_id, c.unk_id, c.eos_id], [c.eos_id, c.pad_id, c.pad_id]], device=cache.kv.device)
+        cache.remove(cache.add(model, src))
+    for name in ("compiled_step", "compiled_prefill", "compiled_prefill_packed"):
+        if (compiled := getattr(model, name, None)) is not None:
             compiled.warm = True
     return time.perf_counter() - t0

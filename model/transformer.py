@@ -323,6 +323,22 @@ class Transformer(nn.Module):
         ks, vs = zip(*(layer.cross_attn.project_memory(memory) for layer in self.decoder_layers))
         return torch.stack([torch.stack(ks), torch.stack(vs)])
 
+    def prefill_packed(self, ids, positions, seq, index):
+        """`prefill` for sentences laid end to end in one row, so that no padding is encoded.
+
+        ids, positions, seq (T,): each token, its position in its sentence and its sentence's number;
+        index (B, S): where sentence b's token s sits in the row (any valid place past its end)
+        -> cross_kv (2, L, B, H, S, Dh), as `prefill` gives it for the padded batch
+        """
+        x = self.src_embed(ids[None], positions[None])  # (1, T, D)
+        mask = (seq[:, None] == seq[None, :])[None, None]  # (1, 1, T, T): a token sees only its own sentence
+        for layer in self.encoder_layers:
+            x, _ = layer(x, mask)
+        memory = self.encoder_norm(x)  # (1, T, D)
+        ks, vs = zip(*(layer.cross_attn.project_memory(memory) for layer in self.decoder_layers))
+        kv = torch.stack([torch.cat(ks), torch.cat(vs)])  # (2, L, H, T, Dh)
+        return kv[:, :, :, index].permute(0, 1, 3, 2, 4, 5)  # (2, L, B, H, S, Dh)
+
     def step(self, tokens, positions, past_kv, cross_kv, src_keep):
         """The decoder on one new token per row, as a pure function of tensors (what torch.compile takes).
 

@@ -115,3 +115,28 @@ def test_a_pad_id_inside_a_source_does_not_cut_its_window(eos_model):
     alone = greedy_decode(eos_model, batch([odd]), 12)[0]
     together = greedy_decode(eos_model, batch([odd, [9, 10, 11, 12, 13, 14, 15, 2]]), 12)[0]
     assert alone.tokens == together.tokens
+
+
+@torch.inference_mode()
+def test_packed_prefill_equals_padded_prefill_on_every_real_token(eos_model):
+    from model.decoding import packed
+
+    src = batch(SOURCES)  # lengths 7, 3, 5 and 2: padded to 7
+    keep = src != 0
+    want, got = eos_model.prefill(src), eos_model.prefill_packed(*packed(src, keep, keep.sum(1)))
+    assert got.shape == want.shape
+    real = keep[None, None, :, None, :, None].expand_as(want)  # (2, L, B, H, S, Dh)
+    assert torch.allclose(got[real], want[real], atol=1e-5)
+
+
+@torch.inference_mode()
+def test_the_cache_packs_sources_of_different_lengths_and_only_those(tiny_model, monkeypatch):
+    calls = []
+    real_packed = tiny_model.prefill_packed
+    monkeypatch.setattr(tiny_model, "prefill_packed", lambda *a: calls.append(a[0].numel()) or real_packed(*a))
+    cache = KVCache(tiny_model, 8, 8, 16)
+    cache.remove(cache.add(tiny_model, batch(SOURCES)))
+    assert calls == [17], "7 + 3 + 5 + 2 real tokens, encoded without the 11 pads"
+    cache.remove(cache.add(tiny_model, batch([SOURCES[0], SOURCES[0]])))  # the same length: nothing to save
+    cache.remove(cache.add(tiny_model, batch([[5, 0, 6, 2], [7, 2]])))  # a pad inside a source: not packable
+    assert calls == [17]
