@@ -61,14 +61,15 @@ class KVCache:
             raise ValueError(f"source length {s} exceeds the cache's max_src_len={self.max_src_len}")
         keep = src != model.config.pad_id  # (B, S)
         last = torch.arange(1, s + 1, device=keep.device) * keep  # (B, S): 1-based index of real tokens, else 0
-        src_len = last.max(1).values.clamp(min=1).cpu()  # (B,) window up to the last real token
         lengths = keep.sum(1)  # (B,)
-        real = int(lengths.sum())
+        # one transfer: each row's window up to its last real token, and its count of real tokens
+        src_len, host_lengths = torch.stack([last.max(1).values.clamp(min=1), lengths]).cpu()  # 2 x (B,)
+        real = int(host_lengths.sum())
         # Sources of different lengths, padded at the end only: encode them laid end to end (prefill_packed),
         # so that no padding is encoded. Sentences arriving together at a server differ in length by ~30%.
-        if 1 < b and real * 10 < b * s * 9 and real <= PACK_MAX_TOKENS and torch.equal(lengths.cpu(), src_len):
+        if 1 < b and real * 10 < b * s * 9 and real <= PACK_MAX_TOKENS and torch.equal(host_lengths, src_len):
             fn = getattr(model, "compiled_prefill_packed", None) or model.prefill_packed
-            cross_kv = fn(*packed(src, keep, lengths))  # (2, L, B, H, S, Dh)
+            cross_kv = fn(*packed(src, keep, lengths, real))  # (2, L, B, H, S, Dh)
         else:
             cross_kv = (getattr(model, "compiled_prefill", None) or model.prefill)(src)  # (2, L, B, H, S, Dh)
         rows = range(self.n, self.n + b)
@@ -157,14 +158,14 @@ class KVCache:
         return ids, logprobs
 
 
-def packed(src: torch.Tensor, keep: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def packed(src: torch.Tensor, keep: torch.Tensor, lengths: torch.Tensor, total: int) -> tuple[torch.Tensor, ...]:
     """prefill_packed's inputs for src (B, S) whose real tokens (keep) come first in each row, lengths (B,)
-    of them: ids, positions, seq (T,) and index (B, S)"""
+    of them, `total` in all: ids, positions, seq (T,) and index (B, S)"""
     b, s = src.shape
     at = torch.arange(s, device=src.device).expand(b, s)  # (B, S)
     seq = torch.arange(b, device=src.device)[:, None].expand(b, s)  # (B, S)
     start = lengths.cumsum(0) - lengths  # (B,): where each sentence begins in the packed row
-    index = (start[:, None] + at).clamp(max=int(lengths.sum()) - 1)  # (B, S); past a sentence's end: masked anyway
+    index = (start[:, None] + at).clamp(max=total - 1)  # (B, S); past a sentence's end: masked anyway
     return src[keep], at[keep], seq[keep], index
 
 
