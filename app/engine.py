@@ -140,7 +140,7 @@ class Engine:
         self.ready = True
 
     def _compile(self) -> bool:
-        """On the worker thread, before any request: compile and warm up every row bucket; eager if that fails."""
+        """On the worker thread, before any request: compile and warm up every graph; eager if that fails."""
         try:
             compile_model(self.model)
             seconds = warm_up(self.model, self.batcher.cache, log.info)

@@ -31,11 +31,13 @@ class KVCache:
         if max_len > c.max_positions:
             raise ValueError(f"max_len={max_len} exceeds the model's max_positions={c.max_positions}")
         self.max_batch, self.max_len, self.max_src_len = max_batch, max_len, max_src_len
-        # One slot more than is ever used: a window then never spans a whole dimension, which would make
-        # the view contiguous and send a compiled step (model/compile.py) to a different graph.
-        self.kv = torch.zeros(2, L, max_batch, H, max_len + 1, Dh, device=device, dtype=dtype)  # keys, values
-        self.cross_kv = torch.zeros(2, L, max_batch, H, max_src_len + 1, Dh, device=device, dtype=dtype)
-        self.src_keep = torch.zeros(max_batch, max_src_len + 1, dtype=torch.bool, device=device)  # True = real token
+        # One row and one slot more than are ever used: the live rows and a window then never span a whole
+        # dimension, which would make the view contiguous and send a compiled step (model/compile.py) to a
+        # different graph.
+        rows = max_batch + 1
+        self.kv = torch.zeros(2, L, rows, H, max_len + 1, Dh, device=device, dtype=dtype)  # keys, values
+        self.cross_kv = torch.zeros(2, L, rows, H, max_src_len + 1, Dh, device=device, dtype=dtype)
+        self.src_keep = torch.zeros(rows, max_src_len + 1, dtype=torch.bool, device=device)  # True = real token
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)  # next position per row
         self.tokens = torch.zeros(max_batch, dtype=torch.long, device=device)  # a compiled step's input rows
         self.n = 0
@@ -115,8 +117,8 @@ class KVCache:
         """Run the decoder for the live rows, write their new keys/values, advance.
 
         tokens (N,) -> logits (N, V), or with greedy=True the next ids (N,) and their log-probabilities (N,).
-        A compiled greedy step (model/compile.py) pads the rows up to its next bucket size and sees
-        key windows of at least MIN_WINDOW, so that few graphs serve every batch.
+        A compiled greedy step (model/compile.py) sees key and source windows of at least MIN_WINDOW,
+        so that one graph serves every window.
         """
         n = tokens.size(0)
         if n != self.n:
@@ -126,34 +128,28 @@ class KVCache:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
         src_len = self._longest_src
         compiled = getattr(model, "compiled_step", None) if greedy else None
-        rows = n
-        if compiled is not None:  # rows past n run on stale state and their outputs are dropped
-            rows = compiled.rows_for(n, self.max_batch)
+        if compiled is not None:
             longest = min(max(longest, MIN_WINDOW), self.max_len)
             src_len = min(max(src_len, MIN_WINDOW), self.max_src_len)
-            self.tokens[:n] = tokens
-            tokens = self.tokens[:rows]
-            if rows > n:
-                self.positions[n:rows] = 0  # a stale position could point past the sinusoidal table
+            self.tokens[:n] = tokens  # always a view of one buffer: the same strides, the same guards
+            tokens = self.tokens[:n]
         fn = compiled or (model.greedy_step if greedy else model.step)
         *out, kv = fn(
-            tokens, self.positions[:rows], self.kv[:, :, :rows, :, :longest],  # (2, L, rows, H, T, Dh)
-            self.cross_kv[:, :, :rows, :, :src_len], self.src_keep[:rows, :src_len],
+            tokens, self.positions[:n], self.kv[:, :, :n, :, :longest],  # (2, L, N, H, T, Dh)
+            self.cross_kv[:, :, :n, :, :src_len], self.src_keep[:n, :src_len],
         )  # fmt: skip
         if self._oldest == self._newest:  # every row at one position (always at batch 1): a plain strided copy
-            self.kv[:, :, :n, :, position] = kv[:, :, :n]
+            self.kv[:, :, :n, :, position] = kv
         else:
             live = torch.arange(n, device=kv.device)
-            self.kv[:, :, live, :, self.positions[:n]] = kv[:, :, :n].permute(2, 0, 1, 3, 4)  # (N, 2, L, H, Dh)
+            self.kv[:, :, live, :, self.positions[:n]] = kv.permute(2, 0, 1, 3, 4)  # (N, 2, L, H, Dh)
         self.positions[:n] += 1
         self.steps += 1
-        if rows > n:
-            out = [o[:n] for o in out]
         if not greedy:
             return out[0]
         ids, logprobs, hidden = out
         screen = getattr(model, "screen", None)
-        if screen is not None and rows >= screen.min_rows:  # greedy_step screened: settle the rows it left at -1
+        if screen is not None and n >= screen.min_rows:  # greedy_step screened: settle the rows it left at -1
             ids, logprobs = screen.confirm(ids, logprobs, hidden, model.generator)
         return ids, logprobs
 

@@ -5,7 +5,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from model.checkpoint import load_checkpoint
-from model.compile import CompiledStep, buckets, compile_model, uncompile, warm_up
+from model.compile import compile_model, uncompile, warm_rows, warm_up
 from model.decoding import KVCache, greedy_decode
 from model.screen import LogitScreen
 from tests.model.test_decoding import SOURCES, batch
@@ -14,22 +14,22 @@ MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
 LONGEST = [list(range(40, 55)) + [2]]  # 16 tokens: the cache's whole source window
 
 
-def test_rows_are_padded_to_the_next_power_of_two_capped_by_the_cache():
-    assert [CompiledStep.rows_for(n, 6) for n in range(1, 7)] == [1, 2, 4, 4, 6, 6]
-    assert buckets(6) == [1, 2, 4, 6] and buckets(1) == [1]
+def test_warm_up_steps_one_row_two_rows_and_the_screens_minimum():
+    assert warm_rows(32, 4) == [1, 2, 4] and warm_rows(32, None) == [1, 2]
+    assert warm_rows(3, 4) == [1, 2] and warm_rows(1, 4) == [1]
 
 
 @pytest.mark.parametrize("screen", [False, True], ids=["float32", "screened"])
-def test_compiled_greedy_decoding_equals_eager_for_every_bucket_without_recompiling(trained_checkpoint, screen):
+def test_compiled_greedy_decoding_equals_eager_for_every_row_count_without_recompiling(trained_checkpoint, screen):
     eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
-    if screen:  # the bfloat16 screen (model/screen.py) inside the compiled step, from 2 rows on
-        compiled.screen = LogitScreen(compiled.generator_weight, min_rows=2)
+    if screen:  # the bfloat16 screen (model/screen.py) inside the compiled step, from 3 rows on
+        compiled.screen = LogitScreen(compiled.generator_weight, min_rows=3)
     cache = KVCache(compiled, max_batch=4, max_len=31, max_src_len=16)
     compile_model(compiled)
     assert warm_up(compiled, cache) > 0 and cache.n == 0
     graphs = counters["stats"]["unique_graphs"]
 
-    # 1, 2, 3 (padded to 4) and 4 rows; rows leave at different steps, so the batch shrinks across buckets
+    # 1, 2, 3 and 4 rows; rows leave at different steps, so the batch shrinks across the graphs
     for rows in ([SOURCES[1]], SOURCES[:2], SOURCES[1:], SOURCES, MORE, [MORE[1]] * 4, LONGEST, LONGEST + MORE):
         got, want = greedy_decode(compiled, batch(rows), 30, cache), greedy_decode(eager, batch(rows), 30)
         for g, w in zip(got, want, strict=True):
