@@ -11,6 +11,7 @@ from model.transformer import Transformer, padding_mask, subsequent_mask
 
 MIN_WINDOW = 2  # shortest key window a compiled step sees: lengths 0 and 1 would each need their own graph
 PACK_MAX_TOKENS = 512  # packed prefill attends over all the packed tokens at once: only for small admissions
+MOVE_BY_SLICES = 8  # KVCache.remove moves up to this many rows one by one, more with index tensors
 
 
 class KVCache:
@@ -96,15 +97,22 @@ class KVCache:
         holes = sorted(r for r in dead if r < new_n)
         movers = [r for r in range(new_n, self.n) if r not in dead]
         if holes:
-            src = torch.tensor(movers, device=self.kv.device)
-            dst = torch.tensor(holes, device=self.kv.device)
             # Only the windows the movers have written: a step never reads a row past its own position
             # or source length (masked), and whole rows would copy ~3 MB each here.
             t_len, s_len = int(self.steps - self._start[movers].min()), int(self._src_len[movers].max())
-            self.kv[:, :, dst, :, :t_len] = self.kv[:, :, src, :, :t_len]
-            self.cross_kv[:, :, dst, :, :s_len] = self.cross_kv[:, :, src, :, :s_len]
-            self.src_keep[dst] = self.src_keep[src]
-            self.positions[dst] = self.positions[src]
+            if len(holes) <= MOVE_BY_SLICES:  # a few plain strided copies beat building index tensors
+                for m, h in zip(movers, holes):
+                    self.kv[:, :, h, :, :t_len] = self.kv[:, :, m, :, :t_len]
+                    self.cross_kv[:, :, h, :, :s_len] = self.cross_kv[:, :, m, :, :s_len]
+                    self.src_keep[h] = self.src_keep[m]
+                    self.positions[h] = self.positions[m]
+            else:
+                src = torch.tensor(movers, device=self.kv.device)
+                dst = torch.tensor(holes, device=self.kv.device)
+                self.kv[:, :, dst, :, :t_len] = self.kv[:, :, src, :, :t_len]
+                self.cross_kv[:, :, dst, :, :s_len] = self.cross_kv[:, :, src, :, :s_len]
+                self.src_keep[dst] = self.src_keep[src]
+                self.positions[dst] = self.positions[src]
             self._start[holes] = self._start[movers]
             self._src_len[holes] = self._src_len[movers]
         self.n = new_n

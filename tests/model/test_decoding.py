@@ -101,6 +101,33 @@ def test_rows_join_and_leave_mid_decode(eos_model):
     assert out == alone
 
 
+@pytest.mark.parametrize("dead", [[0, 5, 13], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12]], ids=["few", "many"])
+@torch.inference_mode()
+def test_remove_moves_the_last_live_rows_into_the_holes_with_their_state(tiny_model, dead):
+    """Few moves go row by row, many through index tensors (MOVE_BY_SLICES): both carry every row's state."""
+    cache = KVCache(tiny_model, 20, 10, 8)
+    gen = torch.Generator().manual_seed(0)
+    for size in (12, 8):  # two admissions, so the rows sit at different positions
+        src = torch.randint(4, 30, (size, 6), generator=gen)
+        src[torch.arange(6) >= torch.randint(2, 7, (size, 1), generator=gen)] = tiny_model.config.pad_id
+        cache.add(tiny_model, src)  # sources of 2 to 6 tokens
+        for _ in range(3):
+            cache.step(tiny_model, torch.randint(4, 30, (cache.n,), generator=gen))
+    before = [t.clone() for t in (cache.kv, cache.cross_kv, cache.src_keep, cache.positions)]
+    moves = cache.remove(dead)
+    live = [r for r in range(20) if r not in dead]
+    assert cache.n == len(live) and sorted(f for f, _ in moves) == [r for r in live if r >= cache.n]
+    assert sorted(t for _, t in moves) == [r for r in dead if r < cache.n]
+    for f, t in moves:  # the keys/values the row has written (past them it is masked), its source
+        written = int(before[3][f])
+        assert written in (3, 6) and torch.equal(cache.kv[:, :, t, :, :written], before[0][:, :, f, :, :written])
+        real = int(before[2][f].sum())
+        assert torch.equal(cache.cross_kv[:, :, t, :, :real], before[1][:, :, f, :, :real])
+        assert torch.equal(cache.src_keep[t], before[2][f]) and cache.positions[t] == before[3][f]
+    stays = [r for r in live if r < cache.n]
+    assert torch.equal(cache.kv[:, :, stays], before[0][:, :, stays])
+
+
 def test_cache_refuses_to_overflow(tiny_model):
     cache = KVCache(tiny_model, 1, 4, 8)
     with pytest.raises(ValueError, match="free slots"):
