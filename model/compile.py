@@ -5,8 +5,8 @@ decoder). Inductor with frozen weights (max-autotune) and the C++ wrapper turns 
 fused kernels. The row count, the key window and the source window are all dynamic, so a growing
 cache and a batch that changes size every step never recompile: one graph serves 1 row, one 2 rows
 up to the logit screen's minimum (model/screen.py), one every larger batch. A dynamic row count ran
-a 32-row step ~15% faster here than a graph per power-of-two row bucket did (the GEMMs go to MKL
-rather than to inductor's own templates), and no step computes padding rows.
+a 32-row step ~15% faster here than a graph per power-of-two row bucket did (most matmuls go to
+oneDNN rather than to Inductor's own C++ GEMM kernels), and no step computes padding rows.
 
     compile_model(model)         # model.compiled_step/compiled_prefill are then used by KVCache
     warm_up(model, cache)        # compile every graph now rather than on the first requests
@@ -44,10 +44,9 @@ class CompiledStep:
         self.warm = False  # set by warm_up: from then on only the guards that tell the graphs apart run
 
     def __call__(self, tokens, positions, past_kv, cross_kv, src_keep):
-        if not self.warm:  # rows (a single row stays its own graph: dynamo specializes size 1), then windows
-            for t, dim in ((tokens, 0), (positions, 0), (past_kv, 2), (cross_kv, 2), (src_keep, 0)):
-                torch._dynamo.maybe_mark_dynamic(t, dim)
-            for t, dim in ((past_kv, 4), (cross_kv, 4), (src_keep, 1)):
+        if not self.warm:  # rows (one row still gets a graph of its own: dynamo specializes size 1) and windows
+            rows = ((tokens, 0), (positions, 0), (past_kv, 2), (cross_kv, 2), (src_keep, 0))
+            for t, dim in (*rows, (past_kv, 4), (cross_kv, 4), (src_keep, 1)):
                 torch._dynamo.maybe_mark_dynamic(t, dim)
             return self.fn(tokens, positions, past_kv, cross_kv, src_keep)
         # Full guard evaluation costs ~150 us a call; the weights are frozen and only the row count
