@@ -21,7 +21,7 @@ async def translate(settings: Settings, startup_timeout: float = 60) -> tuple[di
 
 
 async def test_compiled_server_translates_exactly_like_the_eager_one(trained_checkpoint, pairs):
-    # One row at a time: a single compiled bucket keeps the warm-up short.
+    # One row at a time: a single compiled graph of the step keeps the warm-up short.
     base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1)
     info, compiled = await translate(Settings(**base, compile=True), startup_timeout=600)
     eager_info, eager = await translate(Settings(**base, compile=False))
