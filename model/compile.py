@@ -27,6 +27,7 @@ from model.decoding import MIN_WINDOW, KVCache
 from model.transformer import Transformer
 
 log = logging.getLogger(__name__)
+COMPILED = ("compiled_step", "compiled_prefill", "compiled_prefill_packed")  # what compile_model sets on a model
 
 
 class CompiledStep:
@@ -88,7 +89,7 @@ def compile_model(model: Transformer, mode: str = "max-autotune-no-cudagraphs") 
 
 def uncompile(model: Transformer) -> None:
     """Back to the eager model."""
-    for name in ("compiled_step", "compiled_prefill", "compiled_prefill_packed"):
+    for name in COMPILED:
         model.__dict__.pop(name, None)
 
 
@@ -119,7 +120,7 @@ def warm_up(model: Transformer, cache: KVCache, log=None) -> float:
     if cache.max_batch > 1 and cache.max_src_len > 2:  # sources of different lengths: the packed prefill
         src = torch.tensor([[c.unk_id, c.unk_id, c.eos_id], [c.eos_id, c.pad_id, c.pad_id]], device=cache.kv.device)
         cache.remove(cache.add(model, src))
-    for name in ("compiled_step", "compiled_prefill", "compiled_prefill_packed"):
+    for name in COMPILED:
         if (compiled := getattr(model, name, None)) is not None:
             compiled.warm = True
     return time.perf_counter() - t0

@@ -100,15 +100,12 @@ class KVCache:
             # Only the windows the movers have written: a step never reads a row past its own position
             # or source length (masked), and whole rows would copy ~3 MB each here.
             t_len, s_len = int(self.steps - self._start[movers].min()), int(self._src_len[movers].max())
-            if len(holes) <= MOVE_BY_SLICES:  # a few plain strided copies beat building index tensors
-                for m, h in zip(movers, holes):
-                    self.kv[:, :, h, :, :t_len] = self.kv[:, :, m, :, :t_len]
-                    self.cross_kv[:, :, h, :, :s_len] = self.cross_kv[:, :, m, :, :s_len]
-                    self.src_keep[h] = self.src_keep[m]
-                    self.positions[h] = self.positions[m]
-            else:
-                src = torch.tensor(movers, device=self.kv.device)
-                dst = torch.tensor(holes, device=self.kv.device)
+            # a few rows one by one (plain strided copies beat building index tensors), more all at once
+            device = self.kv.device
+            moves = zip(movers, holes) if len(holes) <= MOVE_BY_SLICES else [
+                (torch.tensor(movers, device=device), torch.tensor(holes, device=device))
+            ]  # fmt: skip
+            for src, dst in moves:
                 self.kv[:, :, dst, :, :t_len] = self.kv[:, :, src, :, :t_len]
                 self.cross_kv[:, :, dst, :, :s_len] = self.cross_kv[:, :, src, :, :s_len]
                 self.src_keep[dst] = self.src_keep[src]

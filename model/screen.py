@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.transformer import greedy_pick
+
 CANDIDATES = 8  # K: float32 logits recomputed per row
 BLOCK = 64  # columns per block in top_k's first round
 MIN_ROWS = 4  # below this a bfloat16 matmul of this shape is no faster on this CPU
@@ -83,8 +85,6 @@ class LogitScreen(nn.Module):
         """Settle the rows the screen left at -1 with the float32 projection `generator`. (N,), (N,), (N, D)"""
         unsure = ids < 0
         if bool(unsure.any()):  # one host check; the screen runs only on CPUs, where it costs no device sync
-            logits = generator(hidden[unsure]).float()  # (U, V)
-            best, fixed = logits.max(-1)
             ids, logprobs = ids.clone(), logprobs.clone()
-            ids[unsure], logprobs[unsure] = fixed, best - logits.logsumexp(-1)
+            ids[unsure], logprobs[unsure] = greedy_pick(generator(hidden[unsure]))  # (U, V) logits
         return ids, logprobs

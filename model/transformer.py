@@ -300,7 +300,7 @@ class Transformer(nn.Module):
         """(..., D) -> logits (..., V)"""
         if self.output_proj is None:
             return F.linear(hidden, self.tgt_embed.token.weight)
-        return self.output_proj(hidden)
+        return self.output_proj(hidden)  # a module call: quantize_dynamic may have swapped it
 
     def use_screen(self, on: bool = True) -> bool:
         """Screen greedy_step's output projection in bfloat16 (model/screen.py) where that pays; returns
@@ -319,7 +319,10 @@ class Transformer(nn.Module):
     def prefill(self, src: torch.Tensor) -> torch.Tensor:
         """Encode once and project every decoder layer's cross-attention keys/values.
         src (B, S) -> cross_kv (2, L, B, H, S, Dh): keys, then values"""
-        memory = self.encode(src, padding_mask(src, self.config.pad_id))  # (B, S, D)
+        return self.cross_kv(self.encode(src, padding_mask(src, self.config.pad_id)))
+
+    def cross_kv(self, memory: torch.Tensor) -> torch.Tensor:
+        """Every decoder layer's cross-attention keys/values. memory (B, S, D) -> (2, L, B, H, S, Dh)"""
         ks, vs = zip(*(layer.cross_attn.project_memory(memory) for layer in self.decoder_layers))
         return torch.stack([torch.stack(ks), torch.stack(vs)])
 
@@ -334,9 +337,7 @@ class Transformer(nn.Module):
         mask = (seq[:, None] == seq[None, :])[None, None]  # (1, 1, T, T): a token sees only its own sentence
         for layer in self.encoder_layers:
             x, _ = layer(x, mask)
-        memory = self.encoder_norm(x)  # (1, T, D)
-        ks, vs = zip(*(layer.cross_attn.project_memory(memory) for layer in self.decoder_layers))
-        kv = torch.stack([torch.cat(ks), torch.cat(vs)])  # (2, L, H, T, Dh)
+        kv = self.cross_kv(self.encoder_norm(x))[:, :, 0]  # (2, L, H, T, Dh)
         return kv[:, :, :, index].permute(0, 1, 3, 2, 4, 5)  # (2, L, B, H, S, Dh)
 
     def step(self, tokens, positions, past_kv, cross_kv, src_keep):
