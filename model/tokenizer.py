@@ -85,9 +85,8 @@ class Tokenizer:
         return self._wrap(ids, side) if add_special_tokens else ids
 
     def encode_batch(self, texts: list[str], side: str = "source", add_special_tokens: bool = True) -> list[list[int]]:
-        # One text without encode_batch: that hands it to the library's thread pool, whose threads wake, take the
-        # cores from the model's for a moment, and took ~8% of the server's event-loop time in a
-        # profile at concurrency 32.
+        # One text without encode_batch, which hands it to the library's thread pool: its threads wake and take the
+        # cores from the model's, and it took ~8% of the server's event-loop time in a profile at concurrency 32.
         if len(texts) == 1:
             return [self.encode(texts[0], side, add_special_tokens)]
         encs = self.hf.encode_batch(texts, add_special_tokens=False)
