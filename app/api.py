@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import Receive
 
 from app import schemas as s
 from app.engine import (
@@ -24,6 +25,7 @@ from app.engine import (
     OutOfMemory,
     QueueFull,
     RequestTimeout,
+    Translation,
 )
 from app.metrics import CONTENT_TYPE_LATEST
 from app.settings import Settings
@@ -166,7 +168,12 @@ async def translate(body: s.TranslateRequest, engine: EngineDep, request: Reques
     """Translate English to German with greedy decoding; `"stream": true` sends the tokens as they come."""
     if body.stream:
         return await stream_translation(body, engine)
-    out = await unless_disconnected(request, engine.translate(body.text, body.max_new_tokens, body.truncate))
+    out = await unless_disconnected(request.receive, engine.translate(body.text, body.max_new_tokens, body.truncate))
+    return translation_response(body, out, engine.name)
+
+
+def translation_response(body: s.TranslateRequest, out: list[Translation], model: str) -> s.TranslateResponse:
+    """The answer to a `/translate` request that was not streamed (also used by app/fastpath.py)."""
     return s.TranslateResponse(
         translations=[
             s.TranslationOut(
@@ -180,7 +187,7 @@ async def translate(body: s.TranslateRequest, engine: EngineDep, request: Reques
             for t in out
         ],
         usage=s.Usage(input_tokens=sum(t.input_tokens for t in out), output_tokens=sum(t.output_tokens for t in out)),
-        model=engine.name,
+        model=model,
     )
 
 
@@ -188,7 +195,7 @@ async def translate(body: s.TranslateRequest, engine: EngineDep, request: Reques
 async def attention(body: s.AttentionRequest, engine: EngineDep, request: Request) -> s.AttentionResponse:
     """Encoder self-, decoder self- and cross-attention weights for one text, in bertviz's layout."""
     a = await unless_disconnected(
-        request, engine.attention(body.text, body.target, body.layers, body.heads, body.average_heads)
+        request.receive, engine.attention(body.text, body.target, body.layers, body.heads, body.average_heads)
     )
     return s.AttentionResponse(**a.__dict__)
 
@@ -239,7 +246,18 @@ def error_kind(error: Exception) -> tuple[int, str]:
     return 500, "internal_error"
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The JSON error every endpoint answers with: `{"error": what was wrong and what is allowed, "type": kind}`."""
+    return JSONResponse({"error": message, "type": kind}, status_code=status, headers=headers)
+
+
+def engine_error(exc: Exception) -> JSONResponse:
+    """The answer to one of ENGINE_ERRORS; a 429 says when to retry."""
+    status, kind = error_kind(exc)
+    return error(status, str(exc), kind, {"Retry-After": str(RETRY_AFTER_S)} if status == 429 else None)
+
+
+async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
     """Await `work`, cancelling it (its sequences leave the batch) if the client disconnects first. One watcher task a
     request, which cancels this one, rather than a task for each and asyncio.wait(): the event loop's work per request
     takes the cores from the decoder step (README, "Why the event loop's work costs more than its share")."""
@@ -247,7 +265,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
     async def watch() -> None:
         nonlocal gone
-        await _disconnect(request)
+        await _disconnect(receive)
         gone = True
         me.cancel()
 
@@ -265,6 +283,6 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         watcher.cancel()
 
 
-async def _disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":  # the body has been read: nothing else comes
+async def _disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":  # the body has been read: nothing else comes
         pass

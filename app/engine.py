@@ -26,7 +26,7 @@ from model.transformer import Transformer, padding_mask, subsequent_mask
 
 __all__ = [
     "Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "OutOfMemory", "QueueFull",
-    "RequestTimeout",
+    "RequestTimeout", "Translation",
 ]  # fmt: skip
 log = logging.getLogger("nmt_serve.engine")
 T = TypeVar("T")

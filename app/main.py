@@ -17,8 +17,9 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api import ENGINE_ERRORS, RETRY_AFTER_S, VERSION, open_routes, require_api_key, router
-from app.engine import Engine, QueueFull
+from app.api import ENGINE_ERRORS, VERSION, engine_error, error, open_routes, require_api_key, router
+from app.engine import Engine
+from app.fastpath import FastTranslate
 from app.metrics import Metrics, RequestMetrics
 from app.settings import MAX_BODY_BYTES, Settings
 from app.viewer import router as viewer
@@ -44,12 +45,12 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.state.engine, app.state.load_error, app.state.on_load_failure = None, None, on_load_failure
     app.state.metrics = Metrics()  # its own registry, so several apps in one process do not collide
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(FastTranslate, service=app)  # plain /translate requests skip the framework (app/fastpath.py)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)  # outermost: it sees the body limit's 413s too
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
-    for exc, (status, kind) in ENGINE_ERRORS.items():
-        headers = {"Retry-After": str(RETRY_AFTER_S)} if exc is QueueFull else None
-        app.add_exception_handler(exc, respond(status, kind, headers))
+    for exc in ENGINE_ERRORS:
+        app.add_exception_handler(exc, on_engine_error)
     app.add_exception_handler(Exception, on_unexpected)
     app.include_router(open_routes)
     app.include_router(viewer)  # the attention viewer page: open, it asks for the key itself
@@ -128,17 +129,8 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
-def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message, "type": kind}, status_code=status, headers=headers)
-
-
-def respond(status: int, kind: str, headers: dict[str, str] | None = None):
-    """An exception handler answering `str(exc)` with this status."""
-
-    async def handler(request: Request, exc: Exception) -> JSONResponse:
-        return error(status, str(exc), kind, headers)
-
-    return handler
+async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
+    return engine_error(exc)
 
 
 async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -1,0 +1,113 @@
+"""A short way through for the request the service exists for: a plain `POST /translate`.
+
+FastAPI's routing, dependency solving, exception middleware and response validation cost the event loop about as
+much per `/translate` request as tokenizing, detokenizing and formatting do, and on 2 cores the loop's work slows
+the decoder step beside it by more than its own share (README, "Why the event loop's work costs more than its
+share"). So a request that is plainly fine (JSON within the body limit, the API key if one is set, a body the
+request model accepts, not streamed, the engine ready) goes from here to the engine, and its answer is built by
+the same function the route uses. Anything else, including every request that will get a 4xx from validation, is
+handed on unchanged (its body replayed) to the full app, which answers it as it always has.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import ValidationError
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api import ENGINE_ERRORS, engine_error, router, translation_response, unless_disconnected
+from app.schemas import TranslateRequest
+from app.settings import MAX_BODY_BYTES
+
+PATH = "/translate"
+ENGINE_ERROR_TYPES = tuple(ENGINE_ERRORS)
+
+
+class FastTranslate:
+    """ASGI middleware: plain `/translate` requests go straight to the engine; everything else to `app`."""
+
+    def __init__(self, app: ASGIApp, service: FastAPI):
+        self.app, self.service = app, service
+        self.route: BaseRoute | None = None  # the /translate route: the request-metrics label is its path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST" or not self._plain(scope):
+            return await self.app(scope, receive, send)
+        messages, body = await _read_body(receive)
+        request = _parse(body) if body is not None else None
+        engine = self.service.state.engine
+        if request is None or request.stream or engine is None or not engine.ready:
+            return await self.app(scope, _replay(messages, receive), send)
+        await self.translate(scope, receive, send, request)
+
+    async def translate(self, scope: Scope, receive: Receive, send: Send, request: TranslateRequest) -> None:
+        engine = self.service.state.engine
+        scope["route"] = self.route or self._find_route()
+        try:
+            out = await unless_disconnected(
+                receive, engine.translate(request.text, request.max_new_tokens, request.truncate)
+            )
+        except ENGINE_ERROR_TYPES as e:  # anything else reaches the server-error handler, as from the route
+            response: Response = engine_error(e)
+        else:
+            answer = translation_response(request, out, engine.name).model_dump_json(exclude_none=True)
+            response = Response(answer, media_type="application/json")
+        await response(scope, receive, send)
+
+    def _plain(self, scope: Scope) -> bool:
+        """JSON, a Content-Length within the body limit, and the API key when the server has one."""
+        content_type = length = authorization = b""
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"content-length":
+                length = value
+            elif name == b"authorization":
+                authorization = value
+        if content_type.split(b";", 1)[0].strip().lower() != b"application/json":
+            return False
+        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            return False
+        key = self.service.state.settings.api_key
+        return key is None or hmac.compare_digest(authorization, b"Bearer " + key.get_secret_value().encode())
+
+    def _find_route(self) -> BaseRoute:
+        self.route = next(r for r in router.routes if getattr(r, "path", None) == PATH)
+        return self.route
+
+
+async def _read_body(receive: Receive) -> tuple[list[Message], bytes | None]:
+    """The request's messages as received, and its body (None if the client left before sending all of it)."""
+    messages: list[Message] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages, None
+        if not message.get("more_body", False):
+            return messages, b"".join(m.get("body", b"") for m in messages)
+
+
+def _parse(body: bytes) -> TranslateRequest | None:
+    """The request as the route would see it (json.loads, then the model in Python mode), or None if it is not."""
+    try:
+        return TranslateRequest.model_validate(json.loads(body))
+    except (ValueError, ValidationError):  # not JSON, not UTF-8, or not a valid request: the full app says why
+        return None
+
+
+def _replay(messages: Iterable[Message], receive: Receive) -> Receive:
+    """A receive() that gives back the messages already read, then whatever comes next."""
+    pending: list[Any] = list(messages)
+
+    async def again() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return again
