@@ -174,6 +174,8 @@ class Batcher:
         seqs = [_Sequence(loop.create_future(), loop, s, b) for s, b in zip(srcs, budgets)]
         self._submit(*seqs)
         try:
+            if len(seqs) == 1:  # most requests: no gathering future and callbacks on the event loop
+                return [await seqs[0].future]
             return list(await asyncio.gather(*(s.future for s in seqs)))
         except BaseException:
             self.drop(seqs)

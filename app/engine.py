@@ -6,7 +6,8 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,11 +55,16 @@ class Translation:
     text: str
     finish_reason: str  # "eos" or "length"
     token_ids: list[int]  # generated ids, without </s>
-    tokens: list[str]
     score: float  # mean log-probability of the generated tokens, </s> included
     input_tokens: int  # source tokens the encoder read (0 when the text was blank)
     output_tokens: int  # decoder steps taken, </s> included
-    truncated: bool = False
+    truncated: bool
+    piece: Callable[[int], str] = field(repr=False, compare=False)  # a token id's piece
+
+    @cached_property
+    def tokens(self) -> list[str]:
+        """The generated pieces, looked up when asked for: most requests do not return them."""
+        return [self.piece(i) for i in self.token_ids]
 
 
 @dataclass
@@ -328,13 +334,13 @@ class Engine:
         out = []
         for i, src in enumerate(srcs):
             h = hyps.get(i)
+            piece = self.tokenizer.id_to_token
             if h is None:  # blank text
-                out.append(Translation("", "eos", [], [], 0.0, 0, 0, i in truncated))
+                out.append(Translation("", "eos", [], 0.0, 0, 0, i in truncated, piece))
                 continue
-            pieces = [self.tokenizer.id_to_token(t) for t in h.tokens]
             text = self.tokenizer.decode(h.tokens)
             out.append(
-                Translation(text, h.finish_reason, h.tokens, pieces, h.score, len(src), len(h.logprobs), i in truncated)
+                Translation(text, h.finish_reason, h.tokens, h.score, len(src), len(h.logprobs), i in truncated, piece)
             )
         return out
 
