@@ -331,10 +331,9 @@ class Engine:
     def _translations(
         self, srcs: list[list[int]], truncated: set[int], hyps: dict[int, Hypothesis]
     ) -> list[Translation]:
-        out = []
+        out, piece = [], self.tokenizer.id_to_token
         for i, src in enumerate(srcs):
             h = hyps.get(i)
-            piece = self.tokenizer.id_to_token
             if h is None:  # blank text
                 out.append(Translation("", "eos", [], 0.0, 0, 0, i in truncated, piece))
                 continue

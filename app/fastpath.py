@@ -14,12 +14,10 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Iterable
-from typing import Any
 
 from fastapi import FastAPI
 from pydantic import ValidationError
 from starlette.responses import Response
-from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import ENGINE_ERRORS, engine_error, router, translation_response, unless_disconnected
@@ -35,7 +33,7 @@ class FastTranslate:
 
     def __init__(self, app: ASGIApp, service: FastAPI):
         self.app, self.service = app, service
-        self.route: BaseRoute | None = None  # the /translate route: the request-metrics label is its path
+        self.route = next(r for r in router.routes if getattr(r, "path", None) == PATH)  # labels the request metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST" or not self._plain(scope):
@@ -49,7 +47,7 @@ class FastTranslate:
 
     async def translate(self, scope: Scope, receive: Receive, send: Send, request: TranslateRequest) -> None:
         engine = self.service.state.engine
-        scope["route"] = self.route or self._find_route()
+        scope["route"] = self.route
         try:
             out = await unless_disconnected(
                 receive, engine.translate(request.text, request.max_new_tokens, request.truncate)
@@ -78,10 +76,6 @@ class FastTranslate:
         key = self.service.state.settings.api_key
         return key is None or hmac.compare_digest(authorization, b"Bearer " + key.get_secret_value().encode())
 
-    def _find_route(self) -> BaseRoute:
-        self.route = next(r for r in router.routes if getattr(r, "path", None) == PATH)
-        return self.route
-
 
 async def _read_body(receive: Receive) -> tuple[list[Message], bytes | None]:
     """The request's messages as received, and its body (None if the client left before sending all of it)."""
@@ -105,7 +99,7 @@ def _parse(body: bytes) -> TranslateRequest | None:
 
 def _replay(messages: Iterable[Message], receive: Receive) -> Receive:
     """A receive() that gives back the messages already read, then whatever comes next."""
-    pending: list[Any] = list(messages)
+    pending = list(messages)
 
     async def again() -> Message:
         return pending.pop(0) if pending else await receive()
