@@ -11,9 +11,10 @@ ratios the service is judged by: sentences/s at concurrency 32 over concurrency 
 concurrency 1 over the in-process p50. For the second, in-process decoding and requests at concurrency
 1 take turns, 100 sentences at a time, so that the machine's drift does not fall between them;
 in-process decoding is also timed with the cores left idle for --pause-ms before each sentence, as a
-server's are while a response travels. Last, the service at concurrency 32 takes turns with CTranslate2
-float32 decoding the same sentences in process at batch 32 (the peer bench/peers.py times), and the
-median of the per-round ratios is printed.
+server's are while a response travels. Last, the service at concurrency 32 and 1 takes turns with CTranslate2
+float32 decoding the same sentences in process at batch 32 and 1 (the peer bench/peers.py times), and the
+medians of the per-round ratios are printed: ours at concurrency 32 over CTranslate2 at batch 32, and what
+batching pays each of the two (ours: concurrency 32 over 1 over HTTP; CTranslate2: batch 32 over 1 in process).
 """
 
 from __future__ import annotations
@@ -192,9 +193,10 @@ async def drive(url: str, sentences: list[str], concurrency: int, client: str = 
 
 
 @contextmanager
-def ct2_at_batch_32(args: argparse.Namespace) -> Iterator[Callable[[], float]]:
+def ct2_in_process(args: argparse.Namespace) -> Iterator[Callable[[int], float]]:
     """CTranslate2 float32 on the converted checkpoint, in a process of its own (bench/peers.py's worker, 2 threads):
-    yields a function that decodes all the sentences once, 32 at a time as peers.py does, and returns sentences/s."""
+    yields a function that decodes all the sentences once, 32 or 1 at a time as peers.py does, and returns
+    sentences/s."""
     import tempfile
 
     from peers import decode_once, start_worker, stop_worker
@@ -204,11 +206,11 @@ def ct2_at_batch_32(args: argparse.Namespace) -> Iterator[Callable[[], float]]:
 
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
         convert(*load_checkpoint(args.model_dir)[:2], ct2_dir)
-        child = start_worker(argparse.Namespace(**{**vars(args), "batch_sizes": "32"}), "ct2_fp32", ct2_dir)
+        child = start_worker(argparse.Namespace(**{**vars(args), "batch_sizes": "1,32"}), "ct2_fp32", ct2_dir)
         try:
 
-            def run() -> float:
-                x = decode_once(child, 32)
+            def run(batch_size: int) -> float:
+                x = decode_once(child, batch_size)
                 return len(x["outputs"]) / x["seconds"]
 
             yield run
@@ -227,8 +229,8 @@ def main() -> None:
     p.add_argument("--pause-ms", type=float, default=3.0, help="also time in-process decoding with the cores idle "
                    "this long before each sentence (0 = not)")  # fmt: skip
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager model, in-process and served")
-    p.add_argument("--ct2-rounds", type=int, default=3, help="rounds of concurrency 32 over HTTP taking turns with "
-                   "CTranslate2 in process at batch 32 (0 = skip; needs the ctranslate2 package)")  # fmt: skip
+    p.add_argument("--ct2-rounds", type=int, default=3, help="rounds of concurrency 32 and 1 over HTTP taking turns "
+                   "with CTranslate2 in process at batch 32 and 1 (0 = skip; needs the ctranslate2 package)")  # fmt: skip
     p.add_argument("--client", choices=["raw", "httpx"], default="raw", help="raw: keep-alive HTTP/1.1 on asyncio "
                    "streams, 0.14 ms of CPU a request; httpx: 1.2 ms, taken from the server's two cores")  # fmt: skip
     args = p.parse_args()
@@ -240,7 +242,7 @@ def main() -> None:
 
     decode = in_process_decoder(args.model_dir, args.threads, args.compile)
     with ExitStack() as stack:
-        ct2 = stack.enter_context(ct2_at_batch_32(args)) if args.ct2_rounds else None
+        ct2 = stack.enter_context(ct2_in_process(args)) if args.ct2_rounds else None
         url, _ = stack.enter_context(running_server(args.model_dir, args.threads, args.server_arg, args.compile))
         results = []
         for level in map(int, args.levels.split(",")):
@@ -260,13 +262,16 @@ def main() -> None:
             alone += decode(part, 0.0)
             paused += decode(part, args.pause_ms / 1000) if args.pause_ms else []
             served += asyncio.run(drive(url, part, 1, args.client))["latencies"]
-        # The service at concurrency 32 against CTranslate2 decoding the same sentences in process, 32 at a time:
-        # one pass each per round, back to back, the ratio taken per round.
-        vs_ct2 = []
+        # The service at concurrency 32 and 1 against CTranslate2 decoding the same sentences in process, 32 and 1 at
+        # a time: one pass each per round, back to back, the ratios taken per round.
+        vs_ct2, batching = [], []
         for _ in range(args.ct2_rounds):
-            theirs = ct2()
+            theirs = ct2(32)
             ours = asyncio.run(drive(url, sentences, 32, args.client))["sent_s"]
             vs_ct2.append((ours, theirs))
+            theirs_alone = ct2(1)
+            ours_alone = asyncio.run(drive(url, sentences, 1, args.client))["sent_s"]
+            batching.append((ours / ours_alone, theirs / theirs_alone))
 
     summary = {"levels": results}
     by = {r["concurrency"]: r for r in results}
@@ -291,6 +296,14 @@ def main() -> None:
         print(f"HTTP at concurrency 32 against CTranslate2 float32 in process at batch 32, taking turns: "
               + ", ".join(f"{o:.1f} vs {t:.1f}" for o, t in vs_ct2) + f" sent/s: {statistics.median(ratios):.2f}x "
               f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}; target >= 0.6)")  # fmt: skip
+        ours_pays, theirs_pays = (sorted(x) for x in zip(*batching))
+        summary["batching_pays"] = {"rounds": [[round(o, 2), round(t, 2)] for o, t in batching],
+                                    "ours_http_c32_over_c1": round(statistics.median(ours_pays), 2),
+                                    "ct2_in_process_b32_over_b1": round(statistics.median(theirs_pays), 2)}  # fmt: skip
+        print(f"what batching pays, in the same rounds: ours over HTTP, concurrency 32 / 1 = "
+              f"{statistics.median(ours_pays):.2f}x (rounds {ours_pays[0]:.2f}-{ours_pays[-1]:.2f}; target >= 4); "
+              f"CTranslate2 in process, batch 32 / 1 = {statistics.median(theirs_pays):.2f}x "
+              f"(rounds {theirs_pays[0]:.2f}-{theirs_pays[-1]:.2f})")  # fmt: skip
     print(json.dumps(summary))
 
 
