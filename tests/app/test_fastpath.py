@@ -112,3 +112,14 @@ async def test_with_an_api_key_only_the_right_key_takes_the_fast_path(settings, 
             assert_error(await client.post("/translate", json={"text": "A dog."}, headers=headers), 401, "unauthorized")
         r = await client.post("/translate", json={"text": "A dog."}, headers={"Authorization": "bearer s3cret"})
         assert r.status_code == 200 and len(taken) == 1  # the scheme's other spelling: the full app lets it in
+
+
+async def test_an_unexpected_failure_on_the_fast_path_is_a_json_500_as_on_the_route(client, app, taken, monkeypatch):
+    async def broken(*args, **kwargs):
+        raise KeyError("oops")
+
+    monkeypatch.setattr(app.state.engine, "translate", broken)
+    assert_error(await client.post("/translate", json={"text": "A dog."}), 500, "internal_error", "KeyError")
+    assert len(taken) == 1
+    monkeypatch.undo()
+    assert (await client.post("/translate", json={"text": "A dog."})).status_code == 200
