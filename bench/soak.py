@@ -95,7 +95,7 @@ class Mix:
             return r.status_code
         # Abandon a plain request and close its connection. Not in the shared httpx pool: a request cancelled there
         # can leave a connection slot that is never reclaimed (encode/httpcore#1093). As slots leaked, the clients
-        # queued for the rest: p99 rose minute by minute (465 to 862 ms) and requests a minute fell (7,932 to 6,071),
+        # queued for the rest: p99 rose minute by minute (465 to 862 ms) and answers a minute fell (7,932 to 6,071),
         # and both started low again with the next run's fresh client. A fresh httpx client per abandoned request kept
         # them flat, but that run served 39,284 requests in 5 minutes, against 56,034 with a raw connection.
         conn = await RawConnection.open(str(self.client.base_url))
