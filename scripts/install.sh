@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# Install nmt-serve into the current Python (>= 3.11). Safe to re-run. Shared by the README and the Dockerfile.
-#   scripts/install.sh              torch (if missing) + this project, editable, with test tools (development),
-#                                   and Debian's chromium + chromium-driver for the viewer's browser tests
-#   scripts/install.sh --deps-only  torch (if missing) + the runtime dependencies only (a cacheable image layer)
-#   scripts/install.sh --runtime    this project, editable, no test tools (after --deps-only)
-# torch: an installed torch (e.g. a CUDA build on a GPU host or in a pytorch/pytorch image) is kept;
-# otherwise torch 2.13.0 is installed, from $TORCH_INDEX_URL when set (the CPU wheel index in the CPU image).
+# Install nmt-serve and one locked dependency set (requirements/SET.txt) into the project's environment (see
+# scripts/env.sh: the active virtual environment if there is one, else .venv, made here on first use). Safe to
+# re-run. Shared by the README's commands, CI, scripts/lock.sh and the Dockerfile.
+#   scripts/install.sh [SET]                  SET: test (default; also Debian's chromium and chromedriver for the
+#                                             viewer's browser tests), runtime (what serving needs) or bench
+#   scripts/install.sh SET --deps-only        torch and the set, not the project (the Docker image's cacheable layer)
+#   scripts/install.sh SET --project-only     the project alone, editable, without dependencies (after --deps-only)
+# torch: a torch already in the environment (e.g. a CUDA build on a GPU host) is kept. Otherwise requirements/torch.in's
+# release is installed, from $TORCH_INDEX_URL when set (e.g. https://download.pytorch.org/whl/cpu for the CPU build),
+# after the packages it needs at their locked versions (requirements/torch.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-PIP=("$PY" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
-mode=${1:-dev}
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+
+set_name="test"
+part=all
+for arg in "$@"; do
+  case "$arg" in
+    runtime | test | bench) set_name=$arg ;;
+    --deps-only) part=deps ;;
+    --project-only) part=project ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "usage: $0 [runtime | test | bench] [--deps-only | --project-only]" >&2; exit 2 ;;
+  esac
+done
+
+PY=$(nmt_python)
+PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 
 install_torch() {
-  if ! "$PY" -c 'import torch' 2>/dev/null; then
-    "${PIP[@]}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0"
-  fi
+  "$PY" -c 'import torch' 2>/dev/null && return
+  local release
+  release=$(grep -E '^torch==' requirements/torch.in)
+  echo "installing $release${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL} into $PY" >&2
+  "${PIP[@]}" --require-hashes -r requirements/torch.txt
+  "${PIP[@]}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$release"
 }
 
 # tests/app/test_viewer_e2e.py drives the system Chromium through chromedriver; without them it skips.
@@ -36,26 +56,15 @@ install_browser() {
   echo "install.sh: no chromium/chromedriver (needs apt-get and root or passwordless sudo); the browser tests will be skipped" >&2
 }
 
-case "$mode" in
-  dev)
-    install_torch
-    "${PIP[@]}" -e ".[test]"
-    install_browser
-    ;;
-  --deps-only)
-    install_torch
-    "$PY" - <<'PY' > /tmp/nmt-requirements.txt
-import tomllib
-print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))
-PY
-    "${PIP[@]}" -r /tmp/nmt-requirements.txt
-    rm -f /tmp/nmt-requirements.txt
-    ;;
-  --runtime)
-    "${PIP[@]}" --no-deps -e .
-    ;;
-  *)
-    echo "usage: $0 [--deps-only | --runtime]" >&2
-    exit 2
-    ;;
-esac
+if [ "$part" != project ]; then
+  install_torch
+  echo "installing the locked $set_name set (requirements/$set_name.txt) into $PY" >&2
+  "${PIP[@]}" --require-hashes -r "requirements/$set_name.txt"
+fi
+if [ "$part" != deps ]; then
+  # The build requirements are in the lock, so the build uses them rather than the newest setuptools.
+  "${PIP[@]}" --no-deps --no-build-isolation -e .
+fi
+if [ "$set_name" = test ] && [ "$part" = all ]; then
+  install_browser
+fi

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Install what is missing, then run the whole test suite.
+# Install the locked test set (into the project environment: see scripts/env.sh), then run the whole test suite
+# (any pytest argument may follow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
-exec "${PYTHON:-python3}" -m pytest "$@"
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+bash scripts/install.sh test
+PY=$(nmt_python)
+# As activating the environment would: the tools the tests run (shellcheck, hadolint, nmt-serve) are found there.
+PATH="$(nmt_bin "$PY"):$PATH" exec "$PY" -m pytest "$@"
