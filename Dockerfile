@@ -15,29 +15,33 @@
 # CUDA 12.4 build of torch 2.5.1 (kept by install.sh, since torch is already importable).
 ARG BASE_IMAGE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
 
-# ---- deps: torch and the runtime dependencies; rebuilt only when pyproject.toml or install.sh change ----
+# ---- deps: torch and the locked runtime set; rebuilt only when that lock or the install script change ----
 FROM ${BASE_IMAGE} AS deps
 # Empty: torch (if the base image has none) comes from PyPI. The CPU image passes the CPU wheel index.
 ARG TORCH_INDEX_URL=""
+# PYTHON: the scripts install into the image's own Python (the image is the environment), not into a .venv, so
+# the base image's torch is kept.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHON=python
 WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY scripts/install.sh scripts/install.sh
-RUN bash scripts/install.sh --deps-only \
+COPY requirements/runtime.txt requirements/torch.in requirements/torch.txt requirements/
+COPY scripts/install.sh scripts/env.sh scripts/
+RUN bash scripts/install.sh runtime --deps-only \
     && python -c "import sys, torch; assert sys.version_info >= (3, 11), sys.version; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 # ---- runtime: the code and the checkpoint on top of the cached dependencies, run as a non-root user ----
 FROM deps AS runtime
 RUN groupadd --system --gid 10001 nmt \
     && useradd --system --uid 10001 --gid nmt --create-home --home-dir /home/nmt --shell /usr/sbin/nologin nmt
+COPY pyproject.toml README.md ./
 COPY model/ model/
 COPY app/ app/
 COPY checkpoints/multi30k-en-de/ checkpoints/multi30k-en-de/
 # The project itself, editable (as in the README) and without dependencies (the deps stage has them).
-RUN bash scripts/install.sh --runtime \
+RUN bash scripts/install.sh runtime --project-only \
     && command -v nmt-serve
 # Code and weights stay root-owned and read-only for the service user.
 ENV NMT_HOST=0.0.0.0 \

@@ -59,31 +59,36 @@ def test_default_base_is_a_pinned_cuda_runtime_image_and_the_cpu_base_is_an_argu
     assert len(froms) >= 2, "expected a multi-stage build (deps, then runtime)"
 
 
+DEPS_LAYER = ["requirements/runtime.txt", "requirements/torch.in", "requirements/torch.txt", "scripts/env.sh", "scripts/install.sh"]
+
+
 def test_dependencies_are_installed_in_their_own_layer_before_the_code():
     steps = instructions()
-    deps = next(i for i, (ins, v) in enumerate(steps) if ins == "RUN" and "install.sh --deps-only" in v)
-    runtime = next(i for i, (ins, v) in enumerate(steps) if ins == "RUN" and "install.sh --runtime" in v)
+    deps = next(i for i, (ins, v) in enumerate(steps) if ins == "RUN" and "install.sh runtime --deps-only" in v)
+    project = next(i for i, (ins, v) in enumerate(steps) if ins == "RUN" and "install.sh runtime --project-only" in v)
     copied_before = [src for ins, v in steps[:deps] if ins == "COPY" for src in v.split()[:-1]]
-    assert sorted(copied_before) == ["README.md", "pyproject.toml", "scripts/install.sh"], (
-        "only what `install.sh --deps-only` reads may be copied before it, or every code change re-installs torch"
+    assert sorted(copied_before) == DEPS_LAYER, (
+        "only what `install.sh runtime --deps-only` reads may be copied before it, or every code change re-installs torch"
     )
-    code = [i for i, (ins, v) in enumerate(steps) if ins == "COPY" and v.split()[0] in ("model/", "app/")]
-    assert code and deps < min(code) and max(code) < runtime
+    code = [i for i, (ins, v) in enumerate(steps) if ins == "COPY" and v.split()[0] in ("model/", "app/", "pyproject.toml")]
+    assert code and deps < min(code) and max(code) < project
 
 
-def test_the_image_installs_through_the_readme_install_script_and_leaves_no_pip_cache():
+def test_the_image_installs_the_locked_runtime_set_through_the_readme_install_script_and_leaves_no_pip_cache():
     script = (ROOT / "scripts" / "install.sh").read_text()
-    for mode in ("--deps-only", "--runtime"):
+    for mode in ("--deps-only", "--project-only"):
         assert re.search(rf"^\s*{mode}\)", script, re.MULTILINE), f"scripts/install.sh has no {mode} mode"
-    assert "--no-cache-dir" in script
+    assert '--require-hashes -r "requirements/$set_name.txt"' in script
     for _, step in instructions("RUN"):
         assert "pip" not in step, f"pip outside scripts/install.sh: {step}"
-    stage_env = [v for _, v in instructions("ENV")]
-    assert any("PIP_NO_CACHE_DIR=1" in v for v in stage_env)
+    deps_stage_env = " ".join(v for _, v in instructions("ENV"))  # the runtime stage is FROM deps: it inherits these
+    assert "PIP_NO_CACHE_DIR=1" in deps_stage_env
+    # The image is the environment: install.sh puts the packages beside the base image's torch, not in a .venv.
+    assert re.search(r"\bPYTHON=python\b", deps_stage_env)
 
 
 def test_every_copied_path_exists_in_the_repo_and_in_the_build_context():
-    must_exist = {"pyproject.toml", "README.md", "scripts/install.sh", "model/", "app/", f"{BUNDLED}/"}
+    must_exist = {"pyproject.toml", "README.md", *DEPS_LAYER, "model/", "app/", f"{BUNDLED}/"}
     sources = {src for srcs, _ in copies() for src in srcs}
     assert must_exist <= sources, f"the image misses {must_exist - sources}"
     missing = [s for s in sorted(sources) if not (ROOT / s).exists()]
@@ -97,7 +102,10 @@ def test_every_copied_path_exists_in_the_repo_and_in_the_build_context():
 
 def test_dockerignore_keeps_tests_git_caches_and_bench_output_out():
     context = build_context()
-    kept_out = ["tests", ".git", "bench", ".pytest_cache", ".benchmarks", "nmt_serve.egg-info", "scripts/test.sh"]
+    kept_out = [
+        "tests", ".git", ".venv", "bench", ".pytest_cache", ".benchmarks", "nmt_serve.egg-info", "scripts/test.sh",
+        "requirements/test.txt", "requirements/bench.txt",
+    ]  # fmt: skip
     leaked = [p for p in kept_out if any(f == p or f.startswith(p + "/") for f in context)]
     assert not leaked, f"in the build context: {leaked}"
     assert not [f for f in context if "__pycache__" in f or f.endswith(".pyc") or "/train_state" in f]
