@@ -44,7 +44,7 @@ def shell_env(**extra: str) -> dict[str, str]:
 
 
 def externally_managed_python() -> Path | None:
-    """The system's Python >= 3.11 that pip refuses to install into, if this machine has one (Debian's does)."""
+    """The system's Python >= 3.11 that pip refuses to install into, if there is one (Debian's is)."""
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3", "/opt/homebrew/bin/python3"):
         if not os.access(candidate, os.X_OK):
             continue
@@ -69,7 +69,7 @@ def chosen_python(repo: Path, **env: str) -> subprocess.CompletedProcess:
 def test_install_makes_the_project_environment_with_an_externally_managed_python_first_on_the_path(tmp_path):
     system = externally_managed_python()
     if system is None:
-        pytest.skip("no externally managed (PEP 668) Python >= 3.11 on this machine, e.g. Debian 12's /usr/bin/python3")
+        pytest.skip("no externally managed (PEP 668) Python >= 3.11 here, such as Debian 12's /usr/bin/python3")
     refused = subprocess.run(
         [system, "-m", "pip", "install", "--dry-run", "--no-index", "nmt-serve"], capture_output=True, text=True
     )
