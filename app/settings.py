@@ -21,37 +21,73 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NMT_", extra="ignore")
 
     model_dir: Path = Field(BUNDLED_MODEL_DIR, description="checkpoint directory to serve")
-    device: str = Field("auto", description="auto (cuda when available, else cpu), cpu, cuda or cuda:N")
-    dtype: Dtype = Field("float32", description="float16/bfloat16 only on CUDA")
-    max_input_tokens: int = Field(256, ge=1, description="source tokens per text, </s> included")
-    max_new_tokens: int = Field(256, ge=1, description="upper bound of a request's max_new_tokens")
-    max_batch_texts: int = Field(64, ge=1, description="texts (or id lists) per request")
-    max_batch_size: int = Field(32, ge=1, description="sequences the engine decodes together")
-    prefill_tokens: int = Field(2048, ge=1, description="source tokens admitted into the batch per decoder step")
-    waiting_served_ratio: float = Field(
-        0.3, ge=0, description="while rows are decoding, new sequences wait until they number this ratio of the "
-        "running rows (or max_waiting_steps pass) and are then encoded together; 0 = admit each at once",
+    device: str = Field("auto", description="`auto` (`cuda` when available, else `cpu`), `cpu`, `cuda` or `cuda:N`")
+    dtype: Dtype = Field("float32", description="`float16` and `bfloat16` only on CUDA")
+    max_input_tokens: int = Field(
+        256,
+        ge=1,
+        description="source tokens per text, `</s>` included; longer gets 413 unless the request sends "
+        '`"truncate": true`',
     )
-    max_waiting_steps: int = Field(4, ge=0, description="decoder steps a new sequence waits at most to be admitted with others")
-    max_queue: int = Field(256, ge=1, description="sequences waiting or decoding; a request that does not fit gets 429")
-    request_timeout_s: float = Field(60.0, gt=0, description="seconds before an unanswered request gets 504")
+    max_new_tokens: int = Field(
+        256,
+        ge=1,
+        description="the largest `max_new_tokens` a request may ask; a text's default is "
+        "`min(this, 2 × its source tokens + 10)`",
+    )
+    max_batch_texts: int = Field(64, ge=1, description="texts (or id lists) per request")
+    max_batch_size: int = Field(32, ge=1, description="sequences the engine decodes together (KV-cache rows)")
+    prefill_tokens: int = Field(
+        2048, ge=1, description="source tokens admitted into the running batch per decoder step"
+    )
+    waiting_served_ratio: float = Field(
+        0.3,
+        ge=0,
+        description="while rows are decoding, new sequences wait until they number this share of the "
+        "running rows (or `max_waiting_steps` pass) and are then encoded together, as TGI's "
+        "`--waiting-served-ratio`; `0` admits each at once. An idle server admits at once",
+    )
+    max_waiting_steps: int = Field(
+        4,
+        ge=0,
+        description="decoder steps a new sequence waits at most to be admitted with others "
+        "(as TGI's `--max-waiting-tokens`)",
+    )
+    max_queue: int = Field(
+        256,
+        ge=1,
+        description="sequences waiting or decoding; a request whose texts do not fit gets 429 with "
+        "`Retry-After` (must be ≥ `max_batch_texts`)",
+    )
+    request_timeout_s: float = Field(
+        60.0, gt=0, description="seconds before an unanswered request gets 504; its sequences leave the batch"
+    )
     compile: bool = Field(
         True,
-        description="torch.compile the encoder and the decoder step at start-up: minutes on a small CPU "
-        "(cached on disk for the next start), then about twice the speed; /ready waits for it",
+        description="`torch.compile` the encoder and the decoder step at start-up, before `/ready` answers 200: a "
+        "slower start (partly cached on disk for the next), faster decoding. If compiling fails the server logs it "
+        "and serves the eager model; `/info` says which (`compiled`). `false` serves as soon as the model is loaded",
     )
     screen_logits: bool = Field(
         True,
-        description="on CPUs with bfloat16 matmuls, find each step's most likely token with a bfloat16 output "
-        "projection confirmed in float32 (model/screen.py): the same tokens, log-probabilities within ~3e-3",
+        description="on a CPU with bfloat16 matmuls (AVX512-BF16 or AMX), steps of 4 or more rows pick their token "
+        "from a bfloat16 output projection and confirm it in float32 (`model/screen.py`): float32 greedy's tokens, "
+        "scores within ~3e-3. Off on GPUs; `/info` says whether it is on (`screened_logits`)",
     )
     threads: int = Field(
-        0, ge=0, description="CPU threads for the model's work (one OpenMP team); 0 = OMP_NUM_THREADS, else one per core"
+        0,
+        ge=0,
+        description="CPU threads for the model (one OpenMP team, on the engine's worker thread); "
+        "`0` = `OMP_NUM_THREADS`, else one per core. `/info` reports it (`threads`)",
     )
-    api_key: SecretStr | None = Field(None, description="when set, requests need `Authorization: Bearer <key>`")
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    log_level: LogLevel = "info"
+    api_key: SecretStr | None = Field(
+        None,
+        description="when set, every endpoint except `/health`, `/ready`, `/docs`, `/openapi.json` and the "
+        "viewer page needs `Authorization: Bearer <key>`",
+    )
+    host: str = Field("127.0.0.1", description="address to bind; `0.0.0.0` for all interfaces (the Docker image)")
+    port: int = Field(8000, ge=0, le=65535, description="port to listen on")
+    log_level: LogLevel = Field("info", description="log level of the service and uvicorn")
 
     @field_validator("api_key", mode="before")
     @classmethod

@@ -254,7 +254,7 @@ def main() -> None:
                 f"p50 {row['p50_ms']:>7} ms p95 {row['p95_ms']:>7} ms p99 {row['p99_ms']:>7} ms | errors {row['errors']}",
                 flush=True,
             )
-        # The same sentences alone, in process and over HTTP, taking turns 100 at a time: this machine's speed
+        # The same sentences alone, in process and over HTTP, taking turns 100 at a time: a shared VM's speed
         # drifts by tens of percent within minutes, so the two must be timed side by side, not one after the other.
         alone, paused, served = [], [], []
         for i in range(0, len(sentences), 100):
