@@ -150,7 +150,10 @@ def main(argv: list[str] | None = None) -> None:
             chosen = [f"--extra={extra}"] if extra else []
             annotated = tmp / f"{name}.annotated.txt"
             uv(*sources, *chosen, *common, *shared, "--annotation-style", "line", "-o", str(annotated))
-            leave_out = ["--no-emit-package=torch", *[f"--no-emit-package={p}" for p in sorted(only_for_torch(annotated))]]
+            leave_out = [
+                "--no-emit-package=torch",
+                *[f"--no-emit-package={p}" for p in sorted(only_for_torch(annotated))],
+            ]
             out = tmp / f"{name}.txt"
             uv(*sources, *chosen, *common, *shared, *leave_out, "--generate-hashes", "-o", str(out))
             purpose = PURPOSE.get(name, f"the server plus the `{name}` extra")
@@ -158,7 +161,15 @@ def main(argv: list[str] | None = None) -> None:
 
         # 3. torch's own dependencies, for the torch that scripts/install.sh installs.
         out = tmp / "torch.txt"
-        uv(str(REQUIREMENTS / "torch.in"), *common, *shared, "--no-emit-package=torch", "--generate-hashes", "-o", str(out))
+        uv(
+            str(REQUIREMENTS / "torch.in"),
+            *common,
+            *shared,
+            "--no-emit-package=torch",
+            "--generate-hashes",
+            "-o",
+            str(out),
+        )
         purpose = f"what torch {torch_release()} needs, installed with it only when no torch is there yet"
         (REQUIREMENTS / "torch.txt").write_text(header("torch", purpose, date) + tidy(out.read_text(), build))
     print(f"requirements/: runtime, {', '.join(extras)} and torch locked (newest releases as of {date})")

@@ -71,9 +71,14 @@ def test_install_makes_the_project_environment_with_an_externally_managed_python
     if system is None:
         pytest.skip("no externally managed (PEP 668) Python >= 3.11 here, such as Debian 12's /usr/bin/python3")
     refused = subprocess.run(
-        [system, "-m", "pip", "install", "--dry-run", "--no-index", "nmt-serve"], capture_output=True, text=True
+        [system, "-m", "pip", "install", "--dry-run", "--no-index", "nmt-serve"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, "the test needs a Python pip refuses"
+    assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, (
+        "the test needs a Python pip refuses"
+    )
     repo = clone(tmp_path)
     path = f"{system.parent}:{os.environ['PATH']}"
 
@@ -85,14 +90,18 @@ def test_install_makes_the_project_environment_with_an_externally_managed_python
     assert "making the project environment .venv with " + str(system) in done.stderr
 
     py = repo / ".venv" / "bin" / "python"
-    home = dict(line.split(" = ", 1) for line in (repo / ".venv" / "pyvenv.cfg").read_text().splitlines() if " = " in line)
+    home = dict(
+        line.split(" = ", 1) for line in (repo / ".venv" / "pyvenv.cfg").read_text().splitlines() if " = " in line
+    )
     assert Path(home["home"]) == system.parent, "the environment was made from another Python"
     check = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout
     # Exactly the locked versions, for this Python and platform.
     listed = subprocess.run([py, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True)
     installed = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed.stdout)}
-    version = subprocess.run([py, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True)
+    version = subprocess.run(
+        [py, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True
+    )
     where = {"python_full_version": version.stdout.strip(), "python_version": version.stdout.strip()[:4]}
     for package, pinned, marker, _ in entries("runtime"):
         if not marker or Marker(marker).evaluate(where):
@@ -101,7 +110,9 @@ def test_install_makes_the_project_environment_with_an_externally_managed_python
     assert installed["nmt-serve"] == "0.1.0"
     # The console scripts the README names run from the environment.
     for command in ("nmt-serve", "nmt-train", "nmt-eval"):
-        help_ = subprocess.run([repo / ".venv" / "bin" / command, "--help"], capture_output=True, text=True, check=False)
+        help_ = subprocess.run(
+            [repo / ".venv" / "bin" / command, "--help"], capture_output=True, text=True, check=False
+        )
         assert help_.returncode == 0 and "usage:" in help_.stdout, command
     # ...and the system's Python is as it was.
     show = subprocess.run([system, "-m", "pip", "show", "nmt-serve"], capture_output=True, text=True, check=False)
