@@ -126,6 +126,7 @@ class Batcher:
         max_waiting_steps: int = 0,
     ):  # fmt: skip
         self.model, self.prefill_tokens, self.max_queue = model, prefill_tokens, max_queue
+        self.forced_eos = int(model.config.force_eos)  # the budget's last token is </s> (Marian's forced_eos_token_id)
         # Admission of arrivals while rows are decoding (as TGI's --waiting-served-ratio and --max-waiting-tokens):
         # they wait until they number waiting_served_ratio x the running rows, or for max_waiting_steps steps, and are
         # then encoded together. Encoding one sentence costs about a third of encoding eight, per sentence.
@@ -293,14 +294,18 @@ class Batcher:
             if batch and len(seq.src) > budget:
                 break
             self._waiting.popleft()
-            if not seq.future.cancelled():
-                budget -= len(seq.src)
-                batch.append(seq)
+            if seq.future.cancelled():
+                continue
+            if seq.max_new_tokens <= self.forced_eos:  # its one token is the forced </s>: nothing to decode
+                self._settle(seq, seq.hyp)
+                continue
+            budget -= len(seq.src)
+            batch.append(seq)
         if not batch:
             return tokens
         c, width = self.model.config, max(len(s.src) for s in batch)
         try:
-            src = torch.tensor([s.src + [c.pad_id] * (width - len(s.src)) for s in batch])  # (B, S)
+            src = torch.tensor([s.src + [c.source_pad_id] * (width - len(s.src)) for s in batch])  # (B, S)
             if self._host is not None:  # CUDA: one asynchronous copy from pinned memory
                 src = src.pin_memory().to(self.device, non_blocking=True)
             t0 = time.perf_counter()
@@ -345,7 +350,7 @@ class Batcher:
                     seq.hyp.tokens.append(tok)
                     if seq.stream is not None:
                         streamed.append((seq, tok))
-                    if len(seq.hyp.logprobs) >= seq.max_new_tokens:
+                    if len(seq.hyp.logprobs) >= seq.max_new_tokens - self.forced_eos:  # (then </s> is forced)
                         done.append(r)
             if streamed:
                 self._deliver(streamed)

@@ -118,7 +118,9 @@ def warm_up(model: Transformer, cache: KVCache, log=None) -> float:
         if log:
             log(f"compiled the decoder step for {rows} rows ({time.perf_counter() - t0:.0f} s so far)")
     if cache.max_batch > 1 and cache.max_src_len > 2:  # sources of different lengths: the packed prefill
-        src = torch.tensor([[c.unk_id, c.unk_id, c.eos_id], [c.eos_id, c.pad_id, c.pad_id]], device=cache.kv.device)
+        src = torch.tensor(
+            [[c.unk_id, c.unk_id, c.eos_id], [c.eos_id, c.source_pad_id, c.source_pad_id]], device=cache.kv.device
+        )
         cache.remove(cache.add(model, src))
     for name in COMPILED:
         if (compiled := getattr(model, name, None)) is not None:

@@ -62,7 +62,7 @@ class KVCache:
             raise ValueError(f"{b} new rows but only {self.free} free slots")
         if s > self.max_src_len:
             raise ValueError(f"source length {s} exceeds the cache's max_src_len={self.max_src_len}")
-        keep = src != model.config.pad_id  # (B, S)
+        keep = src != model.config.source_pad_id  # (B, S)
         last = torch.arange(1, s + 1, device=keep.device) * keep  # (B, S): 1-based index of real tokens, else 0
         lengths = keep.sum(1)  # (B,)
         # one transfer: each row's window up to its last real token, and its count of real tokens
@@ -189,10 +189,14 @@ def greedy_decode(
     """Encode once, then one cached decoder step per token; finished rows leave the batch at once.
 
     `cache`: an empty KVCache to reuse (a compiled step keeps its graphs only for one cache's shape);
-    by default one sized for this batch.
+    by default one sized for this batch. With config.force_eos the budget's last token is </s>, so a text
+    that reaches it has max_new_tokens - 1 tokens.
     """
     c = model.config
     b = src.size(0)
+    steps = max_new_tokens - c.force_eos
+    if steps <= 0:
+        return [Hypothesis() for _ in range(b)]
     if cache is None:
         cache = KVCache(model, b, max_new_tokens + 1, src.size(1))
     elif cache.n or cache.max_len <= max_new_tokens:
@@ -201,7 +205,7 @@ def greedy_decode(
     hyps = [Hypothesis() for _ in range(b)]
     row_to_seq = list(range(b))
     tokens = torch.full((b,), c.bos_id, dtype=torch.long, device=src.device)
-    for _ in range(max_new_tokens):
+    for _ in range(steps):
         ids, best = model.decode_greedy(tokens, cache)
         ids_host, best_host = ids.tolist(), best.tolist()
         done = []
@@ -233,13 +237,13 @@ def greedy_decode(
 def greedy_decode_reference(model: Transformer, src: torch.Tensor, max_new_tokens: int) -> list[Hypothesis]:
     """The baseline: re-run the decoder over the whole prefix at every step (no cache)."""
     c = model.config
-    src_mask = padding_mask(src, c.pad_id)
+    src_mask = padding_mask(src, c.source_pad_id)
     memory = model.encode(src, src_mask)
     b = src.size(0)
     ys = torch.full((b, 1), c.bos_id, dtype=torch.long, device=src.device)
     hyps = [Hypothesis() for _ in range(b)]
     alive = [True] * b
-    for _ in range(max_new_tokens):
+    for _ in range(max_new_tokens - c.force_eos):
         hidden = model.decode(ys, memory, src_mask, subsequent_mask(ys.size(1), src.device))
         logprobs = model.generator(hidden[:, -1]).float().log_softmax(-1)  # (B, V)
         best, ids = logprobs.max(-1)

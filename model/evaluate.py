@@ -35,7 +35,7 @@ def translate_corpus(
         if not idx:
             continue
         width = max(len(encoded[i]) for i in idx)
-        src = torch.full((len(idx), width), tokenizer.pad_id, dtype=torch.long)
+        src = torch.full((len(idx), width), model.config.source_pad_id, dtype=torch.long)
         for row, i in enumerate(idx):
             src[row, : len(encoded[i])] = torch.tensor(encoded[i])
         budget = max_new_tokens or max_new_tokens_for(width)

@@ -15,6 +15,10 @@ gets id -1 and `confirm` settles it with the full float32 projection, so the tok
 float32 greedy's. Measured on test2016 with the bundled model: the bound held for all 14,927 steps
 with K = 8 (56 failed with K = 4).
 
+A bias on the logits (an imported model's, with -inf at tokens never generated) is added to both, in
+bfloat16 to the screened logits and in float32 to the K recomputed ones; its rounding, u |b_j|, widens
+the margin by u max |b|.
+
 The log-probability is z_best - logsumexp over the screened logits with the K replaced by their
 float32 values: off by 4e-5 (median) and 3e-3 (worst) on that set, so scores are not bit-exact.
 """
@@ -42,7 +46,10 @@ def supported(weight: torch.Tensor) -> bool:
 class LogitScreen(nn.Module):
     """greedy_pick for (N, D) hidden states, with the output projection screened in bfloat16."""
 
-    def __init__(self, weight: torch.Tensor, candidates: int = CANDIDATES, min_rows: int = MIN_ROWS):
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None = None, candidates: int = CANDIDATES,
+        min_rows: int = MIN_ROWS,
+    ):  # fmt: skip
         super().__init__()
         weight = weight.detach()  # (V, D), float32
         self.register_buffer("weight_bf16", weight.bfloat16(), persistent=False)
@@ -50,17 +57,24 @@ class LogitScreen(nn.Module):
         accumulation = weight.size(1) * 2.0**-24  # a float32 dot product of length D
         self.eps = 1.01 * (2 * unit + unit * unit + 2 * accumulation) * float(weight.norm(dim=1).max())
         self.unit = 1.01 * unit
+        bias = None if bias is None else bias.detach().float()  # (V,)
+        self.register_buffer("bias", bias, persistent=False)
+        self.register_buffer("bias_bf16", None if bias is None else bias.bfloat16(), persistent=False)
+        finite = None if bias is None else bias[bias.isfinite()]
+        self.bias_error = self.unit * float(finite.abs().max()) if finite is not None and finite.numel() else 0.0
         self.candidates, self.min_rows = min(candidates, weight.size(0)), min_rows
 
     def forward(self, hidden: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden (N, D), weight (V, D) float32 -> ids (N,) (-1 where unconfirmed), logprobs (N,)"""
-        screened = F.linear(hidden.bfloat16(), self.weight_bf16)  # (N, V) bfloat16
+        screened = F.linear(hidden.bfloat16(), self.weight_bf16, self.bias_bf16)  # (N, V) bfloat16
         top, cand = self.top_k(screened)  # (N, K) float32, (N, K)
         exact = torch.bmm(weight[cand], hidden[:, :, None])[..., 0]  # (N, K) float32
+        if self.bias is not None:
+            exact = exact + self.bias[cand]
         best, j = exact.max(-1)
         ids = cand.gather(-1, j[:, None])[:, 0]  # (N,)
         kth = top[:, -1]
-        sure = best > kth + self.unit * kth.abs() + self.eps * hidden.norm(dim=-1)
+        sure = best > kth + self.unit * kth.abs() + self.eps * hidden.norm(dim=-1) + self.bias_error
         # logsumexp with the K screened logits swapped for their float32 values (no (N, V) float32 copy)
         peak = top[:, :1]  # (N, 1)
         rest = (screened.float() - peak).exp().sum(-1) - (top - peak).exp().sum(-1)  # the V - K others

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -25,21 +25,37 @@ class TransformerConfig:
     activation_dropout: float = 0.0  # inside the feed-forward network
     max_positions: int = 1024  # rows of the sinusoidal table
     norm_first: bool = True  # pre-LN (stable); False = post-LN as in the paper
-    activation: str = "relu"  # "relu" or "gelu"
+    activation: str = "relu"  # "relu", "gelu" or "silu" (Marian's "swish")
     share_embeddings: bool = True  # one table for source and target (needs a joint vocabulary)
     tie_output: bool = True  # output projection = target embedding matrix
     pad_id: int = 0
-    bos_id: int = 1
+    bos_id: int = 1  # the decoder's first input (Marian starts from pad)
     eos_id: int = 2
     unk_id: int = 3
+    # Options that imported models need (model/importers/); the defaults are nmt-train's model.
+    positions: str = "interleaved"  # sinusoid layout: sin and cos interleaved (the paper), or "halves" (Marian)
+    scale_embedding: bool = True  # token embeddings times sqrt(d_model)
+    logits_bias: bool = False  # a learned bias added to the output logits (Marian's final_logits_bias)
+    suppress_ids: list[int] = field(default_factory=list)  # never generated (Marian's bad_words_ids: pad)
+    force_eos: bool = False  # a text that reaches its token budget ends with </s> (Marian's forced_eos_token_id)
+    src_pad_id: int | None = None  # source padding when the source vocabulary's differs from pad_id
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', not {self.activation!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
+        if self.positions not in ("interleaved", "halves"):
+            raise ValueError(f"positions must be 'interleaved' or 'halves', not {self.positions!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
+        bad = [i for i in self.suppress_ids if not 0 <= i < self.tgt_vocab_size]
+        if bad:
+            raise ValueError(f"suppress_ids {bad} are not target token ids (0..{self.tgt_vocab_size - 1})")
+
+    @property
+    def source_pad_id(self) -> int:
+        return self.pad_id if self.src_pad_id is None else self.src_pad_id
 
     @property
     def head_dim(self) -> int:
@@ -74,8 +90,18 @@ def greedy_pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, best - logits.logsumexp(-1)
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...). -> (P, D)"""
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+
+def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...). -> (P, D)
+
+    layout "halves" puts the d/2 sines first and the cosines after them, computed in float64 as Marian's
+    (transformers' MarianSinusoidalPositionalEmbedding) are."""
+    if layout == "halves":
+        position = torch.arange(max_positions, dtype=torch.float64)[:, None]  # (P, 1)
+        angle = position / 10000 ** (2 * torch.arange(d_model // 2, dtype=torch.float64) / d_model)  # (P, D/2)
+        return torch.cat([angle.sin(), angle.cos()], dim=1).float()
     position = torch.arange(max_positions, dtype=torch.float32)[:, None]  # (P, 1)
     div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
     table = torch.zeros(max_positions, d_model)
@@ -85,21 +111,24 @@ def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
 
 
 class Embeddings(nn.Module):
-    """Token embedding scaled by sqrt(d_model) plus sinusoidal positions."""
+    """Token embedding scaled by sqrt(d_model) (unless scale=False) plus sinusoidal positions."""
 
-    def __init__(self, vocab_size: int, d_model: int, max_positions: int, pad_id: int, dropout: float):
+    def __init__(
+        self, vocab_size: int, d_model: int, max_positions: int, pad_id: int, dropout: float,
+        layout: str = "interleaved", scale: bool = True,
+    ):  # fmt: skip
         super().__init__()
-        self.d_model = d_model
+        self.d_model, self.scale = d_model, math.sqrt(d_model) if scale else 1.0
         self.token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.token.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.token.weight[pad_id].zero_()
-        self.register_buffer("pe", sinusoidal_table(max_positions, d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_table(max_positions, d_model, layout), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """ids (B, T) [positions (B, T)] -> (B, T, D)"""
-        x = self.token(ids) * math.sqrt(self.d_model)
+        x = self.token(ids) * self.scale
         pe = self.pe[: ids.size(1)] if positions is None else self.pe[positions]
         return self.dropout(x + pe.to(x.dtype))
 
@@ -187,7 +216,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float):
         super().__init__()
         self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -256,17 +285,24 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         c = self.config = config
-        self.src_embed = Embeddings(c.src_vocab_size, c.d_model, c.max_positions, c.pad_id, c.dropout)
+        embed = {"d_model": c.d_model, "max_positions": c.max_positions, "dropout": c.dropout, "layout": c.positions}
+        self.src_embed = Embeddings(c.src_vocab_size, pad_id=c.source_pad_id, scale=c.scale_embedding, **embed)
         self.tgt_embed = (
             self.src_embed
             if c.share_embeddings
-            else Embeddings(c.tgt_vocab_size, c.d_model, c.max_positions, c.pad_id, c.dropout)
+            else Embeddings(c.tgt_vocab_size, pad_id=c.pad_id, scale=c.scale_embedding, **embed)
         )
         self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.output_proj = None if c.tie_output else nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        if c.logits_bias:
+            self.register_buffer("logits_bias", torch.zeros(c.tgt_vocab_size))  # (V,), loaded with the weights
+        if c.suppress_ids:
+            mask = torch.zeros(c.tgt_vocab_size)
+            mask[c.suppress_ids] = float("-inf")
+            self.register_buffer("logits_mask", mask, persistent=False)  # (V,): -inf where never generated
         self.screen = None  # a LogitScreen (model/screen.py) for greedy_step, set by use_screen
         for name, p in self.named_parameters():
             if p.dim() > 1 and "embed" not in name:
@@ -296,30 +332,43 @@ class Transformer(nn.Module):
         """The output projection's weight (V, D): the target embedding's when tied."""
         return self.tgt_embed.token.weight if self.output_proj is None else self.output_proj.weight
 
+    @property
+    def output_bias(self) -> torch.Tensor | None:
+        """What the generator adds to the logits (V,): the learned bias and -inf at suppressed ids, or None."""
+        bias = getattr(self, "logits_bias", None)
+        mask = getattr(self, "logits_mask", None)
+        if mask is None:
+            return bias
+        return mask if bias is None else bias + mask
+
     def generator(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) -> logits (..., V)"""
         if self.output_proj is None:
-            return F.linear(hidden, self.tgt_embed.token.weight)
-        return self.output_proj(hidden)  # a module call: quantize_dynamic may have swapped it
+            logits = F.linear(hidden, self.tgt_embed.token.weight)
+        else:
+            logits = self.output_proj(hidden)  # a module call: quantize_dynamic may have swapped it
+        bias = self.output_bias
+        return logits if bias is None else logits + bias.to(logits.dtype)
 
     def use_screen(self, on: bool = True) -> bool:
         """Screen greedy_step's output projection in bfloat16 (model/screen.py) where that pays; returns
         whether it is on. Call it before model/compile.py compiles the step."""
         from model.screen import LogitScreen, supported
 
-        self.screen = LogitScreen(self.generator_weight) if on and supported(self.generator_weight) else None
+        on = on and supported(self.generator_weight)
+        self.screen = LogitScreen(self.generator_weight, self.output_bias) if on else None
         return self.screen is not None
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher forcing. src (B, S), tgt (B, T) starting with <s> -> logits (B, T, V)"""
-        src_mask = padding_mask(src, self.config.pad_id)
+        src_mask = padding_mask(src, self.config.source_pad_id)
         tgt_mask = padding_mask(tgt, self.config.pad_id) & subsequent_mask(tgt.size(1), tgt.device)
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
     def prefill(self, src: torch.Tensor) -> torch.Tensor:
         """Encode once and project every decoder layer's cross-attention keys/values.
         src (B, S) -> cross_kv (2, L, B, H, S, Dh): keys, then values"""
-        return self.cross_kv(self.encode(src, padding_mask(src, self.config.pad_id)))
+        return self.cross_kv(self.encode(src, padding_mask(src, self.config.source_pad_id)))
 
     def cross_kv(self, memory: torch.Tensor) -> torch.Tensor:
         """Every decoder layer's cross-attention keys/values. memory (B, S, D) -> (2, L, B, H, S, Dh)"""
