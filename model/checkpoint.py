@@ -1,4 +1,7 @@
-"""A checkpoint is a directory: config.json, model.safetensors, tokenizer.json, metadata.json. No pickle."""
+"""A checkpoint is a directory: config.json, model.safetensors, tokenizer.json, metadata.json. No pickle.
+
+An imported model (model/importers/) has spm_tokenizer.json (model/spm_tokenizer.py) instead of tokenizer.json.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from model.tokenizer import Tokenizer
+from model.spm_tokenizer import FILE as SPM_TOKENIZER
+from model.spm_tokenizer import SentencePieceTokenizer
+from model.tokenizer import Tokenizer, load_tokenizer
 from model.transformer import Transformer, TransformerConfig
 
 CONFIG, WEIGHTS, TOKENIZER, METADATA = "config.json", "model.safetensors", "tokenizer.json", "metadata.json"
@@ -31,14 +36,17 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def save_checkpoint(path: str | Path, model: Transformer, tokenizer: Tokenizer, metadata: dict[str, Any] | None = None):
+def save_checkpoint(
+    path: str | Path, model: Transformer, tokenizer: Tokenizer | SentencePieceTokenizer,
+    metadata: dict[str, Any] | None = None,
+):  # fmt: skip
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / CONFIG).write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in unique_state_dict(model).items()}
     save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
     (path / WEIGHTS).chmod(0o644)  # readable by a service running as another user (the image's UID 10001)
-    tokenizer.save(path / TOKENIZER)
+    tokenizer.save(path / tokenizer.file_name)
     write_metadata(path, metadata or {})
 
 
@@ -53,23 +61,25 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> tuple[Transformer, Tokenizer, dict[str, Any]]:
+) -> tuple[Transformer, Tokenizer | SentencePieceTokenizer, dict[str, Any]]:
     """Build the model from config.json, check every tensor's name and shape, load, move, eval()."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
-    missing_files = [f for f in (CONFIG, WEIGHTS, TOKENIZER) if not (path / f).is_file()]
+    missing_files = [f for f in (CONFIG, WEIGHTS) if not (path / f).is_file()]
+    if not (path / TOKENIZER).is_file() and not (path / SPM_TOKENIZER).is_file():
+        missing_files.append(f"{TOKENIZER} (or {SPM_TOKENIZER})")
     if missing_files:
         raise CheckpointError(f"checkpoint {str(path)!r} is missing {', '.join(missing_files)}")
     try:
         config = TransformerConfig.from_dict(json.loads((path / CONFIG).read_text()))
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"{path / CONFIG}: {e}") from e
-    tokenizer = Tokenizer.from_file(path / TOKENIZER)
-    if tokenizer.vocab_size != config.tgt_vocab_size or tokenizer.vocab_size != config.src_vocab_size:
+    tokenizer = load_tokenizer(path)
+    if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != (config.src_vocab_size, config.tgt_vocab_size):
         raise CheckpointError(
-            f"tokenizer has {tokenizer.vocab_size} tokens but config says "
-            f"src_vocab_size={config.src_vocab_size}, tgt_vocab_size={config.tgt_vocab_size}"
+            f"tokenizer has {tokenizer.src_vocab_size} source and {tokenizer.tgt_vocab_size} target tokens but config "
+            f"says src_vocab_size={config.src_vocab_size}, tgt_vocab_size={config.tgt_vocab_size}"
         )
     model = Transformer(config)
     expected = unique_state_dict(model)

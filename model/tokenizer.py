@@ -27,6 +27,8 @@ class Token:
 class Tokenizer:
     """Source side: `text </s>`; target side: `<s> text </s>`. Special tokens are never split."""
 
+    file_name = "tokenizer.json"  # in a checkpoint directory
+
     def __init__(self, tokenizer: HFTokenizer):
         self.hf = tokenizer
         ids = [tokenizer.token_to_id(t) for t in SPECIALS]
@@ -34,10 +36,13 @@ class Tokenizer:
             raise ValueError(f"special tokens {SPECIALS} must have ids 0..3, found {ids}")
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids
         self.special_ids = frozenset(ids)
+        self.byte_ids = frozenset(i for i in map(tokenizer.token_to_id, BYTE_TOKENS) if i is not None)
 
     @property
     def vocab_size(self) -> int:
         return self.hf.get_vocab_size(with_added_tokens=True)
+
+    src_vocab_size = tgt_vocab_size = vocab_size  # one joint vocabulary
 
     @classmethod
     def train(cls, lines: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> Tokenizer:
@@ -113,8 +118,19 @@ class Tokenizer:
     def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         return self.hf.decode_batch(batch, skip_special_tokens=skip_special_tokens)
 
-    def id_to_token(self, i: int) -> str:
-        return self.hf.id_to_token(i)
+    def id_to_token(self, i: int, side: str = "target") -> str:
+        return self.hf.id_to_token(i)  # one vocabulary for both sides
+
+
+def load_tokenizer(checkpoint: str | Path):
+    """A checkpoint directory's tokenizer: tokenizer.json (nmt-train's BPE) or spm_tokenizer.json (an imported model's
+    SentencePiece models, model/spm_tokenizer.py). Needs only `tokenizers`, not torch."""
+    from model.spm_tokenizer import FILE, SentencePieceTokenizer
+
+    path = Path(checkpoint)
+    if (path / Tokenizer.file_name).is_file():
+        return Tokenizer.from_file(path / Tokenizer.file_name)
+    return SentencePieceTokenizer.from_file(path / FILE)
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
