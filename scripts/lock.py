@@ -34,6 +34,7 @@ PURPOSE = {
     "runtime": "the server and the training/evaluation CLIs (scripts/serve.sh, the Docker image)",
     "test": "the server plus the test suite's tools (scripts/test.sh, CI)",
     "bench": "the server plus the benchmarks' peers (bench/)",
+    "import": "the server plus what nmt-import needs (sentencepiece, protobuf, huggingface-hub)",
 }
 # `name==version ; marker`, then maybe ` \` (hashes follow) or `  # via ...`
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)(?:\s*;\s*([^#\\]*?))?\s*\\?\s*(?:#.*)?$")

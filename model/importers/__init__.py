@@ -1,0 +1,88 @@
+"""nmt-import: other toolkits' translation checkpoints as nmt-serve checkpoints (one loader per architecture).
+
+    nmt-import marian Helsinki-NLP/opus-mt-en-de --out checkpoints/opus-mt-en-de   # from the Hugging Face Hub
+    nmt-import marian /path/to/opus-mt-en-de --out checkpoints/opus-mt-en-de       # a directory in its layout
+
+The import needs the `import` extra (sentencepiece, protobuf, huggingface-hub): bash scripts/install.sh import.
+The checkpoint it writes needs only what the server needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class CannotImport(ValueError):
+    """The source cannot be imported exactly; the message names the option, file or tensor."""
+
+
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+MARIAN_FILES = [
+    "config.json", "generation_config.json", "source.spm", "target.spm", "vocab.json", "target_vocab.json",
+    "tokenizer_config.json", "README.md",
+]  # fmt: skip
+
+
+def download(name: str, revision: str | None) -> tuple[Path, str | None]:
+    """A model repository from the Hugging Face Hub: its local snapshot and the commit it is at."""
+    try:
+        from huggingface_hub import HfApi, snapshot_download
+    except ImportError as e:
+        raise CannotImport(f"downloading {name} needs huggingface-hub: bash scripts/install.sh import ({e})") from e
+    try:
+        files = set(HfApi().list_repo_files(name, revision=revision))
+        weights = "model.safetensors" if "model.safetensors" in files else "pytorch_model.bin"
+        path = Path(snapshot_download(name, revision=revision, allow_patterns=[*MARIAN_FILES, weights]))
+    except Exception as e:  # noqa: BLE001 - no network, no such repository, a gated one: one line that says what to do
+        raise CannotImport(
+            f"could not download {name} from the Hugging Face Hub ({type(e).__name__}: {str(e).splitlines()[0]}). "
+            f"Where there is internet, download the directory (huggingface-cli download {name} --local-dir DIR) "
+            "and pass DIR instead"
+        ) from None
+    return path, path.name if re.fullmatch(r"[0-9a-f]{40}", path.name) else None
+
+
+def resolve(source: str, revision: str | None) -> tuple[Path, dict[str, Any]]:
+    """SOURCE as a local directory and the provenance to record."""
+    path = Path(source)
+    if path.is_dir():
+        return path, {"name": path.resolve().name, "path": str(path.resolve())}
+    if HUB_NAME.match(source) and not path.exists():
+        local, commit = download(source, revision)
+        return local, {"name": source.split("/")[-1], "hub": source, "revision": commit or revision}
+    raise CannotImport(
+        f"{source} is neither a directory nor a Hugging Face Hub model name (like Helsinki-NLP/opus-mt-en-de)"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="nmt-import", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    kinds = parser.add_subparsers(dest="kind", required=True)
+    marian = kinds.add_parser("marian", help="a Marian (OPUS-MT) checkpoint in Hugging Face's layout")
+    marian.add_argument("source", help="a local directory, or a Hub name such as Helsinki-NLP/opus-mt-en-de")
+    marian.add_argument("--out", required=True, type=Path, help="the checkpoint directory to write")
+    marian.add_argument("--revision", help="a Hub branch, tag or commit (default: main)")
+    marian.add_argument("--force", action="store_true", help="overwrite --out if it holds files")
+    args = parser.parse_args(argv)
+    if args.out.exists() and any(args.out.iterdir()) and not args.force:
+        sys.exit(f"nmt-import: {args.out} is not empty; pass --force to overwrite it")
+    try:
+        source, provenance = resolve(args.source, args.revision)
+        provenance["command"] = shlex.join(["nmt-import", *(sys.argv[1:] if argv is None else argv)])
+        from model.importers.marian import import_marian
+
+        out = import_marian(source, args.out, provenance)
+    except CannotImport as e:
+        sys.exit(f"nmt-import: {e}")
+    print(f"imported {args.source} into {out}; serve it with: NMT_MODEL_DIR={out} nmt-serve")
+
+
+if __name__ == "__main__":
+    main()
