@@ -22,7 +22,8 @@ from model.checkpoint import load_checkpoint
 from model.compile import compile_model, uncompile, warm_up
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
-from model.tokenizer import BYTE_TOKENS, Token, Tokenizer
+from model.spm_tokenizer import SentencePieceTokenizer
+from model.tokenizer import Token, Tokenizer
 from model.transformer import Transformer, padding_mask, subsequent_mask
 
 __all__ = [
@@ -83,7 +84,8 @@ class Engine:
     """Validates requests against the limits, tokenizes off the event loop, and hands model work to the batcher."""
 
     def __init__(
-        self, model: Transformer, tokenizer: Tokenizer, *, name: str = "model", metadata: dict | None = None,
+        self, model: Transformer, tokenizer: Tokenizer | SentencePieceTokenizer, *, name: str = "model",
+        metadata: dict | None = None,
         max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
         max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
         metrics: Metrics | None = None, compile: bool = False, threads: int = 0, waiting_served_ratio: float = 0.3,
@@ -114,7 +116,7 @@ class Engine:
             model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics, threads,
             waiting_served_ratio, max_waiting_steps,
         )  # fmt: skip
-        self.byte_ids = frozenset(i for i in map(tokenizer.hf.token_to_id, BYTE_TOKENS) if i is not None)
+        self.byte_ids = tokenizer.byte_ids
         self.compile, self.compiled = compile, False
         self.ready = False
 
@@ -162,6 +164,12 @@ class Engine:
         self.ready = False
         self.batcher.stop(timeout)
 
+    @property
+    def languages(self) -> dict[str, str]:
+        """The model's language pair, from its metadata (nmt-train and nmt-import record it)."""
+        m = self.metadata
+        return {"source": m.get("source_language", "unknown"), "target": m.get("target_language", "unknown")}
+
     def info(self) -> dict[str, Any]:
         c = self.model.config
         return {
@@ -170,7 +178,7 @@ class Engine:
             "device": str(self.device), "device_name": device_name(self.device),
             "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled,
             "screened_logits": self.screened, "threads": self.batcher.threads,
-            "metadata": self.metadata,
+            "languages": self.languages, "metadata": self.metadata,
             "limits": {
                 "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
                 "max_batch_texts": self.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
@@ -348,8 +356,8 @@ class Engine:
         """Teacher-forced pass with attention weights; runs on the batcher's worker thread."""
         m, tok = self.model, self.tokenizer
         src_ids = torch.tensor([src], device=self.device)  # (1, S)
-        tgt_ids = torch.tensor([[tok.bos_id] + tgt], device=self.device)  # (1, T)
-        src_mask = padding_mask(src_ids, tok.pad_id)  # (1, 1, 1, S)
+        tgt_ids = torch.tensor([[m.config.bos_id] + tgt], device=self.device)  # (1, T)
+        src_mask = padding_mask(src_ids, m.config.source_pad_id)  # (1, 1, 1, S)
         memory, enc = m.encode(src_ids, src_mask, need_weights=True)
         tgt_mask = subsequent_mask(tgt_ids.size(1), self.device)  # (1, 1, T, T)
         _, dec, cross = m.decode(tgt_ids, memory, src_mask, tgt_mask, need_weights=True)
@@ -361,7 +369,8 @@ class Engine:
             return w.double().round(decimals=4).tolist()
 
         return Attention(
-            [tok.id_to_token(i) for i in src], [tok.id_to_token(i) for i in tgt_ids[0].tolist()], tok.decode(tgt),
+            [tok.id_to_token(i, "source") for i in src], [tok.id_to_token(i) for i in tgt_ids[0].tolist()],
+            tok.decode(tgt),
             layers, heads, pick(enc), pick(dec), pick(cross),
         )  # fmt: skip
 

@@ -187,4 +187,5 @@ class InfoResponse(BaseModel):
     )
     threads: int = Field(description="CPU threads the model's work runs on (NMT_THREADS)")
     limits: dict[str, int]
+    languages: dict[str, str] = Field(description='the language pair, e.g. {"source": "en", "target": "de"}')
     metadata: dict[str, Any]

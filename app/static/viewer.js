@@ -22,6 +22,7 @@ const $ = (id) => document.getElementById(id);
 const state = {
   key: readStoredKey(),
   info: null,
+  sourceName: "English", // the source language's name, from /info
   run: 0, // the latest translate request; answers to older ones are dropped
   lastError: null,
   attention: null, // the /attention answer
@@ -83,6 +84,12 @@ async function loadInfo() {
   try {
     const info = await api("info");
     state.info = info;
+    const langs = info.languages || {};
+    state.sourceName = languageName(langs.source, "Source");
+    $("source-label").textContent = `${state.sourceName} sentence`;
+    $("target-name").textContent = languageName(langs.target, "Target");
+    $("reference").lang = langs.target && langs.target !== "unknown" ? langs.target : "";
+    $("source").lang = langs.source && langs.source !== "unknown" ? langs.source : "";
     const c = info.config || {};
     $("model-info").textContent =
       `${info.model} · ${c.n_encoder_layers}+${c.n_decoder_layers} layers · ${c.n_heads} heads · ` +
@@ -174,7 +181,7 @@ async function translate() {
   $("translate").removeAttribute("aria-busy");
   if (!text.trim()) {
     clearResults("Translate a sentence to explore its attention.");
-    setState("empty", "Type an English sentence first, then press Translate.");
+    setState("empty", `Type ${article(state.sourceName)} ${state.sourceName} sentence first, then press Translate.`);
     $("source").focus();
     return;
   }
@@ -337,6 +344,18 @@ function svgText(parent, x, y, text, attrs, title) {
   if (title !== undefined && title !== text) svg("title", {}, node).textContent = title;
   return node;
 }
+
+/** A language code's English name ("de" -> "German"); the code itself when the browser does not know it. */
+function languageName(code, whenUnknown) {
+  if (!code || code === "unknown") return whenUnknown;
+  try {
+    return new Intl.DisplayNames(["en"], { type: "language" }).of(code) || code;
+  } catch {
+    return code;
+  }
+}
+
+const article = (word) => (/^[AEIOU]/i.test(word) ? "an" : "a");
 
 const label = (t) => ([...t].length > MAX_LABEL_CHARS ? `${[...t].slice(0, MAX_LABEL_CHARS - 1).join("")}…` : t);
 
