@@ -80,3 +80,23 @@ def trained_checkpoint(tmp_path_factory, pairs):
     dir_ = tmp_path_factory.mktemp("trained")
     train_main(train_args(dir_, pairs, dir_ / "ckpt", epochs=12))
     return dir_ / "ckpt"
+
+
+@pytest.fixture(scope="session")
+def marian_models(tmp_path_factory):
+    """Two small Marian models in OPUS-MT's layout (transformers' own, seeded random weights) and their nmt-serve
+    imports: {"shared": (hf_dir, our_dir), "separate": (...)}, one with a shared vocabulary, one with two."""
+    pytest.importorskip("transformers", reason="the Marian tests need the test extra (transformers)")
+    pytest.importorskip("sentencepiece", reason="the Marian tests need the test extra (sentencepiece)")
+    from model.importers.marian import import_marian
+    from tests.importers.marian_fixture import build_marian
+
+    root = tmp_path_factory.mktemp("marian")
+    out = {}
+    for layout in ("shared", "separate"):
+        hf = build_marian(root / f"{layout}-hf", shared=layout == "shared", seed=len(out))
+        out[layout] = (
+            hf,
+            import_marian(hf, root / f"{layout}-ours", {"name": f"tiny-marian-{layout}", "path": str(hf)}),
+        )
+    return out

@@ -1,0 +1,6 @@
+import pytest
+
+
+@pytest.fixture(scope="module")
+def anyio_backend():
+    return "asyncio"

@@ -1,0 +1,282 @@
+"""nmt-import marian: the same tokens, text and attention as transformers' MarianMTModel and MarianTokenizer.
+
+The references are transformers' own classes on small Marian models built by tests/importers/marian_fixture.py, one
+with a shared vocabulary and one with two; the sentences are Multi30k's test2016 where the data is at hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from app.engine import Engine
+from model.checkpoint import load_checkpoint
+from model.decoding import greedy_decode
+from model.importers import CannotImport, main, resolve
+from model.importers.marian import import_marian
+from tests.importers.marian_fixture import held_out_sentences
+
+transformers = pytest.importorskip("transformers")
+LAYOUTS = ["shared", "separate"]
+AWKWARD = [
+    "", " ", "  two  spaces  ", "\ttabs\tand\nnewlines\n", "emoji 😀 👍🏽 and a snowman ☃", "中文字符 日本語のテキスト",
+    "combining e\u0301 and café and cafe\u0301", "ÄÖÜ äöü ß Straße", "ﬁ ligature ① ２ full-width", "no\u00a0break",
+    "zero\u200bwidth", "\u3000ideographic\u3000space", "...!!??;;", "A" * 80, "Ünïcödé ñ ø å", "\u2028line\u2029para",
+    "x", "1234567890", "mixed CASE Words", "quotes \"double\" and 'single'",
+]  # fmt: skip
+BUDGET = 24
+
+
+@pytest.fixture(scope="module", params=LAYOUTS)
+def marian(request, marian_models):
+    """(layout, transformers model, MarianTokenizer, our model, our tokenizer, our checkpoint dir)"""
+    hf_dir, ours = marian_models[request.param]
+    model, tokenizer, _ = load_checkpoint(ours)
+    # eager attention: the reference implementation, and the one that returns attention weights
+    hf = transformers.MarianMTModel.from_pretrained(hf_dir, attn_implementation="eager").eval()
+    return request.param, hf, transformers.MarianTokenizer.from_pretrained(hf_dir), model, tokenizer, ours
+
+
+def reference(hf, ids: list[int], budget: int = BUDGET) -> list[int]:
+    """transformers' greedy decoding, without the decoder start and the final </s>."""
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), num_beams=1, do_sample=False, max_new_tokens=budget)[0].tolist()
+    out = out[1:]
+    return out[:-1] if out and out[-1] == hf.config.eos_token_id else out
+
+
+def test_source_and_target_ids_equal_marian_tokenizers(marian):
+    _, _, htok, _, tok, _ = marian
+    for lang, side in (("en", "source"), ("de", "target")):
+        for text in held_out_sentences(lang) + AWKWARD:
+            theirs = htok(text).input_ids if side == "source" else htok(text_target=text).input_ids
+            assert tok.encode(text, side) == theirs, (side, text)
+            tokens = tok.tokenize(text, side)
+            assert [t.id for t in tokens] == theirs
+            for t in tokens:  # offsets stay inside the text and in order; the </s> is an empty span at the end
+                assert 0 <= t.start <= t.end <= len(text)
+            assert [t.start for t in tokens] == sorted(t.start for t in tokens)
+
+
+def test_decoding_equals_marian_tokenizer_with_and_without_special_tokens(marian):
+    _, _, htok, model, tok, _ = marian
+    rng, vocab = random.Random(0), model.config.tgt_vocab_size
+    for _ in range(1000):
+        ids = [rng.randrange(vocab) for _ in range(rng.randrange(0, 14))]
+        for skip in (True, False):
+            assert tok.decode(ids, skip) == htok.decode(ids, skip_special_tokens=skip), (ids, skip)
+
+
+def test_greedy_decoding_gives_transformers_tokens_alone_and_in_a_batch(marian):
+    _, hf, htok, model, tok, _ = marian
+    sentences = held_out_sentences("en")[:200]
+    expected = [reference(hf, htok(s).input_ids) for s in sentences]
+    alone = [greedy_decode(model, torch.tensor([tok.encode(s)]), BUDGET)[0].tokens for s in sentences[:50]]
+    assert alone == expected[:50]
+    ids = [tok.encode(s) for s in sentences]
+    batch = torch.full((len(ids), max(map(len, ids))), model.config.source_pad_id)
+    for row, seq in enumerate(ids):
+        batch[row, : len(seq)] = torch.tensor(seq)
+    assert [h.tokens for h in greedy_decode(model, batch, BUDGET)] == expected
+    # the budget's last token is </s> (forced_eos_token_id), as transformers makes it
+    assert any(len(e) == BUDGET - 1 for e in expected)
+    assert all(len(e) < BUDGET for e in expected)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+async def test_the_engine_translates_as_transformers_batched_and_alone(marian, compiled):
+    layout, hf, htok, model, tok, _ = marian
+    if compiled and layout == "separate":
+        pytest.skip("compiling is checked on one layout: the step is the same code")
+    sentences = held_out_sentences("en")[:200]
+    engine = Engine(
+        model, tok, max_input_tokens=128, max_new_tokens=64, max_batch_texts=200, compile=compiled, screen_logits=True
+    )
+    await engine.start()
+    try:
+        expected = [reference(hf, htok(s).input_ids) for s in sentences]
+        batched = await engine.translate(sentences, max_new_tokens=BUDGET)
+        alone = [(await engine.translate(s, max_new_tokens=BUDGET))[0] for s in sentences[:40]]
+        if compiled:
+            assert engine.compiled and model.compiled_step.missed == 0
+    finally:
+        engine.stop()
+    assert [t.token_ids for t in batched] == expected
+    assert [t.token_ids for t in alone] == expected[:40]
+    for t, e in zip(batched, expected):
+        assert t.text == htok.decode(e, skip_special_tokens=True)
+        assert t.finish_reason == ("eos" if len(e) < BUDGET - 1 else "length")
+    # a budget of one token is the forced </s> alone, as transformers gives it
+    (one,) = await _translate_once(model, tok, sentences[0], 1)
+    assert one.token_ids == reference(hf, htok(sentences[0]).input_ids, 1) == []
+
+
+async def _translate_once(model, tok, text, budget):
+    engine = Engine(model, tok, max_input_tokens=128, max_new_tokens=64)
+    await engine.start()
+    try:
+        return await engine.translate(text, max_new_tokens=budget)
+    finally:
+        engine.stop()
+
+
+def test_attention_equals_transformers_output_attentions(marian):
+    _, hf, htok, model, _, _ = marian
+    for text in held_out_sentences("en")[:20]:
+        src = htok(text).input_ids
+        tgt = [hf.config.decoder_start_token_id, *reference(hf, src)]
+        with torch.no_grad():
+            out = hf(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([tgt]), output_attentions=True)
+            src_ids, tgt_ids = torch.tensor([src]), torch.tensor([tgt])
+            mask = torch.ones(1, 1, 1, len(src), dtype=torch.bool)
+            memory, enc = model.encode(src_ids, mask, need_weights=True)
+            causal = torch.ones(len(tgt), len(tgt), dtype=torch.bool).tril()[None, None]
+            _, dec, cross = model.decode(tgt_ids, memory, mask, causal, need_weights=True)
+        for ours, theirs in (
+            (enc, out.encoder_attentions),
+            (dec, out.decoder_attentions),
+            (cross, out.cross_attentions),
+        ):
+            for a, b in zip(ours, theirs, strict=True):
+                assert torch.allclose(a, b, atol=1e-5), float((a - b).abs().max())
+
+
+def test_compiled_and_screened_steps_pick_the_same_tokens(marian):
+    """The logit screen (bfloat16 output projection, confirmed in float32) with the model's logit bias and the
+    suppressed <pad>: the same ids as the float32 projection, on every step of a 32-row batch."""
+    _, _, _, model, _, _ = marian
+    from model.screen import LogitScreen
+
+    hidden = torch.randn(32, model.config.d_model) * 3
+    plain = model.generator(hidden).argmax(-1)
+    screen = LogitScreen(model.generator_weight, model.output_bias)
+    ids, _ = LogitScreen.confirm(*screen(hidden, model.generator_weight), hidden, model.generator)
+    assert torch.equal(ids, plain)
+    assert model.config.pad_id not in ids.tolist()
+
+
+# ---- what the import writes, and what it refuses --------------------------------------------------------------
+
+
+def test_the_checkpoint_records_where_it_came_from(marian_models):
+    hf_dir, ours = marian_models["shared"]
+    meta = json.loads((ours / "metadata.json").read_text())
+    assert meta["architecture"] == "marian" and meta["imported_from"]["path"] == str(hf_dir)
+    assert (meta["source_language"], meta["target_language"]) == ("en", "de")
+    config = json.loads((ours / "config.json").read_text())
+    assert config["positions"] == "halves" and config["activation"] == "silu" and config["force_eos"]
+    assert sorted(p.name for p in ours.iterdir()) == [
+        "config.json",
+        "metadata.json",
+        "model.safetensors",
+        "spm_tokenizer.json",
+    ]
+
+
+def copy_of(marian_models, tmp_path, layout="shared"):
+    src = tmp_path / "src"
+    shutil.copytree(marian_models[layout][0], src)
+    return src
+
+
+def edit_config(src, **changes):
+    for name in ("config.json", "generation_config.json"):  # generation_config.json's decoding settings win
+        path = src / name
+        config = json.loads(path.read_text())
+        config.update({k: v for k, v in changes.items() if name == "config.json" or k in config})
+        path.write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model_type": "bart"}, "model_type is 'bart'"),
+        ({"architectures": ["MarianForCausalLM"]}, "only MarianMTModel"),
+        ({"normalize_before": True}, "normalize_before=True is not supported"),
+        ({"some_new_option": 1}, "options this importer does not know: ['some_new_option']"),
+        ({"activation_function": "tanh"}, "activation_function='tanh'"),
+        ({"forced_eos_token_id": 5}, "forced_eos_token_id=5 differs"),
+        ({"encoder_attention_heads": 2}, "encoder_attention_heads=2 differs"),
+        ({"d_model": 32}, "shape"),
+    ],
+)
+def test_config_options_that_cannot_be_imported_exactly_are_refused_by_name(marian_models, tmp_path, change, message):
+    src = copy_of(marian_models, tmp_path)
+    edit_config(src, **change)
+    with pytest.raises(CannotImport, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        import_marian(src, tmp_path / "out", {})
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_files_and_corrupt_weights_are_refused_clearly(marian_models, tmp_path):
+    src = copy_of(marian_models, tmp_path)
+    (src / "target.spm").unlink()
+    with pytest.raises(CannotImport, match=r"target\.spm is missing"):
+        import_marian(src, tmp_path / "a", {})
+    src = copy_of(marian_models, tmp_path / "b")
+    weights = src / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(CannotImport, match=r"model\.safetensors could not be read"):
+        import_marian(src, tmp_path / "b" / "out", {})
+    src = copy_of(marian_models, tmp_path / "c")
+    (src / "source.spm").write_bytes(b"not a sentencepiece model")
+    with pytest.raises(CannotImport, match="is not a SentencePiece model"):
+        import_marian(src, tmp_path / "c" / "out", {})
+
+
+def test_a_weight_the_importer_does_not_know_is_refused(marian_models, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    src = copy_of(marian_models, tmp_path)
+    tensors = load_file(str(src / "model.safetensors"))
+    tensors["model.encoder.layernorm_embedding.weight"] = torch.ones(4)
+    save_file(tensors, str(src / "model.safetensors"))
+    with pytest.raises(CannotImport, match="does not know: \\['model.encoder.layernorm_embedding.weight'\\]"):
+        import_marian(src, tmp_path / "out", {})
+
+
+def test_a_hub_name_without_network_says_to_download_elsewhere(monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # read at import: set the constant itself
+    with pytest.raises(CannotImport, match="download the directory .* and pass DIR instead"):
+        resolve("Helsinki-NLP/opus-mt-xx-yy", None)
+    with pytest.raises(CannotImport, match="neither a directory nor a Hugging Face Hub model name"):
+        resolve("/no/such/dir", None)
+
+
+def test_the_command_line_imports_and_will_not_overwrite(marian_models, tmp_path, capsys):
+    out = tmp_path / "ckpt"
+    main(["marian", str(marian_models["separate"][0]), "--out", str(out)])
+    assert "NMT_MODEL_DIR=" in capsys.readouterr().out
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["imported_from"]["command"].startswith("nmt-import marian ")
+    with pytest.raises(SystemExit, match="is not empty; pass --force"):
+        main(["marian", str(marian_models["separate"][0]), "--out", str(out)])
+
+
+def test_serving_an_imported_model_never_imports_transformers_or_sentencepiece(marian_models):
+    probe = (
+        "import sys, asyncio\n"
+        "from app.engine import Engine\n"
+        "from app.settings import Settings\n"
+        f"engine = Engine.from_settings(Settings(model_dir={str(marian_models['shared'][1])!r}, compile=False))\n"
+        "async def run():\n"
+        "    await engine.start()\n"
+        "    print((await engine.translate('A dog runs.'))[0].text != None)\n"
+        "    engine.stop()\n"
+        "asyncio.run(run())\n"
+        "print(sorted(m for m in ('transformers', 'sentencepiece') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env, check=True
+    )
+    assert out.stdout.split() == ["True", "[]"], out.stdout + out.stderr
