@@ -18,8 +18,8 @@ class GreedyTranslator:
 
     def __init__(self, model_dir: str | Path, tokenizer: Tokenizer, **translator_args):
         self.translator = ctranslate2.Translator(str(model_dir), **translator_args)
-        self.id_to_token = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
-        self.token_to_id = {t: i for i, t in enumerate(self.id_to_token)}
+        self.id_to_token = [tokenizer.id_to_token(i, "source") for i in range(tokenizer.src_vocab_size)]
+        self.token_to_id = {tokenizer.id_to_token(i): i for i in range(tokenizer.tgt_vocab_size)}
 
     def __call__(self, sources: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Source ids (each ending in </s>) -> generated ids without </s>; one batch, one budget."""

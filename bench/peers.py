@@ -14,6 +14,12 @@ wait idle, in a rotating order. The speed of a shared machine drifts by tens of 
 minutes, so ratios are taken per round, from passes run back to back, and the median is reported
 with its range. Checks that CT2 float32 produces our float32 tokens, and prints sentences/s (the
 best pass), tokens/s and the ours/CT2 ratios, then one JSON line with every figure.
+
+A model imported with nmt-import (metadata.json's imported_from) is converted for CT2 by CTranslate2's own converter
+from the directory it was imported from (ctranslate2.converters.TransformersConverter: its Marian loader), not by
+bench/ct2_convert.py, so the race also checks the import against CT2's reading of the same files. Such a model ends a
+text at its budget with a forced </s> (force_eos), which CT2 does not do: CT2 gets one token less of budget, so
+both generate the same tokens.
 """
 
 from __future__ import annotations
@@ -54,8 +60,9 @@ def ours(model, pad_id: int, cache=None) -> Engine:
     return decode
 
 
-def ct2(translator) -> Engine:
+def ct2(translator, forced_eos: int = 0) -> Engine:
     def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
+        budget -= forced_eos  # our last token would be the forced </s>: CT2 stops one earlier instead
         return [(ids, len(ids) + (len(ids) < budget)) for ids in translator(batch, budget)]  # short = ended by </s>
 
     return decode
@@ -64,28 +71,31 @@ def ct2(translator) -> Engine:
 def ct2_engine(name: str, args) -> tuple[Engine, list[list[int]]]:
     """CT2 on the converted model, in a process that never imports torch; the corpus sorted as load_corpus does."""
     from bench.ct2_translator import GreedyTranslator
-    from model.tokenizer import Tokenizer, read_lines
+    from model.tokenizer import load_tokenizer, read_lines
 
-    tok = Tokenizer.from_file(Path(args.model_dir) / "tokenizer.json")
+    tok = load_tokenizer(args.model_dir)
+    forced_eos = int(json.loads((Path(args.model_dir) / "config.json").read_text()).get("force_eos", False))
     sentences = list(read_lines(args.src))
     sentences = sentences[: args.limit] if args.limit else sentences
     encoded = sorted(tok.encode_batch(sentences), key=len)
     compute_type = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
-    translator = GreedyTranslator(args.ct2_dir, tok, compute_type=compute_type, intra_threads=args.threads, inter_threads=1)
-    return ct2(translator), encoded
+    translator = GreedyTranslator(
+        args.ct2_dir, tok, compute_type=compute_type, intra_threads=args.threads, inter_threads=1
+    )
+    return ct2(translator, forced_eos), encoded
 
 
 def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]]:
     import torch
-
     from common import load_corpus
 
     from model.decoding import KVCache
 
-    model, tok, encoded = load_corpus(args)
+    model, _, encoded = load_corpus(args)
+    pad = model.config.source_pad_id
     if name == "ours_int8":
         quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-        return ours(quantized, tok.pad_id), encoded
+        return ours(quantized, pad), encoded
     if name in ("ours_compiled", "ours_compiled_fp32"):
         from model.compile import compile_model, warm_up
 
@@ -97,8 +107,8 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
         cache = KVCache(model, max_batch, max_new_tokens_for(longest) + 1, longest)
         compile_model(model)
         print(f"  {name}: warm-up took {warm_up(model, cache):.0f} s", file=sys.stderr, flush=True)
-        return ours(model, tok.pad_id, cache), encoded
-    return ours(model, tok.pad_id), encoded
+        return ours(model, pad, cache), encoded
+    return ours(model, pad), encoded
 
 
 def run(engine: Engine, batches: list[list[list[int]]]) -> tuple[float, int, list[list[int]]]:
@@ -188,6 +198,27 @@ def measure(args, names: list[str], sizes: list[int], ct2_dir: str) -> dict[int,
             stop_worker(child)
 
 
+def convert_for_ct2(model_dir: str, ct2_dir: str) -> None:
+    """Our checkpoint with bench/ct2_convert.py; an imported Marian model from its source with CT2's own converter."""
+    from model.checkpoint import read_metadata
+
+    meta = read_metadata(model_dir)
+    source = meta.get("imported_from", {}).get("path")
+    if meta.get("architecture") == "marian":
+        if not source or not Path(source).is_dir():
+            sys.exit(f"{model_dir} was imported from {source or 'the Hub'}: CT2 converts the original directory, pass "
+                     "a model imported from a local directory")  # fmt: skip
+        import ctranslate2
+
+        print(f"converting {source} with ctranslate2.converters.TransformersConverter", file=sys.stderr, flush=True)
+        ctranslate2.converters.TransformersConverter(source).convert(ct2_dir, force=True)
+        return
+    from bench.ct2_convert import convert
+    from model.checkpoint import load_checkpoint
+
+    convert(*load_checkpoint(model_dir)[:2], ct2_dir)
+
+
 def main() -> None:
     p = corpus_arguments(__doc__)
     p.add_argument("--rounds", type=int, default=3, help="passes per engine and batch size, the engines taking turns")
@@ -201,10 +232,7 @@ def main() -> None:
     names, sizes = args.engines.split(","), list(map(int, args.batch_sizes.split(",")))
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
         if any(name.startswith("ct2_") for name in names):
-            from bench.ct2_convert import convert
-            from model.checkpoint import load_checkpoint
-
-            convert(*load_checkpoint(args.model_dir)[:2], ct2_dir)  # float32 weights; int8 is chosen at load time
+            convert_for_ct2(args.model_dir, ct2_dir)  # float32 weights; int8 is chosen at load time
         results = measure(args, names, sizes, ct2_dir)
 
     rows = []
