@@ -17,6 +17,24 @@ from model.tokenizer import Tokenizer, read_lines  # noqa: E402
 from model.transformer import Transformer  # noqa: E402
 
 
+def cpu_description() -> str:
+    """The CPU model, its core count and the flags that decide speed here (figures from different CPUs differ)."""
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
+    import os
+
+    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(f for f in wanted if f in flags) or 'none of ' + str(wanted)}"
+
+
 def corpus_arguments(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))

@@ -27,7 +27,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     build_marian(
-        args.out, shared=True, seed=args.seed, d_model=512, layers=6, heads=8, ffn=2048, spm_vocab=8000,
+        args.out, shared=True, seed=args.seed, d_model=512, layers=6, heads=8, ffn=2048, spm_vocab=6000,
         init_std=0.1, vocab_size=58101, lines=29000,
     )  # fmt: skip
     print(f"wrote {args.out}")

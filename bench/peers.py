@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -38,11 +39,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import corpus_arguments  # noqa: E402
+from common import corpus_arguments, cpu_description  # noqa: E402
 
 from model.evaluate import max_new_tokens_for  # noqa: E402 - imports torch, runs nothing in it
 
-ENGINES = ["ct2_fp32", "ct2_int8", "ours_compiled", "ours_compiled_fp32", "ours_eager", "ours_int8"]
+ENGINES = [
+    "ct2_fp32", "ct2_fp32_dnnl", "ct2_int8", "ct2_int8_dnnl", "ours_compiled", "ours_compiled_fp32", "ours_eager",
+    "ours_int8",
+]  # fmt: skip
+# CTranslate2 runs its GEMMs with MKL by default and with oneDNN under CT2_USE_MKL=0 (the *_dnnl engines); which is
+# faster depends on the CPU (MKL ran 10x slower at batch 1 on one AMX Xeon), so both are timed and the faster counts.
+BACKEND = {False: "MKL", True: "oneDNN"}
 # An engine decodes one batch of source id lists (each ending in </s>) with a budget of new tokens
 # and returns, per sentence, the generated ids without </s> and how many tokens it generated (</s> included).
 Engine = Callable[[list[list[int]], int], list[tuple[list[int], int]]]
@@ -78,7 +85,7 @@ def ct2_engine(name: str, args) -> tuple[Engine, list[list[int]]]:
     sentences = list(read_lines(args.src))
     sentences = sentences[: args.limit] if args.limit else sentences
     encoded = sorted(tok.encode_batch(sentences), key=len)
-    compute_type = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
+    compute_type = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name.removesuffix("_dnnl")]
     translator = GreedyTranslator(
         args.ct2_dir, tok, compute_type=compute_type, intra_threads=args.threads, inter_threads=1
     )
@@ -153,10 +160,11 @@ def same(a: list[list[int]], b: list[list[int]]) -> float:
 
 def start_worker(args, name: str, ct2_dir: str) -> subprocess.Popen:
     """One engine in a process of its own (see `worker`), loaded and warmed up for args.batch_sizes."""
+    env = {**os.environ, "CT2_USE_MKL": "0"} if name.endswith("_dnnl") else None
     child = subprocess.Popen(
         [sys.executable, __file__, "--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit),
          "--threads", str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir", ct2_dir, "--worker", name],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         answer(child)  # {"ready": true}
@@ -219,6 +227,12 @@ def convert_for_ct2(model_dir: str, ct2_dir: str) -> None:
     convert(*load_checkpoint(model_dir)[:2], ct2_dir)
 
 
+def fastest(passes: dict[str, list[dict]], base: str) -> str | None:
+    """Of CT2's two GEMM backends for one compute type (base and base_dnnl), the one with the faster best pass."""
+    variants = [n for n in (base, f"{base}_dnnl") if n in passes]
+    return min(variants, key=lambda n: min(x["seconds"] for x in passes[n])) if variants else None
+
+
 def main() -> None:
     p = corpus_arguments(__doc__)
     p.add_argument("--rounds", type=int, default=3, help="passes per engine and batch size, the engines taking turns")
@@ -230,6 +244,8 @@ def main() -> None:
         return worker(args)
 
     names, sizes = args.engines.split(","), list(map(int, args.batch_sizes.split(",")))
+    cpu = cpu_description()
+    print(f"CPU: {cpu}", flush=True)
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
         if any(name.startswith("ct2_") for name in names):
             convert_for_ct2(args.model_dir, ct2_dir)  # float32 weights; int8 is chosen at load time
@@ -240,13 +256,17 @@ def main() -> None:
         passes = results[bs]
         best = {name: min(rs, key=lambda x: x["seconds"]) for name, rs in passes.items()}
         n = len(best[names[0]]["outputs"])
-        row = {"batch": bs, "sentences": n, "threads": args.threads, "rounds": args.rounds}
+        row = {"batch": bs, "sentences": n, "threads": args.threads, "rounds": args.rounds, "cpu": cpu}
         for name, x in best.items():
             row[f"{name}_sent_s"] = round(n / x["seconds"], 1)
             row[f"{name}_tok_s"] = round(x["tokens"] / x["seconds"], 1)
         ranges = {}
-        pairs = [("ours_compiled", "ct2_fp32"), ("ours_compiled_fp32", "ct2_fp32"), ("ours_eager", "ct2_fp32"),
-                 ("ours_int8", "ct2_int8")]  # fmt: skip
+        faster = {base: fastest(passes, base) for base in ("ct2_fp32", "ct2_int8")}  # the better CT2 backend
+        for base, name in faster.items():
+            if name:
+                row[f"{base}_backend"] = BACKEND[name.endswith("_dnnl")]
+        pairs = [("ours_compiled", faster["ct2_fp32"]), ("ours_compiled_fp32", faster["ct2_fp32"]),
+                 ("ours_eager", faster["ct2_fp32"]), ("ours_int8", faster["ct2_int8"])]  # fmt: skip
         for mine, theirs in pairs:
             if mine in passes and theirs in passes:  # the same sentences: a speed ratio, per round
                 per_round = sorted(t["seconds"] / m["seconds"] for m, t in zip(passes[mine], passes[theirs]))
@@ -262,7 +282,8 @@ def main() -> None:
         print(f"batch {bs} ({n} sentences, {args.threads} threads, each engine in its own process, best of "
               f"{args.rounds} rounds)", flush=True)  # fmt: skip
         for name in best:
-            print(f"  {name:<18} {row[f'{name}_sent_s']:>8} sent/s {row[f'{name}_tok_s']:>9} tok/s")
+            backend = f" ({BACKEND[name.endswith('_dnnl')]})" if name.startswith("ct2_") else ""
+            print(f"  {name:<18} {row[f'{name}_sent_s']:>8} sent/s {row[f'{name}_tok_s']:>9} tok/s{backend}")
         ratios = [f"{k} = {v}x (rounds {ranges[k][0]:.2f}-{ranges[k][1]:.2f})" for k, v in row.items() if "/" in k]
         print("  " + " | ".join(ratios) + " (sentences/s, median of the per-round ratios)")
         matches = {k.removeprefix("match_"): f"{v:.1%}" for k, v in row.items() if k.startswith("match_")}

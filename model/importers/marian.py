@@ -40,6 +40,8 @@ FIXED = {
     "tie_encoder_decoder": (False, "separate encoder and decoder layers"),
     "add_cross_attention": (False, "the cross-attention of every encoder-decoder"),
     "chunk_size_feed_forward": (0, "one feed-forward pass per position"),
+    "do_blenderbot_90_layernorm": (False, "BART's layer norm order"),
+    "force_bos_token_to_be_generated": (False, "no forced first token"),
 }
 # Options that change nothing at inference: training, generation defaults nmt-serve does not use (it decodes
 # greedily with its own budget), labels and bookkeeping.
@@ -54,6 +56,9 @@ IGNORED = {
     "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
     "typical_p", "encoder_no_repeat_ngram_size", "forced_bos_token_id", "tf_legacy_loss", "use_bfloat16",
     "torchscript", "cross_attention_hidden_size", "_attn_implementation_autoset", "renormalize_logits",
+    "output_past", "xla_device",
+    # learned-position offsets of BART-era configs: unused with static (sinusoidal) positions, which FIXED requires
+    "extra_pos_embeddings",
 }  # fmt: skip
 MAPPED = {
     "vocab_size", "decoder_vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",

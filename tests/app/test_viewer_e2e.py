@@ -336,3 +336,31 @@ def test_the_page_asks_for_the_api_key_and_sends_it(browser, keyed_server):
     by_id(driver, "key-button").click()  # forget the key: the next call is refused and the prompt returns
     WebDriverWait(driver, 10).until(lambda _: panel.is_displayed())
     assert driver.execute_script("return sessionStorage.getItem('nmt-serve-api-key')") is None
+
+
+def test_an_imported_model_s_languages_name_the_fields_and_its_translation_shows(browser, marian_models, tmp_path):
+    """An imported Marian model, its metadata saying French to Italian: the page names those languages."""
+    import json
+
+    ckpt = tmp_path / "marian"
+    shutil.copytree(marian_models["shared"][1], ckpt)
+    meta = json.loads((ckpt / "metadata.json").read_text())
+    (ckpt / "metadata.json").write_text(json.dumps({**meta, "source_language": "fr", "target_language": "it"}))
+    proc, base = start_server(ckpt)
+    try:
+        wait_ready(proc, base)
+        open_page(browser, base)
+        assert by_id(browser, "source-label").text == "French sentence"
+        assert by_id(browser, "target-name").get_attribute("textContent") == "Italian"  # in the closed <details>
+        assert by_id(browser, "source").get_attribute("lang") == "fr"
+        by_id(browser, "source").clear()
+        by_id(browser, "translate").click()
+        assert wait_state(browser, "empty") == "empty"
+        assert "Type a French sentence" in by_id(browser, "status").text
+        translate(browser, "Un chien court.")
+        expected = httpx.post(f"{base}/translate", json={"text": "Un chien court."}).json()["translations"][0]["text"]
+        assert by_id(browser, "translation").text == " ".join(expected.split())  # the page's text, as rendered
+        screenshot(browser, "imported-model")
+    finally:
+        proc.kill()
+        proc.wait()
