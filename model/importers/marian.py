@@ -174,28 +174,27 @@ def read_weights(source: Path) -> dict[str, torch.Tensor]:
 def layer_map(c: TransformerConfig) -> dict[str, list[str]]:
     """Our parameter name -> the Marian tensors it is made of (concatenated along dim 0, in order)."""
     out: dict[str, list[str]] = {}
-    for i in range(c.n_encoder_layers):
-        ours, theirs = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
+
+    def self_attention_and_ffn(ours: str, theirs: str, self_norm: str) -> None:
+        """What encoder and decoder layers share: self-attention (Q, K, V fused in ours), the FFN, their norms."""
         for kind in ("weight", "bias"):
             out[f"{ours}.self_attn.qkv_proj.{kind}"] = [f"{theirs}.self_attn.{p}_proj.{kind}" for p in "qkv"]
             out[f"{ours}.self_attn.out_proj.{kind}"] = [f"{theirs}.self_attn.out_proj.{kind}"]
-            out[f"{ours}.sub_attn.norm.{kind}"] = [f"{theirs}.self_attn_layer_norm.{kind}"]
+            out[f"{ours}.{self_norm}.norm.{kind}"] = [f"{theirs}.self_attn_layer_norm.{kind}"]
             out[f"{ours}.ffn.w1.{kind}"] = [f"{theirs}.fc1.{kind}"]
             out[f"{ours}.ffn.w2.{kind}"] = [f"{theirs}.fc2.{kind}"]
             out[f"{ours}.sub_ffn.norm.{kind}"] = [f"{theirs}.final_layer_norm.{kind}"]
+
+    for i in range(c.n_encoder_layers):
+        self_attention_and_ffn(f"encoder_layers.{i}", f"model.encoder.layers.{i}", "sub_attn")
     for i in range(c.n_decoder_layers):
         ours, theirs = f"decoder_layers.{i}", f"model.decoder.layers.{i}"
-        for kind in ("weight", "bias"):
-            out[f"{ours}.self_attn.qkv_proj.{kind}"] = [f"{theirs}.self_attn.{p}_proj.{kind}" for p in "qkv"]
-            out[f"{ours}.self_attn.out_proj.{kind}"] = [f"{theirs}.self_attn.out_proj.{kind}"]
-            out[f"{ours}.sub_self.norm.{kind}"] = [f"{theirs}.self_attn_layer_norm.{kind}"]
+        self_attention_and_ffn(ours, theirs, "sub_self")
+        for kind in ("weight", "bias"):  # cross-attention: Q from the decoder, K and V (fused in ours) from memory
             out[f"{ours}.cross_attn.q_proj.{kind}"] = [f"{theirs}.encoder_attn.q_proj.{kind}"]
             out[f"{ours}.cross_attn.kv_proj.{kind}"] = [f"{theirs}.encoder_attn.{p}_proj.{kind}" for p in "kv"]
             out[f"{ours}.cross_attn.out_proj.{kind}"] = [f"{theirs}.encoder_attn.out_proj.{kind}"]
             out[f"{ours}.sub_cross.norm.{kind}"] = [f"{theirs}.encoder_attn_layer_norm.{kind}"]
-            out[f"{ours}.ffn.w1.{kind}"] = [f"{theirs}.fc1.{kind}"]
-            out[f"{ours}.ffn.w2.{kind}"] = [f"{theirs}.fc2.{kind}"]
-            out[f"{ours}.sub_ffn.norm.{kind}"] = [f"{theirs}.final_layer_norm.{kind}"]
     return out
 
 
