@@ -259,7 +259,7 @@ class Engine:
                     if not 0 <= i < vocab:
                         where = f"ids[{b}][{j}]" if nested else f"ids[{j}]"
                         raise InvalidRequest(f"{where} = {i} is not a token id; allowed ids are 0..{vocab - 1}")
-            return self.tokenizer.decode_batch(batch, skip_special_tokens=skip_special_tokens)
+            return self.tokenizer.decode_batch(batch, skip_special_tokens=skip_special_tokens, side=side)
 
         return await asyncio.to_thread(run)
 

@@ -54,9 +54,11 @@ class SentencePieceTokenizer:
             for p, i in vocab.items():
                 pieces[i] = p
             self._pieces[side] = pieces
-        decoder = spec["decode"]
-        self._known = frozenset(spec[decoder["pieces_of"]]["pieces"]) - {UNKNOWN}  # pieces decoding knows
-        self._control = frozenset(decoder["control"])  # pieces that decode to nothing
+        # per side of the ids: the SentencePiece model that decodes them, as the pieces it knows and its control pieces
+        self._known, self._control = {}, {}
+        for side, model in spec["decode"].items():
+            self._known[side] = frozenset(spec[model]["pieces"]) - {UNKNOWN}
+            self._control[side] = frozenset(spec[model]["control"])
 
     @classmethod
     def from_file(cls, path: str | Path) -> SentencePieceTokenizer:
@@ -132,35 +134,35 @@ class SentencePieceTokenizer:
 
     # ---- ids to text ---------------------------------------------------------------------------------------
 
-    def _decode_run(self, pieces: list[str]) -> str:
+    def _decode_run(self, pieces: list[str], side: str) -> str:
         """SentencePiece's decode_pieces: known pieces with "▁" as spaces (the first one's dropped), control pieces
         as nothing, pieces the model does not know verbatim."""
-        out = []
+        out, known, control = [], self._known[side], self._control[side]
         for p in pieces:
-            if p in self._control:
+            if p in control:
                 continue
-            if p in self._known:
+            if p in known:
                 text = p.replace("▁", " ")
                 out.append(text[1:] if not out and text.startswith(" ") else text)
             else:
                 out.append(p)
         return "".join(out)
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        """Target ids to text, as MarianTokenizer.decode."""
-        pieces, out, run = self._pieces["target"], "", []
+    def decode(self, ids: list[int], skip_special_tokens: bool = True, side: str = "target") -> str:
+        """Ids to text, as MarianTokenizer.decode (source ids with the source vocabulary and model)."""
+        pieces, out, run = self._pieces[side], "", []
         for i in ids:
             if i in self.special_ids:
                 if not skip_special_tokens:
-                    out += self._decode_run(run) + pieces[i] + " "
+                    out += self._decode_run(run, side) + pieces[i] + " "
                     run = []
                 continue
             run.append(pieces[i])
-        out += self._decode_run(run)
+        out += self._decode_run(run, side)
         return out.replace("▁", " ").strip()
 
-    def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
-        return [self.decode(ids, skip_special_tokens) for ids in batch]
+    def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = True, side: str = "target") -> list[str]:
+        return [self.decode(ids, skip_special_tokens, side) for ids in batch]
 
     def id_to_token(self, i: int, side: str = "target") -> str:
         return self._pieces[side][i]

@@ -112,10 +112,10 @@ class Tokenizer:
         head = [Token(self.bos_id, BOS, 0, 0, True)] if side == "target" else []
         return head + toks + [Token(self.eos_id, EOS, len(text), len(text), True)]
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
+    def decode(self, ids: list[int], skip_special_tokens: bool = True, side: str = "target") -> str:
+        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)  # one vocabulary for both sides
 
-    def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+    def decode_batch(self, batch: list[list[int]], skip_special_tokens: bool = True, side: str = "target") -> list[str]:
         return self.hf.decode_batch(batch, skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, i: int, side: str = "target") -> str:

@@ -347,10 +347,14 @@ def tokenizer_spec(source: Path, config: TransformerConfig) -> dict:
     controls = {}
     for side in ("source", "target"):
         tk, pieces, controls[side] = convert_spm(need_file(source, f"{side}.spm"))
-        spec[side] = {"tokenizer": tk, "pieces": pieces, "vocab": side if separate else "source"}
-    # transformers decodes a shared vocabulary with the source model (MarianTokenizer._decode's default)
-    decoder = "target" if separate else "source"
-    spec["decode"] = {"pieces_of": decoder, "control": controls[decoder]}
+        spec[side] = {
+            "tokenizer": tk,
+            "pieces": pieces,
+            "control": controls[side],
+            "vocab": side if separate else "source",
+        }
+    # transformers decodes a shared vocabulary's target ids with the source model (MarianTokenizer._decode's default)
+    spec["decode"] = {"target": "target" if separate else "source", "source": "source"}
     target_vocab, source_vocab = vocabs["target" if separate else "source"], vocabs["source"]
     for token in ("</s>", "<unk>", "<pad>"):
         if token not in target_vocab or token not in source_vocab:

@@ -63,6 +63,9 @@ async def test_tokenize_and_detokenize_use_the_model_s_own_vocabularies(client, 
     assert [t["id"] for t in r.json()["results"][0]["tokens"]] == target
     r = await client.post("/detokenize", json={"ids": [target]})
     assert r.json()["results"][0]["text"] == tok.decode(target, skip_special_tokens=True)
+    # source ids (a vocabulary of their own here) decode with the source vocabulary and SentencePiece model
+    r = await client.post("/detokenize", json={"ids": tok(TEXTS[:2]).input_ids, "side": "source"})
+    assert [x["text"] for x in r.json()["results"]] == TEXTS[:2]
 
 
 async def test_attention_and_info_describe_the_imported_model(client, marian_models):
