@@ -83,26 +83,21 @@ class SentencePieceTokenizer:
             return text[: end + 2], text[end + 2 :]
         return "", text
 
-    def _pieces_of(self, text: str, side: str) -> tuple[list[int], list[str | None], list[tuple[int, int]]]:
-        """Model ids, the vocabulary piece behind each (None for <unk>) and character offsets into `text`."""
+    def _encode(self, text: str, side: str, offsets: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+        """Model ids and, when asked, their character offsets into `text`. A token's piece is the vocabulary's
+        piece for its id (an unknown run looked up by its text has that text's id)."""
         code, rest = self._split_code(text)
         enc = self._hf[side].encode(rest, add_special_tokens=False)
         to_model, unknown, vocab = self._ids[side], self._unknown[side], self._vocab[side]
         ids = [to_model[i] for i in enc.ids]
-        pieces: list[str | None] = [self._pieces[side][i] if i != self.unk_id else None for i in ids]
         if unknown in enc.ids:  # runs of unknown characters: look their text up (the slow path, rare)
             surfaces = iter(self._unknown_runs(rest, side))
-            for k, i in enumerate(enc.ids):
-                if i == unknown:
-                    surface = next(surfaces)
-                    ids[k] = vocab.get(surface, self.unk_id)
-                    pieces[k] = surface if ids[k] != self.unk_id else None
-        offsets = [(start + len(code), end + len(code)) for start, end in enc.offsets]
+            ids = [vocab.get(next(surfaces), self.unk_id) if i == unknown else m for i, m in zip(enc.ids, ids)]
+        spans = [(start + len(code), end + len(code)) for start, end in enc.offsets] if offsets else []
         if code:
             ids.insert(0, vocab.get(code, self.unk_id))
-            pieces.insert(0, code if ids[0] != self.unk_id else None)
-            offsets.insert(0, (0, len(code)))
-        return ids, pieces, offsets
+            spans.insert(0, (0, len(code)))
+        return ids, spans
 
     def _unknown_runs(self, text: str, side: str) -> list[str]:
         """The normalized text of each run of unknown characters, in order."""
@@ -111,7 +106,7 @@ class SentencePieceTokenizer:
         return [t.value for word, _ in words for t in hf.model.tokenize(word) if t.id == self._unknown[side]]
 
     def encode(self, text: str, side: str = "source", add_special_tokens: bool = True) -> list[int]:
-        ids = self._pieces_of(text, side)[0]
+        ids = self._encode(text, side)[0]
         return ids + [self.eos_id] if add_special_tokens else ids
 
     def encode_batch(self, texts: list[str], side: str = "source", add_special_tokens: bool = True) -> list[list[int]]:
@@ -119,17 +114,17 @@ class SentencePieceTokenizer:
 
     def tokenize(self, text: str, side: str = "source", add_special_tokens: bool = True) -> list[Token]:
         """Tokens with ids, pieces and character offsets into `text`."""
-        ids, pieces, offsets = self._pieces_of(text, side)
-        toks = []
-        for i, piece, (start, end) in zip(ids, pieces, offsets):
-            piece = "<unk>" if piece is None else piece
+        ids, spans = self._encode(text, side, offsets=True)
+        toks, pieces = [], self._pieces[side]
+        for i, (start, end) in zip(ids, spans):
+            piece = pieces[i]
             if start < end and not text[start].isspace() and piece == "▁":
                 end = start  # the word-boundary mark SentencePiece adds before the first word
             elif end - start > 1 and text[start].isspace():  # "▁man" points at "man", not " man"
                 start += 1
             toks.append(Token(i, piece, start, end, False))
         if add_special_tokens:
-            toks.append(Token(self.eos_id, self._pieces[side][self.eos_id], len(text), len(text), True))
+            toks.append(Token(self.eos_id, pieces[self.eos_id], len(text), len(text), True))
         return toks
 
     # ---- ids to text ---------------------------------------------------------------------------------------

@@ -335,9 +335,9 @@ def convert_spm(path: Path) -> tuple[dict, list[str], list[str]]:
     return json.loads(hf.to_str()), pieces, control
 
 
-def tokenizer_spec(source: Path, config: TransformerConfig) -> dict:
-    """The SentencePieceTokenizer spec of a Marian directory; the special ids must be the config's."""
-    settings = read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() else {}
+def tokenizer_spec(source: Path, config: TransformerConfig, settings: dict) -> dict:
+    """The SentencePieceTokenizer spec of a Marian directory (settings: its tokenizer_config.json); the special ids
+    must be the config's."""
     separate = bool(settings.get("separate_vocabs", False))
     vocabs = {"source": read_json(source / "vocab.json")}
     if separate:
@@ -387,7 +387,8 @@ def import_marian(source: Path, out: Path, provenance: dict[str, Any]) -> Path:
     bias = weights.get("final_logits_bias", weights.get("model.final_logits_bias"))
     if bias is not None and bias.any():
         config.logits_bias = True
-    spec = tokenizer_spec(source, config)
+    settings = read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() else {}
+    spec = tokenizer_spec(source, config, settings)
     config.unk_id = spec["special"]["unk"]
     if spec["vocab"].get("target") is not None:
         pad = spec["vocab"]["source"]["<pad>"]
@@ -395,7 +396,6 @@ def import_marian(source: Path, out: Path, provenance: dict[str, Any]) -> Path:
     model = Transformer(config)
     load_weights(model, weights)
     tokenizer = SentencePieceTokenizer(spec)
-    settings = read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() else {}
     languages = languages_of(settings, provenance.get("name", source.name))
     metadata = {
         "name": provenance.get("name", source.name),
