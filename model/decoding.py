@@ -118,6 +118,35 @@ class KVCache:
             self._longest_src = int(self._src_len[:new_n].max())
         return list(zip(movers, holes))
 
+    def duplicate(self, rows: list[int]) -> range:
+        """New rows at the end, copies of `rows` (their source keys/values and what they have written): a beam
+        search's rows start as copies of its one prefilled row. Returns the new rows."""
+        if len(rows) > self.free:
+            raise ValueError(f"{len(rows)} new rows but only {self.free} free slots")
+        new = range(self.n, self.n + len(rows))
+        if rows:
+            src = torch.tensor(rows, device=self.kv.device)
+            dst = slice(new.start, new.stop)
+            t_len, s_len = int(self.steps - self._start[rows].min()), int(self._src_len[rows].max())
+            self.kv[:, :, dst, :, :t_len] = self.kv[:, :, src, :, :t_len]
+            self.cross_kv[:, :, dst, :, :s_len] = self.cross_kv[:, :, src, :, :s_len]
+            self.src_keep[dst] = self.src_keep[src]
+            self.positions[dst] = self.positions[src]
+            self._start[dst], self._src_len[dst] = self._start[rows], self._src_len[rows]
+            self._newest = max(self._newest, int(self._start[dst].max()))
+            self.n += len(rows)
+        return new
+
+    def reorder(self, dst: list[int], src: list[int]) -> None:
+        """Row dst[i] takes over the self-attention keys/values row src[i] has written (rows at one position, as a
+        beam search's are): a beam that continues another beam's hypothesis continues its state. The source
+        keys/values stay: the rows of one beam search share a source."""
+        if not dst:
+            return
+        t_len = int(self.steps - self._start[src].min())
+        device = self.kv.device
+        self.kv[:, :, torch.tensor(dst, device=device), :, :t_len] = self.kv[:, :, torch.tensor(src, device=device), :, :t_len]
+
     def step(self, model: Transformer, tokens: torch.Tensor, greedy: bool = False):
         """Run the decoder for the live rows, write their new keys/values, advance.
 
@@ -175,11 +204,12 @@ class Hypothesis:
     tokens: list[int] = field(default_factory=list)  # generated ids, without <s> and </s>
     logprobs: list[float] = field(default_factory=list)  # one per generated id, </s> included
     finish_reason: str = "length"  # "eos" or "length"
+    length_penalty: float = 1.0
 
     @property
     def score(self) -> float:
-        """Mean log-probability of the generated tokens."""
-        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else 0.0
+        """The summed log-probabilities over length ** length_penalty (</s> counted): with 1.0, the mean."""
+        return sum(self.logprobs) / len(self.logprobs) ** self.length_penalty if self.logprobs else 0.0
 
 
 @torch.inference_mode()

@@ -1,0 +1,194 @@
+"""The rows of live searches in one KVCache, stepped together: what continuous batching and nmt-eval share."""
+
+from __future__ import annotations
+
+import torch
+
+from model.decoding import Hypothesis, KVCache
+from model.search import BeamSearch, DecodingOptions, Sampling, Search
+from model.transformer import Transformer, greedy_pick
+
+
+class RowBatch:
+    """Searches of any kind decoding together, one row per hypothesis in progress.
+
+    `add` prefills sources into free rows (a search with k rows gets its one encoded row copied k - 1 times),
+    `step` runs the decoder once for every row and lets each search pick its rows' tokens, and rows leave as
+    soon as their hypothesis or search is finished. With only greedy searches live a step is
+    model.decode_greedy; otherwise it computes full logits, and greedy rows take the same greedy_pick.
+    """
+
+    def __init__(self, model: Transformer, cache: KVCache):
+        self.model, self.cache = model, cache
+        self.device = cache.kv.device
+        self.rows: list[tuple[Search, int]] = []  # rows[r]: the search owning cache row r, and its slot in it
+        self.tokens = torch.empty(0, dtype=torch.long, device=self.device)  # (N,) next input token per row
+        self.other = 0  # live rows of searches that are not greedy
+        self._host = None  # CUDA: pinned buffers for the step's one device-to-host copy
+        if self.device.type == "cuda":
+            n = cache.max_batch
+            self._host = (
+                torch.empty(n, dtype=torch.long, pin_memory=True),
+                torch.empty(n, dtype=torch.float32, pin_memory=True),
+            )
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, searches: list[Search], src: torch.Tensor) -> None:
+        """Prefill src (B, S) for B searches (which need sum(s.rows) free rows)."""
+        first = self.cache.add(self.model, src)
+        copies = [row for search, row in zip(searches, first) for _ in range(search.rows - 1)]
+        try:
+            self.cache.duplicate(copies)
+        except BaseException:
+            self.cache.remove(first)
+            raise
+        self.rows += [(s, 0) for s in searches] + [(s, j) for s in searches for j in range(1, s.rows)]
+        self.other += sum(s.rows for s in searches if not s.greedy)
+        bos = torch.full((len(first) + len(copies),), self.model.config.bos_id, dtype=torch.long, device=self.device)
+        self.tokens = torch.cat([self.tokens, bos])
+
+    def clear(self) -> list[Search]:
+        """Free every row; returns the searches that held them."""
+        searches = list(dict.fromkeys(s for s, _ in self.rows))
+        self.cache.remove(range(self.cache.n))
+        self.rows, self.other, self.tokens = [], 0, self.tokens[:0]
+        return searches
+
+    def drop(self, searches: set[Search]) -> None:
+        """Free the rows of searches nobody waits for any more."""
+        gone = [r for r, (s, _) in enumerate(self.rows) if s in searches]
+        if gone:
+            self.tokens = self._remove(gone, self.tokens)
+
+    def step(self) -> list[Search]:
+        """One token for every live row; returns the searches that finished, whose rows are already free."""
+        if not self.other:
+            ids, logprobs = self.model.decode_greedy(self.tokens, self.cache)  # (N,), (N,)
+            ids_host, logprobs_host = self._to_host(ids, logprobs)
+            done = [r for r, ((s, slot), tok, lp) in enumerate(zip(self.rows, ids_host, logprobs_host))
+                    if s.take(slot, tok, lp)]  # fmt: skip
+        else:
+            ids, done = self._step_all()
+        if not done:
+            self.tokens = ids
+            return []
+        finished = list(dict.fromkeys(s for s, _ in (self.rows[r] for r in done) if s.done))
+        self.tokens = self._remove(done, ids)
+        return finished
+
+    def _step_all(self) -> tuple[torch.Tensor, list[int]]:
+        """A step with full logits: greedy rows take greedy_pick, the other searches their own picks."""
+        logits = self.model.decode_step(self.tokens, self.cache)  # (N, V)
+        ids, logprobs = greedy_pick(logits)
+        ids_host, logprobs_host = self._to_host(ids, logprobs)
+        next_ids, done = list(ids_host), []
+        sampled: list[tuple[Sampling, int, int]] = []
+        beams: dict[int, dict[BeamSearch, list[int]]] = {}  # beam size -> search -> its rows by slot
+        for r, (s, slot) in enumerate(self.rows):
+            if s.greedy:
+                if s.take(slot, ids_host[r], logprobs_host[r]):
+                    done.append(r)
+            elif isinstance(s, BeamSearch):
+                beams.setdefault(s.rows, {}).setdefault(s, [0] * s.rows)[slot] = r
+            else:
+                sampled.append((s, slot, r))
+        if sampled:
+            self._sample(sampled, logits, ids_host, next_ids, done)
+        moves: tuple[list[int], list[int]] = ([], [])
+        for k, searches in beams.items():
+            self._beam(k, searches, logits, next_ids, done, moves)
+        self.cache.reorder(*moves)
+        return torch.tensor(next_ids, dtype=torch.long, device=self.device), done
+
+    def _sample(self, sampled, logits, argmax, next_ids, done) -> None:
+        rows = torch.tensor([r for _, _, r in sampled], device=self.device)
+        tokens = [s.next_token(slot, logits[r], argmax[r]) for s, slot, r in sampled]
+        logprobs = logits[rows].float().log_softmax(-1)  # (M, V)
+        picked = logprobs[torch.arange(len(sampled), device=self.device), torch.tensor(tokens, device=self.device)]
+        for (s, slot, r), tok, lp in zip(sampled, tokens, picked.tolist()):
+            next_ids[r] = tok
+            if s.take(slot, tok, lp):
+                done.append(r)
+
+    def _beam(self, k: int, searches: dict[BeamSearch, list[int]], logits, next_ids, done, moves) -> None:
+        """Every beam search of size k at once: (G, k, V) continuations, their 2k best per search."""
+        rows = torch.tensor(list(searches.values()), device=self.device)  # (G, k)
+        scores = torch.tensor([s.scores for s in searches], device=self.device)  # (G, k)
+        total = logits[rows].float().log_softmax(-1) + scores[..., None]  # (G, k, V)
+        for g, s in enumerate(searches):
+            if (token := s.forced()) is not None:  # only beam 0 goes on, with the prefix token
+                keep = total[g, 0, token].clone()
+                total[g] = float("-inf")
+                total[g, 0, token] = keep
+        vocab = total.size(-1)
+        best, flat = total.view(len(searches), -1).topk(2 * k)  # (G, 2k)
+        for s, own, b, f in zip(searches, searches.values(), best.tolist(), flat.tolist()):
+            picked = s.advance(b, f, vocab)
+            if picked is None:
+                done += own
+                continue
+            parents, tokens = picked
+            for j, (parent, token) in enumerate(zip(parents, tokens)):
+                next_ids[own[j]] = token
+                if parent != j:
+                    moves[0].append(own[j])
+                    moves[1].append(own[parent])
+
+    def _remove(self, rows: list[int], ids: torch.Tensor) -> torch.Tensor:
+        """Free cache rows; the last live rows move into the holes, and their next tokens with them."""
+        self.other -= sum(not self.rows[r][0].greedy for r in rows)
+        moves = self.cache.remove(rows)
+        if moves:
+            src_rows, dst_rows = map(list, zip(*moves))
+            ids[dst_rows] = ids[src_rows]
+            for f, t in moves:
+                self.rows[t] = self.rows[f]
+        del self.rows[self.cache.n :]
+        return ids[: self.cache.n]
+
+    def _to_host(self, ids: torch.Tensor, best: torch.Tensor) -> tuple[list[int], list[float]]:
+        """The step's one device-to-host transfer: each row's greedy token and its log-probability."""
+        if self._host is None:
+            return ids.tolist(), best.tolist()
+        n = ids.size(0)
+        host_ids, host_best = self._host[0][:n], self._host[1][:n]
+        host_ids.copy_(ids, non_blocking=True)
+        host_best.copy_(best, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()
+        return host_ids.tolist(), host_best.tolist()
+
+
+@torch.inference_mode()
+def decode(
+    model: Transformer, sources: list[list[int]], budgets: list[int], options: DecodingOptions,
+    max_rows: int = 256,
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """Hypotheses (best first) for each source id list, decoded in batches of up to `max_rows` rows, in order.
+    Sources are sorted by length into batches, as nmt-eval does for speed."""
+    c, device = model.config, next(model.parameters()).device
+    per = max(options.beam_size, options.num_hypotheses)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[list[Hypothesis]] = [[] for _ in sources]
+    chunk = max(1, max_rows // per)
+    for start in range(0, len(order), chunk):
+        idx = order[start : start + chunk]
+        searches = [options.search(budgets[i], c, device) for i in idx]
+        live = [(i, s) for i, s in zip(idx, searches) if not s.done]
+        for i, s in zip(idx, searches):
+            out[i] = s.results()
+        if not live:
+            continue
+        width = max(len(sources[i]) for i, _ in live)
+        src = torch.full((len(live), width), c.source_pad_id, dtype=torch.long)
+        for row, (i, _) in enumerate(live):
+            src[row, : len(sources[i])] = torch.tensor(sources[i])
+        cache = KVCache(model, len(live) * per, max(budgets[i] for i, _ in live) + 1, width)
+        batch = RowBatch(model, cache)
+        batch.add([s for _, s in live], src.to(device))
+        while len(batch):
+            batch.step()
+        for i, s in live:
+            out[i] = s.results()
+    return out

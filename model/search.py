@@ -1,0 +1,267 @@
+"""Decoding strategies as peers behind one interface: greedy, beam search and sampling.
+
+A `Search` turns one source into hypotheses while holding `rows` rows of a KVCache. Each step the model
+gives every row its next-token distribution and each search picks its rows' tokens:
+
+- `Greedy`: one row, the most likely token. Only greedy rows in a step: the step is model.decode_greedy
+  (compiled, screened, no full log_softmax), exactly the path the server had before the others came.
+- `Sampling`: 1..n rows decoded independently: a forced target prefix, then the most likely token (top-k 1)
+  or a random draw among the k most likely (0 = all), from a generator seeded per search, so that a seed
+  gives the same text alone or in any batch.
+- `BeamSearch`: beam_size rows whose hypotheses are reordered among themselves each step, as CTranslate2's
+  beam search does: the 2 x beam_size best continuations are ranked; one of the first beam_size that ends with
+  </s> (or reaches the budget) is a finished hypothesis and the next unfinished candidate takes its place.
+  It stops when beam_size hypotheses have finished, or with length_penalty 0 once the best beam has finished
+  and num_hypotheses have. A hypothesis's score is the sum of its log-probabilities (</s> included) divided by
+  its length (</s> included) ** length_penalty: with the default 1.0 that is greedy's mean log-probability.
+
+`RowBatch` holds the live searches' rows in one KVCache and steps them together (model/batch.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+
+from model.decoding import Hypothesis
+from model.transformer import Transformer, TransformerConfig, padding_mask, subsequent_mask
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    beam_size: int = 1
+    num_hypotheses: int = 1  # hypotheses returned, best first: at most beam_size, or samples when sampling
+    length_penalty: float = 1.0  # score = sum of log-probabilities / length ** length_penalty
+    prefix: tuple[int, ...] = ()  # target ids the output must start with (they count towards the budget)
+    sampling_topk: int = 1  # 1: the most likely token; k > 1: draw among the k most likely; 0: among all
+    sampling_temperature: float = 1.0
+    seed: int = 0
+
+    def search(self, budget: int, config: TransformerConfig, device: torch.device | str = "cpu") -> Search:
+        """A fresh search for one source, with `budget` output tokens (</s> included)."""
+        if self.beam_size > 1:
+            search = BeamSearch(self, budget, config)
+        elif self.sampling_topk != 1 or self.prefix or self.num_hypotheses > 1:
+            search = Sampling(self, budget, config, device)
+        else:
+            search = Greedy(budget, config)
+        search.restart = partial(self.search, budget, config, device)
+        return search
+
+
+GREEDY = DecodingOptions()
+
+
+class Search:
+    """One source's decoding. `rows`: the cache rows it holds; `done`: its results are final."""
+
+    rows = 1
+    greedy = False  # decodes from the step's greedy picks alone (the fast path)
+
+    def __init__(self, budget: int, config: TransformerConfig):
+        self.steps = budget - config.force_eos  # decoder steps it may take: a forced </s> is not decoded
+        self.eos = config.eos_id
+        self.done = self.steps <= 0
+        self.owner: Any = None  # whoever submitted it (the scheduler's sequence)
+        self.restart: Callable[[], Search]  # a fresh search of the same kind for the same source (set by search())
+
+    def results(self) -> list[Hypothesis]:
+        """The hypotheses, best first."""
+        raise NotImplementedError
+
+    @property
+    def tokens(self) -> list[int]:
+        """The first hypothesis's tokens so far (what a stream of a one-row search has produced)."""
+        return self.results()[0].tokens
+
+    def _take(self, hyp: Hypothesis, token: int, logprob: float) -> bool:
+        """Append a token to a hypothesis; True once it is finished (</s>, or the budget is spent)."""
+        hyp.logprobs.append(logprob)
+        if token == self.eos:
+            hyp.finish_reason = "eos"
+            return True
+        hyp.tokens.append(token)
+        return len(hyp.logprobs) >= self.steps
+
+
+class Greedy(Search):
+    """The most likely token each step, on one row."""
+
+    greedy = True
+
+    def __init__(self, budget: int, config: TransformerConfig):
+        super().__init__(budget, config)
+        self.hyp = Hypothesis()
+
+    def take(self, slot: int, token: int, logprob: float) -> bool:
+        """The row's next token and its log-probability; True when the search is done."""
+        self.done = self._take(self.hyp, token, logprob)
+        return self.done
+
+    def results(self) -> list[Hypothesis]:
+        return [self.hyp]
+
+
+class Sampling(Search):
+    """Independent rows: the target prefix forced, then argmax (top-k 1) or a seeded random draw per row."""
+
+    def __init__(self, options: DecodingOptions, budget: int, config: TransformerConfig, device):
+        super().__init__(budget, config)
+        self.rows, self.prefix = options.num_hypotheses, options.prefix
+        self.topk, self.temperature = options.sampling_topk, options.sampling_temperature
+        self.hyps = [Hypothesis() for _ in range(self.rows)]
+        self.live = self.rows
+        self.generator = None
+        if self.topk != 1:
+            self.generator = torch.Generator(device=device).manual_seed(options.seed)
+
+    def next_token(self, slot: int, logits: torch.Tensor, argmax: int) -> int:
+        """The row's next token, given its logits (V,) and their argmax."""
+        t = len(self.hyps[slot].logprobs)
+        if t < len(self.prefix):
+            return self.prefix[t]
+        if self.generator is None:
+            return argmax
+        scores = logits.float() / self.temperature
+        if 0 < self.topk < scores.size(0):
+            scores, ids = scores.topk(self.topk)
+            return int(ids[torch.multinomial(scores.softmax(-1), 1, generator=self.generator)])
+        return int(torch.multinomial(scores.softmax(-1), 1, generator=self.generator))
+
+    def take(self, slot: int, token: int, logprob: float) -> bool:
+        """The row's token and its log-probability under the model; True when that row is finished."""
+        finished = self._take(self.hyps[slot], token, logprob)
+        if finished:
+            self.live -= 1
+            self.done = not self.live
+        return finished
+
+    def results(self) -> list[Hypothesis]:
+        if len(self.hyps) == 1:
+            return self.hyps
+        return sorted(self.hyps, key=lambda h: h.score, reverse=True)
+
+
+class BeamSearch(Search):
+    """beam_size rows; each step the best continuations of all beams compete for them (see the module doc)."""
+
+    def __init__(self, options: DecodingOptions, budget: int, config: TransformerConfig):
+        super().__init__(budget, config)
+        self.rows, self.n, self.penalty = options.beam_size, options.num_hypotheses, options.length_penalty
+        self.prefix = options.prefix
+        self.beams: list[tuple[list[int], list[float]]] = [([], [])] * self.rows  # tokens, log-probabilities
+        self.scores = [0.0] + [NEG_INF] * (self.rows - 1)  # summed log-probabilities; the copies start out dead
+        self.finished: list[Hypothesis] = []
+        self.best_finished = False
+
+    @property
+    def length(self) -> int:
+        """Tokens each beam has so far."""
+        return len(self.beams[0][0])
+
+    def forced(self) -> int | None:
+        """The prefix token this step must produce, or None."""
+        t = self.length
+        return self.prefix[t] if t < len(self.prefix) else None
+
+    def advance(self, scores: list[float], flat: list[int], vocab: int) -> tuple[list[int], list[int]] | None:
+        """Take this step's 2 x beam_size best candidates, best first, as summed scores and flat indices
+        (beam * vocab + token). Returns each row's parent beam and next token, or None once done."""
+        k, last = self.rows, self.length + 1 >= self.steps
+        candidates = [(s, *divmod(i, vocab)) for s, i in zip(scores, flat)]  # (score, parent, token)
+        spares = (c for c in candidates[k:] if c[2] != self.eos)  # what takes the place of a finished one
+        chosen = []
+        for rank, candidate in enumerate(candidates[:k]):
+            score, parent, token = candidate
+            if token == self.eos or last:
+                if score > NEG_INF:
+                    self._finish(score, parent, token)
+                    self.best_finished |= rank == 0
+                candidate = next(spares, candidate)
+            chosen.append(candidate)
+        enough = self.best_finished and len(self.finished) >= self.n if self.penalty == 0 else len(self.finished) >= k
+        if last or enough:
+            self.done = True
+            return None
+        beams = []
+        for score, parent, token in chosen:
+            tokens, logprobs = self.beams[parent]
+            beams.append((tokens + [token], logprobs + [self._logprob(score, parent)]))
+        self.beams, self.scores = beams, [c[0] for c in chosen]
+        return [c[1] for c in chosen], [c[2] for c in chosen]
+
+    def _logprob(self, score: float, parent: int) -> float:
+        return score - self.scores[parent] if score > NEG_INF else NEG_INF
+
+    def _finish(self, score: float, parent: int, token: int) -> None:
+        tokens, logprobs = self.beams[parent]
+        eos = token == self.eos
+        self.finished.append(
+            Hypothesis(
+                tokens if eos else tokens + [token], logprobs + [self._logprob(score, parent)],
+                "eos" if eos else "length", self.penalty,
+            )
+        )  # fmt: skip
+
+    def results(self) -> list[Hypothesis]:
+        if not self.finished:  # not started
+            return [Hypothesis(length_penalty=self.penalty)]
+        return sorted(self.finished, key=lambda h: h.score, reverse=True)[: self.n]
+
+
+@torch.inference_mode()
+def beam_search_reference(
+    model: Transformer, src: list[int], budget: int, options: DecodingOptions
+) -> list[Hypothesis]:
+    """The baseline for BeamSearch: one source, every beam's whole prefix decoded again at every step, the
+    rules of the module doc written out plainly. Returns options.num_hypotheses hypotheses, best first."""
+    c, k, eos = model.config, options.beam_size, model.config.eos_id
+    src_ids = torch.tensor([src])
+    src_mask = padding_mask(src_ids, c.source_pad_id)
+    memory = model.encode(src_ids, src_mask)
+    beams = [([], [], 0.0)]  # (tokens, log-probabilities, their sum): one beam until the first step's choice
+    finished, best_finished = [], False
+    steps = budget - c.force_eos
+    for t in range(steps):
+        ys = torch.tensor([[c.bos_id, *tokens] for tokens, _, _ in beams])  # (beams, t + 1)
+        hidden = model.decode(ys, memory.expand(len(beams), -1, -1), src_mask, subsequent_mask(t + 1))
+        logprobs = model.generator(hidden[:, -1]).float().log_softmax(-1)  # (beams, V)
+        if t < len(options.prefix):  # forced: the first beam goes on with the prefix token, alone
+            tokens, lps, score = beams[0]
+            token = options.prefix[t]
+            lp = logprobs[0, token].item()
+            if t + 1 < steps:
+                beams = [(tokens + [token], lps + [lp], score + lp)]
+                continue
+            candidates = [(score + lp, 0, token)]
+        else:
+            total = logprobs + torch.tensor([score for _, _, score in beams])[:, None]
+            top, flat = total.view(-1).topk(2 * k)
+            candidates = [(s, *divmod(i, total.size(1))) for s, i in zip(top.tolist(), flat.tolist())]
+        last = t + 1 == steps
+        spares = iter([cand for cand in candidates[k:] if cand[2] != eos])
+        next_beams = []
+        for rank, (score, parent, token) in enumerate(candidates[:k]):
+            tokens, lps, parent_score = beams[parent]
+            if token == eos or last:
+                ended = tokens if token == eos else tokens + [token]
+                reason = "eos" if token == eos else "length"
+                finished.append(Hypothesis(ended, lps + [score - parent_score], reason, options.length_penalty))
+                best_finished |= rank == 0
+                score, parent, token = next(spares, (score, parent, token))
+                tokens, lps, parent_score = beams[parent]
+            next_beams.append((tokens + [token], lps + [score - parent_score], score))
+        beams = next_beams
+        if options.length_penalty == 0:
+            if best_finished and len(finished) >= options.num_hypotheses:
+                break
+        elif len(finished) >= k:
+            break
+    finished.sort(key=lambda h: h.score, reverse=True)
+    return finished[: options.num_hypotheses]
