@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from app.batcher import Batcher, EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
 from app.detokenize import IncrementalText
 from app.device import device_name, resolve_device
+from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
+from app.engine.scheduler import Batcher
 from app.metrics import Metrics
 from app.settings import Settings
 from model.checkpoint import load_checkpoint
@@ -26,10 +27,6 @@ from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Token, Tokenizer
 from model.transformer import Transformer, padding_mask, subsequent_mask
 
-__all__ = [
-    "Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "OutOfMemory", "QueueFull",
-    "RequestTimeout", "Translation",
-]  # fmt: skip
 log = logging.getLogger("nmt_serve.engine")
 T = TypeVar("T")
 WARM_UP_TEXT = "A man is riding a bike."
@@ -37,18 +34,6 @@ WARM_UP_TEXT = "A man is riding a bike."
 # that takes tens of microseconds, less than a hop to a thread and back, which also passes the GIL to and fro
 # while the batcher's worker needs it. Longer requests are tokenized on a thread.
 INLINE_CHARS = 2_000
-
-
-class InvalidRequest(ValueError):
-    """The request breaks a limit or names something that does not exist."""
-
-
-class InputTooLong(InvalidRequest):
-    """A text has more tokens than the server accepts."""
-
-
-class RequestTimeout(RuntimeError):
-    """The request was not answered within NMT_REQUEST_TIMEOUT_S; its sequences were dropped."""
 
 
 @dataclass

@@ -1,0 +1,27 @@
+"""The engine: requests in, translations out, the model run by one scheduling loop.
+
+- `engine.py`     Engine: validates and tokenizes requests, hands them to the scheduler, formats the results
+- `limits.py`     Limits: what a request may ask for, and the 4xx messages that say so
+- `sequence.py`   the state of a submitted sequence or call, and the stream of a streaming one
+- `scheduler.py`  Batcher: the worker thread's loop (admission, one decoder step for every live row, faults)
+- `errors.py`     what the engine raises, each mapped to an HTTP status by app/api.py
+
+The decoding strategies (greedy, beam search, sampling) are model-level code in model/search.py, shared with
+nmt-eval; this package never touches tensors outside the worker thread.
+"""
+
+from app.engine.engine import INLINE_CHARS, Attention, Engine, Translation
+from app.engine.errors import (
+    EngineFailure,
+    EngineUnavailable,
+    InputTooLong,
+    InvalidRequest,
+    OutOfMemory,
+    QueueFull,
+    RequestTimeout,
+)  # fmt: skip
+
+__all__ = [
+    "INLINE_CHARS", "Attention", "Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "OutOfMemory",
+    "QueueFull", "RequestTimeout", "Translation",
+]  # fmt: skip

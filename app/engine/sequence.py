@@ -1,0 +1,81 @@
+"""Request and sequence state: what a caller submits to the scheduler, and how its result comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from model.decoding import Hypothesis
+from model.search import Search
+
+if TYPE_CHECKING:
+    from app.engine.scheduler import Batcher
+
+
+@dataclass(eq=False)
+class Job:
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass(eq=False)
+class Sequence(Job):
+    """One source text to decode; its future gets the search's hypotheses, best first."""
+
+    src: list[int]
+    search: Search  # how it is decoded; replaced by a fresh one when an out-of-memory error restarts it
+    stream: asyncio.Queue | None = None  # streaming only: each new token id, then None once the future is set
+    sent: int = 0  # tokens handed to the stream so far
+    submitted: float = field(default_factory=time.perf_counter)
+    first_token: float = 0.0  # perf_counter() when its first token came out; 0.0 before
+    ooms: int = 0  # times a CUDA out-of-memory error pushed it back to the waiting line
+
+    def __post_init__(self) -> None:
+        self.search.owner = self
+
+
+@dataclass(eq=False)
+class Call(Job):
+    fn: Callable[[], Any]
+
+
+STOP = object()
+PURGE = object()  # a caller gave up on a sequence: drop the cancelled ones before the next step
+
+
+def resolve(job: Job, result: Any, error: BaseException | None) -> None:
+    if not job.future.done():
+        job.future.set_result(result) if error is None else job.future.set_exception(error)
+    if getattr(job, "stream", None) is not None:
+        job.stream.put_nowait(None)
+
+
+def put_all(items: list[tuple[asyncio.Queue, int]]) -> None:
+    for queue_, token in items:
+        queue_.put_nowait(token)
+
+
+class TokenStream:
+    """A submitted sequence's token ids as they are generated (not </s>); `close()` drops it if it is unfinished."""
+
+    def __init__(self, batcher: Batcher, seq: Sequence):
+        self._batcher, self._seq = batcher, seq
+
+    def __aiter__(self) -> TokenStream:
+        return self
+
+    async def __anext__(self) -> int:
+        token = await self._seq.stream.get()
+        if token is None:
+            raise StopAsyncIteration
+        return token
+
+    async def result(self) -> Hypothesis:
+        """The finished hypothesis, once the tokens have run out; raises what the sequence failed with."""
+        return (await self._seq.future)[0]
+
+    def close(self) -> None:
+        self._batcher.drop([self._seq])
