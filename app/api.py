@@ -27,6 +27,7 @@ from app.engine import (
     RequestTimeout,
     Translation,
 )
+from app.engine.limits import Decoding
 from app.metrics import CONTENT_TYPE_LATEST
 from app.settings import Settings
 
@@ -165,24 +166,57 @@ async def detokenize(body: s.DetokenizeRequest, engine: EngineDep) -> s.Detokeni
     },
 )
 async def translate(body: s.TranslateRequest, engine: EngineDep, request: Request):
-    """Translate English to German with greedy decoding; `"stream": true` sends the tokens as they come."""
+    """Translate: greedy by default, or beam search, sampling, a forced target prefix, n-best lists and alignments;
+    `"stream": true` sends the tokens as they come."""
     if body.stream:
         return await stream_translation(body, engine)
-    out = await unless_disconnected(request.receive, engine.translate(body.text, body.max_new_tokens, body.truncate))
+    out = await unless_disconnected(request.receive, run_translate(engine, body))
     return translation_response(body, out, engine.name)
+
+
+def decoding(body: s.TranslateRequest) -> Decoding:
+    """The request's decoding fields, for the engine to check against the model and its limits."""
+    return Decoding(
+        body.beam_size, body.num_hypotheses, body.length_penalty, body.target_prefix, body.sampling_topk,
+        body.sampling_temperature, body.seed, body.return_alignment,
+    )  # fmt: skip
+
+
+def run_translate(engine: Engine, body: s.TranslateRequest) -> Awaitable[list[Translation]]:
+    """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py)."""
+    return engine.translate(body.text, body.max_new_tokens, body.truncate, decoding(body))
 
 
 def translation_response(body: s.TranslateRequest, out: list[Translation], model: str) -> s.TranslateResponse:
     """The answer to a `/translate` request that was not streamed (also used by app/fastpath.py)."""
+    tokens = body.return_tokens
+
+    def alignment(t: Translation) -> list[s.AlignedOut] | None:
+        return None if t.alignment is None else [s.AlignedOut(**a.__dict__) for a in t.alignment]
+
+    def hypotheses(t: Translation) -> list[s.HypothesisOut] | None:
+        if not t.hypotheses:
+            return None
+        return [
+            s.HypothesisOut(
+                text=h.text, score=round(h.score, 4), finish_reason=h.finish_reason,
+                tokens=h.tokens if tokens else None, token_ids=h.token_ids if tokens else None,
+                alignment=alignment(h),
+            )
+            for h in t.hypotheses
+        ]  # fmt: skip
+
     return s.TranslateResponse(
         translations=[
             s.TranslationOut(
                 text=t.text,
                 finish_reason=t.finish_reason,
                 truncated=t.truncated,
-                tokens=t.tokens if body.return_tokens else None,
-                token_ids=t.token_ids if body.return_tokens else None,
+                tokens=t.tokens if tokens else None,
+                token_ids=t.token_ids if tokens else None,
                 score=round(t.score, 4) if body.return_scores else None,
+                alignment=alignment(t),
+                hypotheses=hypotheses(t),
             )
             for t in out
         ],
@@ -215,7 +249,7 @@ async def stream_translation(body: s.TranslateRequest, engine: Engine) -> Stream
             f"stream needs a single text, got a list of {len(body.text)}; send one request per text, or leave out "
             '"stream" to translate the list in one response'
         )
-    events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate)
+    events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate, decoding(body))
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering (deploy/nginx.conf)
     return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)
 

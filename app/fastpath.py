@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api import ENGINE_ERRORS, engine_error, router, translation_response, unless_disconnected
+from app.api import ENGINE_ERRORS, engine_error, router, run_translate, translation_response, unless_disconnected
 from app.schemas import TranslateRequest
 from app.settings import MAX_BODY_BYTES
 
@@ -50,9 +50,7 @@ class FastTranslate:
         engine = self.service.state.engine
         scope["route"] = self.route
         try:
-            out = await unless_disconnected(
-                receive, engine.translate(request.text, request.max_new_tokens, request.truncate)
-            )
+            out = await unless_disconnected(receive, run_translate(engine, request))
         except ENGINE_ERROR_TYPES as e:  # anything else reaches the server-error handler, as from the route
             response: Response = engine_error(e)
         else:

@@ -114,6 +114,40 @@ class TranslateRequest(Request):
     return_tokens: bool = Field(False, description="add the generated pieces and ids (without `</s>`)")
     return_scores: bool = Field(False, description="add the mean log-probability of the generated tokens")
     truncate: bool = Field(False, description="cut texts over MAX_INPUT_TOKENS to the limit instead of a 413")
+    beam_size: int = Field(
+        1, ge=1, le=8, description="beam search with this many beams (1: greedy); takes that many decoder rows"
+    )
+    num_hypotheses: int = Field(
+        1, ge=1, le=8,
+        description="return this many hypotheses per text in `hypotheses`, best first: at most beam_size, or "
+        "independent samples when sampling",
+    )  # fmt: skip
+    length_penalty: float = Field(
+        1.0, ge=0.0, le=10.0,
+        description="score = sum of the log-probabilities / length ** length_penalty, the length counting `</s>` "
+        "(CTranslate2's meaning); 0 ranks by the sum, 1 by the mean; beam search ranks its hypotheses by it",
+    )  # fmt: skip
+    target_prefix: str | None = Field(
+        None,
+        description="the translation must start with this text (forced, then decoded freely); its tokens count "
+        "towards max_new_tokens, whose default grows by them",
+    )
+    return_alignment: bool = Field(
+        False,
+        description="add `alignment`: for each target token the source token it aligns to (the penultimate decoder "
+        "layer's cross-attention, averaged over heads), as token indices and character spans of both texts",
+    )
+    sampling_topk: int = Field(
+        1, ge=0,
+        description="1: the most likely token; k > 1: draw at random among the k most likely; 0: among all",
+    )  # fmt: skip
+    sampling_temperature: float = Field(
+        1.0, gt=0.0, le=100.0, description="divide the logits by this before sampling (below 1: more conservative)"
+    )
+    seed: int | None = Field(
+        None, ge=0, le=2**63 - 1,
+        description="seeds each text's sampling: the same seed gives the same text, alone or in a busy batch",
+    )  # fmt: skip
     stream: bool = Field(
         False,
         description="one text only: answer with server-sent events, one per generated token "
@@ -125,6 +159,22 @@ class TranslateRequest(Request):
     )
 
 
+class AlignedOut(BaseModel):
+    target_token: int = Field(description="index of the target token (in `token_ids`)")
+    source_token: int = Field(description="index of the source token it aligns to (as /tokenize numbers them)")
+    target_span: tuple[int, int] = Field(description="[start, end) characters of the token in the translation")
+    source_span: tuple[int, int] = Field(description="[start, end) characters of the source token in the text")
+
+
+class HypothesisOut(BaseModel):
+    text: str
+    score: float
+    finish_reason: Literal["eos", "length"]
+    tokens: list[str] | None = None
+    token_ids: list[int] | None = None
+    alignment: list[AlignedOut] | None = None
+
+
 class TranslationOut(BaseModel):
     text: str
     finish_reason: Literal["eos", "length"]
@@ -132,6 +182,10 @@ class TranslationOut(BaseModel):
     tokens: list[str] | None = None
     token_ids: list[int] | None = None
     score: float | None = None
+    alignment: list[AlignedOut] | None = Field(None, description="with return_alignment: one entry per target token")
+    hypotheses: list[HypothesisOut] | None = Field(
+        None, description="with num_hypotheses > 1: the n-best list, best first (the first is this translation)"
+    )
 
 
 class Usage(BaseModel):

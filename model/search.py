@@ -265,3 +265,28 @@ def beam_search_reference(
             break
     finished.sort(key=lambda h: h.score, reverse=True)
     return finished[: options.num_hypotheses]
+
+
+@torch.inference_mode()
+def alignment(model: Transformer, src: list[int], hyps: list[list[int]]) -> list[list[int]]:
+    """For each target token of each hypothesis of one source, the source token it aligns to: the one that the
+    cross-attention of the penultimate decoder layer (the last, if there is one), averaged over heads, weighs most
+    at the step that predicts the target token. The source's closing </s> is left out (attention rests on it when
+    nothing else fits)."""
+    c, device = model.config, next(model.parameters()).device
+    layer = max(0, c.n_decoder_layers - 2)
+    src_ids = torch.tensor([src], device=device)
+    src_mask = padding_mask(src_ids, c.source_pad_id)
+    memory = model.encode(src_ids, src_mask)
+    width = max(map(len, hyps)) + 1
+    tgt = torch.full((len(hyps), width), c.pad_id, dtype=torch.long, device=device)
+    for i, tokens in enumerate(hyps):
+        tgt[i, : len(tokens) + 1] = torch.tensor([c.bos_id, *tokens])
+    _, _, cross = model.decode(
+        tgt, memory.expand(len(hyps), -1, -1), src_mask, subsequent_mask(width, device), need_weights=True
+    )  # fmt: skip
+    weights = cross[layer].mean(1)  # (B, T, S): row t predicts target token t
+    if len(src) > 1:
+        weights = weights[..., :-1]
+    best = weights.argmax(-1).tolist()
+    return [row[: len(tokens)] for row, tokens in zip(best, hyps)]

@@ -6,8 +6,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,6 +14,8 @@ import torch
 from app.detokenize import IncrementalText
 from app.device import device_name, resolve_device
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
+from app.engine.limits import GREEDY, Decoding, Limits
+from app.engine.results import Attention, Translation, translations
 from app.engine.scheduler import Batcher
 from app.metrics import Metrics
 from app.settings import Settings
@@ -23,6 +23,8 @@ from model.checkpoint import load_checkpoint
 from model.compile import compile_model, uncompile, warm_up
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
+from model.search import GREEDY as SEARCH_GREEDY
+from model.search import DecodingOptions, alignment
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Token, Tokenizer
 from model.transformer import Transformer, padding_mask, subsequent_mask
@@ -34,35 +36,6 @@ WARM_UP_TEXT = "A man is riding a bike."
 # that takes tens of microseconds, less than a hop to a thread and back, which also passes the GIL to and fro
 # while the batcher's worker needs it. Longer requests are tokenized on a thread.
 INLINE_CHARS = 2_000
-
-
-@dataclass
-class Translation:
-    text: str
-    finish_reason: str  # "eos" or "length"
-    token_ids: list[int]  # generated ids, without </s>
-    score: float  # mean log-probability of the generated tokens, </s> included
-    input_tokens: int  # source tokens the encoder read (0 when the text was blank)
-    output_tokens: int  # decoder steps taken, </s> included
-    truncated: bool
-    piece: Callable[[int], str] = field(repr=False, compare=False)  # a token id's piece
-
-    @cached_property
-    def tokens(self) -> list[str]:
-        """The generated pieces, looked up when asked for: most requests do not return them."""
-        return [self.piece(i) for i in self.token_ids]
-
-
-@dataclass
-class Attention:
-    encoder_tokens: list[str]
-    decoder_tokens: list[str]  # <s> + the translation's pieces; the last row predicts </s>
-    translation: str
-    layers: list[int]
-    heads: list[int]
-    encoder_attention: list  # [L][H][S][S]
-    decoder_attention: list  # [L][H][T][T]
-    cross_attention: list  # [L][H][T][S]
 
 
 class Engine:
@@ -90,11 +63,8 @@ class Engine:
         self.model, self.tokenizer, self.name, self.metadata = model, tokenizer, name, metadata or {}
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        self.max_input_tokens, self.max_new_tokens, self.max_batch_texts = (
-            max_input_tokens,
-            max_new_tokens,
-            max_batch_texts,
-        )
+        self.limits = Limits(max_input_tokens, max_new_tokens, max_batch_texts, max_batch_size, c.tgt_vocab_size)
+        self.max_new_tokens = max_new_tokens
         self.request_timeout_s = request_timeout_s
         self.screened = model.use_screen(screen_logits)  # before compiling: the step's graph includes it
         self.batcher = Batcher(
@@ -165,8 +135,8 @@ class Engine:
             "screened_logits": self.screened, "threads": self.batcher.threads,
             "languages": self.languages, "metadata": self.metadata,
             "limits": {
-                "max_input_tokens": self.max_input_tokens, "max_new_tokens": self.max_new_tokens,
-                "max_batch_texts": self.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
+                "max_input_tokens": self.limits.max_input_tokens, "max_new_tokens": self.max_new_tokens,
+                "max_batch_texts": self.limits.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
                 "max_queue": self.batcher.max_queue,
             },
         }  # fmt: skip
@@ -174,42 +144,75 @@ class Engine:
     # ---- requests (called from the event loop) ----------------------------------------------------
 
     async def translate(
-        self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False
-    ) -> list[Translation]:
-        """Greedy translations in input order. Blank texts translate to "" without a model call."""
-        texts = self._texts(text, "text")
-        self._check_budget(max_new_tokens)
+        self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False,
+        decoding: Decoding = GREEDY,
+    ) -> list[Translation]:  # fmt: skip
+        """Translations in input order, greedy unless `decoding` asks otherwise. Blank texts translate to ""
+        without a model call."""
+        texts = self.limits.texts(text, "text")
+        self.limits.budget(max_new_tokens)
+        options = None if decoding.greedy else self.limits.decoding(decoding)
         live = [i for i, t in enumerate(texts) if t.strip()]
         self.batcher.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
         size = sum(map(len, texts))
+        tokenizer, alignments = self.tokenizer, None
         async with self._deadline():
             single = isinstance(text, str)
-            srcs, truncated = await _inline_or_on_thread(size, self._encode_sources, texts, truncate, single)
-            budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
-            hyps = await self.batcher.generate([srcs[i] for i in live], budgets)
-        return await _inline_or_on_thread(size, self._translations, srcs, truncated, dict(zip(live, hyps)))
+            srcs, truncated = await _inline_or_on_thread(size, self.limits.sources, tokenizer, texts, truncate, single)
+            if options is None:  # the plain greedy path
+                budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
+                hyps = [[h] for h in await self.batcher.generate([srcs[i] for i in live], budgets)]
+            else:
+                options, budgets = await self._options(options, decoding, max_new_tokens, [srcs[i] for i in live])
+                hyps = await self.batcher.search([srcs[i] for i in live], budgets, options)
+            if decoding.return_alignment and live:
+                alignments = await self.batcher.call(self._align, [srcs[i] for i in live], hyps)
+        return await _inline_or_on_thread(
+            size, translations, tokenizer, texts, srcs, truncated, dict(zip(live, hyps)),
+            alignments and dict(zip(live, alignments)),
+        )  # fmt: skip
+
+    async def _options(
+        self, options: DecodingOptions, decoding: Decoding, max_new_tokens: int | None, srcs: list[list[int]]
+    ) -> tuple[DecodingOptions, list[int]]:
+        """The options with the target prefix's ids, and each source's budget (by default, room for the prefix
+        and what the source's length calls for)."""
+        prefix = []
+        if decoding.target_prefix:
+            prefix = await asyncio.to_thread(self.tokenizer.encode, decoding.target_prefix, "target", False)
+            options = self.limits.prefix(options, prefix, max_new_tokens)
+        if max_new_tokens:
+            return options, [max_new_tokens] * len(srcs)
+        default = [
+            min(self.max_new_tokens, max_new_tokens_for(len(s), self.max_new_tokens) + len(prefix)) for s in srcs
+        ]
+        return options, default
 
     async def translate_stream(
-        self, text: str, max_new_tokens: int | None = None, truncate: bool = False
+        self, text: str, max_new_tokens: int | None = None, truncate: bool = False, decoding: Decoding = GREEDY
     ) -> AsyncIterator[dict[str, Any]]:
         """Validate, tokenize and queue `text` (raising here what `translate` would), then return its events: one
         per generated token, and a last one with the whole translation. Closing the iterator drops the sequence."""
-        events = self._stream_events(text, max_new_tokens, truncate)
+        events = self._stream_events(text, max_new_tokens, truncate, decoding)
         await anext(events)  # started, so its `finally` runs however the iterator ends
         return events
 
-    async def _stream_events(self, text: str, max_new_tokens: int | None, truncate: bool):
-        self._check_budget(max_new_tokens)
+    async def _stream_events(self, text: str, max_new_tokens: int | None, truncate: bool, decoding: Decoding):
+        self.limits.budget(max_new_tokens)
+        options = SEARCH_GREEDY if decoding.greedy else self.limits.decoding(decoding, stream=True)
         self.batcher.check_capacity(1)
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         async with self._deadline(deadline):
-            (src,), truncated = await _inline_or_on_thread(len(text), self._encode_sources, [text], truncate, True)
+            (src,), truncated = await _inline_or_on_thread(
+                len(text), self.limits.sources, self.tokenizer, [text], truncate, True
+            )
+            options, (budget,) = await self._options(options, decoding, max_new_tokens, [src])
         if not text.strip():
             yield None
             yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
                    "truncated": False}  # fmt: skip
             return
-        tokens = self.batcher.stream(src, max_new_tokens or max_new_tokens_for(len(src), self.max_new_tokens))
+        tokens = self.batcher.stream(src, budget, options)
         try:
             yield None
             detok = IncrementalText(self.tokenizer, self.byte_ids)
@@ -230,12 +233,12 @@ class Engine:
             tokens.close()
 
     async def tokenize(self, text: str | list[str], side: str, add_special_tokens: bool) -> list[list[Token]]:
-        texts = self._texts(text, "text")
+        texts = self.limits.texts(text, "text")
         return await asyncio.to_thread(lambda: [self.tokenizer.tokenize(t, side, add_special_tokens) for t in texts])
 
     async def detokenize(self, ids: list[int] | list[list[int]], side: str, skip_special_tokens: bool) -> list[str]:
         nested = bool(ids) and isinstance(ids[0], list)
-        batch = self._texts(ids if nested or not ids else [ids], "ids")
+        batch = self.limits.texts(ids if nested or not ids else [ids], "ids")
         vocab = self.model.config.src_vocab_size if side == "source" else self.model.config.tgt_vocab_size
 
         def run() -> list[str]:
@@ -254,9 +257,9 @@ class Engine:
     ) -> Attention:  # fmt: skip
         """Attention weights over `text`, teacher-forcing `target` or else the model's own translation."""
         c = self.model.config
-        layers = self._indices("layers", layers, min(c.n_encoder_layers, c.n_decoder_layers))
-        heads = self._indices("heads", heads, c.n_heads)
-        (src,), _ = await asyncio.to_thread(self._encode_sources, [text], False, True)
+        layers = self.limits.indices("layers", layers, min(c.n_encoder_layers, c.n_decoder_layers))
+        heads = self.limits.indices("heads", heads, c.n_heads)
+        (src,), _ = await asyncio.to_thread(self.limits.sources, self.tokenizer, [text], False, True)
         if target is not None:
             tgt = await asyncio.to_thread(self.tokenizer.encode, target, "target", False)
             if len(tgt) > self.max_new_tokens:
@@ -285,56 +288,10 @@ class Engine:
                 "dropped; the server is overloaded or the text too long. Retry later, or send fewer or shorter texts"
             ) from None
 
-    def _check_budget(self, max_new_tokens: int | None) -> None:
-        if max_new_tokens is not None and not 1 <= max_new_tokens <= self.max_new_tokens:
-            raise InvalidRequest(f"max_new_tokens must be between 1 and {self.max_new_tokens}, got {max_new_tokens}")
-
-    def _texts(self, items: Any, what: str) -> list:
-        items = [items] if isinstance(items, str) else list(items)
-        if not items:
-            raise InvalidRequest(f"{what} is an empty list; send between 1 and {self.max_batch_texts} items")
-        if len(items) > self.max_batch_texts:
-            raise InvalidRequest(f"{what} has {len(items)} items; the limit is {self.max_batch_texts} per request")
-        return items
-
-    @staticmethod
-    def _indices(what: str, picked: list[int] | None, n: int) -> list[int]:
-        if picked is None:
-            return list(range(n))
-        if not picked:
-            raise InvalidRequest(f"{what} is an empty list; leave it out for all, or pick from 0..{n - 1}")
-        bad = [i for i in picked if not 0 <= i < n]
-        if bad:
-            raise InvalidRequest(f"{what} {bad} out of range; this model has {what} 0..{n - 1}")
-        return picked
-
-    def _encode_sources(self, texts: list[str], truncate: bool, single: bool) -> tuple[list[list[int]], set[int]]:
-        srcs, truncated, limit = self.tokenizer.encode_batch(texts, side="source"), set(), self.max_input_tokens
-        for i, ids in enumerate(srcs):
-            if len(ids) > limit:
-                if not truncate:
-                    raise InputTooLong(
-                        f"{'text' if single else f'text[{i}]'} has {len(ids)} tokens; the limit is {limit}. "
-                        'Shorten or split it, or send "truncate": true to cut it to the limit'
-                    )
-                srcs[i] = ids[: limit - 1] + [self.tokenizer.eos_id]
-                truncated.add(i)
-        return srcs, truncated
-
-    def _translations(
-        self, srcs: list[list[int]], truncated: set[int], hyps: dict[int, Hypothesis]
-    ) -> list[Translation]:
-        out, piece = [], self.tokenizer.id_to_token
-        for i, src in enumerate(srcs):
-            h = hyps.get(i)
-            if h is None:  # blank text
-                out.append(Translation("", "eos", [], 0.0, 0, 0, i in truncated, piece))
-                continue
-            text = self.tokenizer.decode(h.tokens)
-            out.append(
-                Translation(text, h.finish_reason, h.tokens, h.score, len(src), len(h.logprobs), i in truncated, piece)
-            )
-        return out
+    @torch.inference_mode()
+    def _align(self, srcs: list[list[int]], hyps: list[list[Hypothesis]]) -> list[list[list[int]]]:
+        """On the worker thread: for each hypothesis of each source, the source token each target token aligns to."""
+        return [alignment(self.model, src, [h.tokens for h in hs]) for src, hs in zip(srcs, hyps)]
 
     @torch.inference_mode()
     def _attention(self, src: list[int], tgt: list[int], layers: list[int], heads: list[int], average_heads: bool):

@@ -1,0 +1,123 @@
+"""What a request may ask for: each check raises InvalidRequest (422) or InputTooLong (413) saying what is allowed."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.engine.errors import InputTooLong, InvalidRequest
+from model.search import DecodingOptions
+from model.spm_tokenizer import SentencePieceTokenizer
+from model.tokenizer import Tokenizer
+
+MAX_BEAM = 8  # beam_size and num_hypotheses: at most this many
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What a /translate request asks of the decoder, before the engine checks it against the model and limits."""
+
+    beam_size: int = 1
+    num_hypotheses: int = 1
+    length_penalty: float = 1.0
+    target_prefix: str | None = None
+    sampling_topk: int = 1
+    sampling_temperature: float = 1.0
+    seed: int | None = None
+    return_alignment: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self == GREEDY
+
+
+GREEDY = Decoding()
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_input_tokens: int
+    max_new_tokens: int
+    max_batch_texts: int
+    max_rows: int  # decoder rows (NMT_MAX_BATCH_SIZE): the most one text's beam or samples may take
+    vocab_size: int  # the target vocabulary's
+
+    def texts(self, items: Any, what: str) -> list:
+        """One item or a list of 1..max_batch_texts, as a list."""
+        items = [items] if isinstance(items, str) else list(items)
+        if not items:
+            raise InvalidRequest(f"{what} is an empty list; send between 1 and {self.max_batch_texts} items")
+        if len(items) > self.max_batch_texts:
+            raise InvalidRequest(f"{what} has {len(items)} items; the limit is {self.max_batch_texts} per request")
+        return items
+
+    def budget(self, max_new_tokens: int | None) -> None:
+        if max_new_tokens is not None and not 1 <= max_new_tokens <= self.max_new_tokens:
+            raise InvalidRequest(f"max_new_tokens must be between 1 and {self.max_new_tokens}, got {max_new_tokens}")
+
+    @staticmethod
+    def indices(what: str, picked: list[int] | None, n: int) -> list[int]:
+        """Layer or head indices: all of 0..n-1 when not given."""
+        if picked is None:
+            return list(range(n))
+        if not picked:
+            raise InvalidRequest(f"{what} is an empty list; leave it out for all, or pick from 0..{n - 1}")
+        bad = [i for i in picked if not 0 <= i < n]
+        if bad:
+            raise InvalidRequest(f"{what} {bad} out of range; this model has {what} 0..{n - 1}")
+        return picked
+
+    def sources(
+        self, tokenizer: Tokenizer | SentencePieceTokenizer, texts: list[str], truncate: bool, single: bool
+    ) -> tuple[list[list[int]], set[int]]:
+        """Source ids of each text; over max_input_tokens a 413, or with `truncate` cut to the limit."""
+        srcs, truncated, limit = tokenizer.encode_batch(texts, side="source"), set(), self.max_input_tokens
+        for i, ids in enumerate(srcs):
+            if len(ids) > limit:
+                if not truncate:
+                    raise InputTooLong(
+                        f"{'text' if single else f'text[{i}]'} has {len(ids)} tokens; the limit is {limit}. "
+                        'Shorten or split it, or send "truncate": true to cut it to the limit'
+                    )
+                srcs[i] = ids[: limit - 1] + [tokenizer.eos_id]
+                truncated.add(i)
+        return srcs, truncated
+
+    def decoding(self, d: Decoding, stream: bool = False) -> DecodingOptions:
+        """The model-level options for a request's decoding fields (the prefix is added once it is tokenized)."""
+        sampling = d.sampling_topk != 1
+        if not 1 <= d.beam_size <= min(MAX_BEAM, self.max_rows):
+            raise InvalidRequest(
+                f"beam_size must be between 1 and {min(MAX_BEAM, self.max_rows)}, got {d.beam_size}"
+                + (" (a beam takes that many of NMT_MAX_BATCH_SIZE's rows)" if self.max_rows < MAX_BEAM else "")
+            )
+        most = min(MAX_BEAM, self.max_rows) if sampling else d.beam_size
+        if not 1 <= d.num_hypotheses <= most:
+            how = "independent samples" if sampling else "hypotheses: at most beam_size, or sample with sampling_topk"
+            raise InvalidRequest(f"num_hypotheses must be between 1 and {most} ({how}), got {d.num_hypotheses}")
+        if sampling and d.beam_size > 1:
+            raise InvalidRequest("sampling_topk other than 1 needs beam_size 1: sampling and beam search do not mix")
+        if not 0 <= d.sampling_topk <= self.vocab_size:
+            raise InvalidRequest(
+                f"sampling_topk must be between 0 (the whole vocabulary) and {self.vocab_size}, got {d.sampling_topk}"
+            )
+        if stream and (d.beam_size > 1 or d.num_hypotheses > 1 or d.return_alignment):
+            raise InvalidRequest(
+                "stream needs beam_size 1, num_hypotheses 1 and no return_alignment: a beam search knows its best "
+                "hypothesis only when it ends. Leave out stream, or decode greedily or by sampling"
+            )
+        seed = random.randrange(2**63) if d.seed is None else d.seed
+        return DecodingOptions(
+            d.beam_size, d.num_hypotheses, d.length_penalty, (), d.sampling_topk, d.sampling_temperature, seed
+        )
+
+    def prefix(self, options: DecodingOptions, ids: list[int], budget: int | None) -> DecodingOptions:
+        """`options` with the target prefix's ids, which must leave room in the budget for one more token."""
+        room = (budget or self.max_new_tokens) - 1
+        if len(ids) > room:
+            raise InvalidRequest(
+                f"target_prefix has {len(ids)} tokens; it must leave room for at least one more within max_new_tokens "
+                f"({budget or self.max_new_tokens}), so at most {room}"
+            )
+        return replace(options, prefix=tuple(ids))

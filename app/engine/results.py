@@ -1,0 +1,95 @@
+"""What the engine returns: translations with their n-best lists and alignments, and attention weights."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from app.detokenize import IncrementalText
+from model.decoding import Hypothesis
+from model.spm_tokenizer import SentencePieceTokenizer
+from model.tokenizer import Tokenizer
+
+
+@dataclass
+class Aligned:
+    """A target token and the source token it aligns to, by index and as character spans of the texts."""
+
+    target_token: int
+    source_token: int
+    target_span: tuple[int, int]
+    source_span: tuple[int, int]
+
+
+@dataclass
+class Translation:
+    text: str
+    finish_reason: str  # "eos" or "length"
+    token_ids: list[int]  # generated ids, without </s>
+    score: float  # summed log-probabilities / length ** length_penalty (</s> counted): by default their mean
+    input_tokens: int  # source tokens the encoder read (0 when the text was blank)
+    output_tokens: int  # decoder steps taken, </s> included
+    truncated: bool
+    piece: Callable[[int], str] = field(repr=False, compare=False)  # a token id's piece
+    hypotheses: list[Translation] = field(default_factory=list)  # the n-best list, this one first, when asked for
+    alignment: list[Aligned] | None = None
+
+    @cached_property
+    def tokens(self) -> list[str]:
+        """The generated pieces, looked up when asked for: most requests do not return them."""
+        return [self.piece(i) for i in self.token_ids]
+
+
+@dataclass
+class Attention:
+    encoder_tokens: list[str]
+    decoder_tokens: list[str]  # <s> + the translation's pieces; the last row predicts </s>
+    translation: str
+    layers: list[int]
+    heads: list[int]
+    encoder_attention: list  # [L][H][S][S]
+    decoder_attention: list  # [L][H][T][T]
+    cross_attention: list  # [L][H][T][S]
+
+
+def translations(
+    tokenizer: Tokenizer | SentencePieceTokenizer, texts: list[str], srcs: list[list[int]], truncated: set[int],
+    hyps: dict[int, list[Hypothesis]], alignments: dict[int, list[list[int]]] | None,
+) -> list[Translation]:  # fmt: skip
+    """One Translation per text from its hypotheses (best first); blank texts (no hypotheses) translate to ""."""
+    out, piece = [], tokenizer.id_to_token
+    for i, src in enumerate(srcs):
+        if i not in hyps:  # blank text
+            out.append(Translation("", "eos", [], 0.0, 0, 0, i in truncated, piece))
+            continue
+        n_best = []
+        for j, h in enumerate(hyps[i]):
+            text = tokenizer.decode(h.tokens)
+            t = Translation(text, h.finish_reason, h.tokens, h.score, len(src), len(h.logprobs), i in truncated, piece)
+            if alignments is not None:
+                t.alignment = aligned(tokenizer, texts[i], text, h.tokens, alignments[i][j])
+            n_best.append(t)
+        best = n_best[0]
+        if len(n_best) > 1:
+            best.hypotheses = n_best
+        out.append(best)
+    return out
+
+
+def aligned(
+    tokenizer: Tokenizer | SentencePieceTokenizer, source: str, target: str, ids: list[int], to_source: list[int]
+) -> list[Aligned]:
+    """Index pairs with character spans: source spans from the tokenizer's offsets, target spans from the text each
+    token adds to the translation (its leading space left out)."""
+    src_tokens = tokenizer.tokenize(source, "source")
+    detok, spans = IncrementalText(tokenizer, tokenizer.byte_ids), []
+    for token in ids:
+        start = len(detok.text)
+        delta = detok.add(token)
+        start += len(delta) - len(delta.lstrip())
+        spans.append((min(start, len(target)), min(len(detok.text), len(target))))
+    return [
+        Aligned(t, s, spans[t], (src_tokens[s].start, src_tokens[s].end) if s < len(src_tokens) else (0, 0))
+        for t, s in enumerate(to_source)
+    ]
