@@ -94,8 +94,8 @@ class RowBatch:
                 beams.setdefault(s.rows, {}).setdefault(s, [0] * s.rows)[slot] = r
             else:
                 sampled.append((s, slot, r))
-        if sampled:
-            self._sample(sampled, logits, ids_host, next_ids, done)
+        if sampled:  # a search draws for its rows in slot order, wherever they sit in the batch
+            self._sample(sorted(sampled, key=lambda x: x[1]), logits, ids_host, next_ids, done)
         moves: tuple[list[int], list[int]] = ([], [])
         for k, searches in beams.items():
             self._beam(k, searches, logits, next_ids, done, moves)

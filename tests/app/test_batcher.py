@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from app.batcher import MAX_OOM_RETRIES, Batcher, EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
+from app.engine.errors import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
+from app.engine.scheduler import MAX_OOM_RETRIES, Batcher
 from model.decoding import greedy_decode
 from tests.app.conftest import failing_on_step
 
