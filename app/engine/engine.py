@@ -15,7 +15,7 @@ from app.detokenize import IncrementalText
 from app.device import device_name, resolve_device
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.limits import GREEDY, Decoding, Limits
-from app.engine.results import Attention, Translation, translations
+from app.engine.results import Attention, Translation, attention_weights, translations
 from app.engine.scheduler import Batcher
 from app.metrics import Metrics
 from app.settings import Settings
@@ -27,7 +27,7 @@ from model.search import GREEDY as SEARCH_GREEDY
 from model.search import DecodingOptions, alignment
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Token, Tokenizer
-from model.transformer import Transformer, padding_mask, subsequent_mask
+from model.transformer import Transformer
 
 log = logging.getLogger("nmt_serve.engine")
 T = TypeVar("T")
@@ -270,7 +270,9 @@ class Engine:
             tgt = hyp.tokens
         else:
             tgt = []
-        return await self.batcher.call(self._attention, src, tgt, layers, heads, average_heads)
+        return await self.batcher.call(
+            attention_weights, self.model, self.tokenizer, src, tgt, layers, heads, average_heads
+        )
 
     # ---- helpers on the caller's side ------------------------------------------------------------
 
@@ -292,29 +294,6 @@ class Engine:
     def _align(self, srcs: list[list[int]], hyps: list[list[Hypothesis]]) -> list[list[list[int]]]:
         """On the worker thread: for each hypothesis of each source, the source token each target token aligns to."""
         return [alignment(self.model, src, [h.tokens for h in hs]) for src, hs in zip(srcs, hyps)]
-
-    @torch.inference_mode()
-    def _attention(self, src: list[int], tgt: list[int], layers: list[int], heads: list[int], average_heads: bool):
-        """Teacher-forced pass with attention weights; runs on the batcher's worker thread."""
-        m, tok = self.model, self.tokenizer
-        src_ids = torch.tensor([src], device=self.device)  # (1, S)
-        tgt_ids = torch.tensor([[m.config.bos_id] + tgt], device=self.device)  # (1, T)
-        src_mask = padding_mask(src_ids, m.config.source_pad_id)  # (1, 1, 1, S)
-        memory, enc = m.encode(src_ids, src_mask, need_weights=True)
-        tgt_mask = subsequent_mask(tgt_ids.size(1), self.device)  # (1, 1, T, T)
-        _, dec, cross = m.decode(tgt_ids, memory, src_mask, tgt_mask, need_weights=True)
-
-        def pick(weights: list[torch.Tensor]) -> list:
-            w = torch.stack([weights[i][0] for i in layers])[:, heads]  # (L', H', Q, K)
-            if average_heads:
-                w = w.mean(1, keepdim=True)  # (L', 1, Q, K)
-            return w.double().round(decimals=4).tolist()
-
-        return Attention(
-            [tok.id_to_token(i, "source") for i in src], [tok.id_to_token(i) for i in tgt_ids[0].tolist()],
-            tok.decode(tgt),
-            layers, heads, pick(enc), pick(dec), pick(cross),
-        )  # fmt: skip
 
 
 async def _inline_or_on_thread(size: int, fn: Callable[..., T], *args: Any) -> T:

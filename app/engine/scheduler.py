@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from app.engine.errors import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
-from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, put_all, resolve
+from app.engine.errors import EngineUnavailable, OutOfMemory, QueueFull
+from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, deliver, fail, settle
 from app.metrics import Metrics
 from model.batch import RowBatch
 from model.decoding import Hypothesis, KVCache
@@ -188,9 +188,9 @@ class Batcher:
                 self._purge = True
             elif isinstance(job, Call):
                 try:
-                    self._settle(job, job.fn())
+                    settle(job, job.fn())
                 except Exception as e:  # noqa: BLE001 - any failure goes back to its caller
-                    self._fail([job], e)
+                    fail([job], e)
             else:
                 self._waiting.append(job)
 
@@ -229,7 +229,7 @@ class Batcher:
             if seq.future.cancelled():
                 continue
             if seq.search.done:  # its one token is the forced </s>: nothing to decode
-                self._settle(seq, seq.search.results())
+                settle(seq, seq.search.results())
                 continue
             budget -= len(seq.src)
             rows -= need
@@ -249,7 +249,7 @@ class Batcher:
             self._retry_smaller(batch, e, running=len(self.batch))
             return
         except Exception as e:  # noqa: BLE001 - fail only the sequences being admitted
-            self._fail(batch, e)
+            fail(batch, e)
             return
         self.running += len(batch)
         self._fresh += batch
@@ -272,7 +272,7 @@ class Batcher:
             failed = [s.owner for s in self.batch.clear()]
             self._left(failed)
             self._fresh = []
-            self._fail(failed, e)
+            fail(failed, e)
             return
         self.steps, self.peak_rows = self.steps + 1, max(self.peak_rows, n)
         metrics.decoder_steps.inc()
@@ -284,7 +284,7 @@ class Batcher:
                 metrics.time_to_first_token.observe(now - seq.submitted)
         self._fresh = []
         if self._streaming:
-            self._deliver()
+            deliver(self._streaming)
         if self.row_cap < self.cache.max_batch:  # regrow after an out-of-memory error
             self._clean_steps += 1
             if self._clean_steps % REGROW_STEPS == 0:
@@ -296,21 +296,7 @@ class Batcher:
                 hyps = seq.search.results()
                 if len(hyps[0].logprobs) > 1:
                     metrics.time_per_output_token.observe((now - seq.first_token) / (len(hyps[0].logprobs) - 1))
-                self._settle(seq, hyps)
-
-    def _deliver(self) -> None:
-        """Hand this step's new tokens to the streaming callers: one wake-up per event loop, not per token."""
-        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-        for seq in self._streaming:
-            tokens = seq.search.tokens
-            for tok in tokens[seq.sent :]:
-                by_loop.setdefault(seq.loop, []).append((seq.stream, tok))
-            seq.sent = len(tokens)
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(put_all, items)
-            except RuntimeError:  # the caller's event loop is gone
-                pass
+                settle(seq, hyps)
 
     def _retry_smaller(self, seqs: list[Sequence], error: Exception, running: int) -> None:
         """A CUDA out-of-memory error: put `seqs` back at the front of the line and allow fewer live rows. A sequence
@@ -335,22 +321,7 @@ class Batcher:
             "or send a shorter text"
         )
         for seq in fail:
-            self._settle(seq, None, failure)
-
-    def _settle(self, job: Job, result: Any, error: BaseException | None = None) -> None:
-        try:
-            job.loop.call_soon_threadsafe(resolve, job, result, error)
-        except RuntimeError:  # the caller's event loop is gone
-            pass
-
-    def _fail(self, jobs: list[Job], error: Exception) -> None:
-        log.error("model failure on %d request(s)", len(jobs), exc_info=error)
-        failure = EngineFailure(
-            f"the model failed while serving this request ({type(error).__name__}: {error}); "
-            "other requests were not affected"
-        )
-        for job in jobs:
-            self._settle(job, None, failure)
+            settle(seq, None, failure)
 
     def _shutdown(self) -> None:
         error = EngineUnavailable("the server is shutting down")
@@ -360,5 +331,5 @@ class Batcher:
             if job is not STOP and job is not PURGE:
                 jobs.append(job)
         for job in jobs:
-            self._settle(job, None, error)
+            settle(job, None, error)
         self._waiting, self.running = deque(), 0

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.engine.errors import EngineFailure
 from model.decoding import Hypothesis
 from model.search import Search
 
 if TYPE_CHECKING:
     from app.engine.scheduler import Batcher
+
+log = logging.getLogger("nmt_serve.batcher")
 
 
 @dataclass(eq=False)
@@ -79,3 +83,38 @@ class TokenStream:
 
     def close(self) -> None:
         self._batcher.drop([self._seq])
+
+
+def settle(job: Job, result: Any, error: BaseException | None = None) -> None:
+    """From the worker thread: resolve a job's future on its caller's loop."""
+    try:
+        job.loop.call_soon_threadsafe(resolve, job, result, error)
+    except RuntimeError:  # the caller's event loop is gone
+        pass
+
+
+def fail(jobs: list[Job], error: Exception) -> None:
+    """From the worker thread: the model raised while serving these jobs."""
+    log.error("model failure on %d request(s)", len(jobs), exc_info=error)
+    failure = EngineFailure(
+        f"the model failed while serving this request ({type(error).__name__}: {error}); "
+        "other requests were not affected"
+    )
+    for job in jobs:
+        settle(job, None, failure)
+
+
+def deliver(streaming: list[Sequence]) -> None:
+    """From the worker thread: hand the streaming sequences' new tokens to their callers, one wake-up per event
+    loop rather than per token."""
+    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+    for seq in streaming:
+        tokens = seq.search.tokens
+        for tok in tokens[seq.sent :]:
+            by_loop.setdefault(seq.loop, []).append((seq.stream, tok))
+        seq.sent = len(tokens)
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(put_all, items)
+        except RuntimeError:  # the caller's event loop is gone
+            pass
