@@ -1,7 +1,9 @@
 /* nmt-serve attention viewer: plain JavaScript, no build step, nothing fetched but this server's own
  * /info, /tokenize, /translate and /attention. The browser tests read ids and data-* attributes:
  * body[data-state] (idle, empty, loading, ready, error), #heatmap[data-checksum] (changes with the drawn
- * matrix), rect.cell[data-row][data-col][data-weight], and #tooltip[data-weight] for the cell under the mouse. */
+ * matrix), rect.cell[data-row][data-col][data-weight], #tooltip[data-weight] for the cell under the mouse,
+ * #alternatives li[data-rank][data-score] for the n-best list, and [data-align][data-tokens] for the words and token
+ * chips that alignment links (class "aligned" while they, or what they align with, are under the mouse). */
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg"; // a namespace name, not a URL the page loads
@@ -35,6 +37,8 @@ const state = {
   heat: null, // heatmap geometry and elements
   hv: null, // head view elements
   hvSide: "query",
+  alignments: null, // {group: [source token index for each target token]}: "t" the translation, "h0".. its alternatives
+  alignHover: null, // the [data-align] element under the mouse
 };
 
 class ApiError extends Error {
@@ -88,8 +92,11 @@ async function loadInfo() {
     state.sourceName = languageName(langs.source, "Source");
     $("source-label").textContent = `${state.sourceName} sentence`;
     $("target-name").textContent = languageName(langs.target, "Target");
-    $("reference").lang = langs.target && langs.target !== "unknown" ? langs.target : "";
-    $("source").lang = langs.source && langs.source !== "unknown" ? langs.source : "";
+    const code = (lang) => (lang && lang !== "unknown" ? lang : "");
+    for (const id of ["reference", "translation", "alternatives", "target-tokens", "reference-tokens"]) {
+      $(id).lang = code(langs.target);
+    }
+    for (const id of ["source", "source-text"]) $(id).lang = code(langs.source);
     const c = info.config || {};
     $("model-info").textContent =
       `${info.model} · ${c.n_encoder_layers}+${c.n_decoder_layers} layers · ${c.n_heads} heads · ` +
@@ -155,7 +162,11 @@ function clearResults(placeholder) {
   $("translation").textContent = "—";
   $("translation").classList.add("placeholder");
   $("translation-meta").textContent = "";
-  for (const id of ["source-tokens", "target-tokens", "reference-tokens"]) $(id).replaceChildren();
+  for (const id of ["source-text", "source-tokens", "target-tokens", "reference-tokens", "alternatives"]) {
+    $(id).replaceChildren();
+  }
+  $("alternatives-box").hidden = $("align-hint").hidden = true;
+  state.alignments = state.alignHover = null;
   $("source-count").textContent = $("target-count").textContent = "";
   $("source-count").classList.remove("over");
   $("reference-tokens-box").hidden = true;
@@ -189,12 +200,23 @@ async function translate() {
   setState("loading", "Translating…");
   $("translate").setAttribute("aria-busy", "true");
   const t0 = performance.now();
+  const { beam, alternatives } = searchSettings();
   const tokenized = api("tokenize", { text, side: "source" });
-  const translated = api("translate", { text, return_tokens: true, return_scores: true });
-  const attended = api("attention", reference ? { text, target: reference } : { text });
-  tokenized.then((r) => current() && renderSourceTokens(r.results[0].tokens), () => {});
-  translated.then((r) => current() && renderTranslation(r), () => {});
-  attended.then((r) => current() && renderAttention(r, reference), () => {});
+  const translated = api("translate", {
+    text, return_tokens: true, return_scores: true, return_alignment: true, beam_size: beam,
+    num_hypotheses: alternatives,
+  });
+  // /attention decodes greedily: for a beam search's translation, it is teacher-forced on that translation instead
+  const beamForced = beam > 1 && !reference;
+  const attended = beamForced
+    ? translated.then((r) => {
+      const best = r.translations[0].text;
+      return api("attention", best ? { text, target: best } : { text });
+    })
+    : api("attention", reference ? { text, target: reference } : { text });
+  tokenized.then((r) => current() && renderSourceTokens(r.results[0].tokens, text), () => {});
+  translated.then((r) => current() && renderTranslation(r, beam, text), () => {});
+  attended.then((r) => current() && renderAttention(r, reference, beamForced ? beam : 0), () => {});
   const settled = await Promise.allSettled([translated, attended, tokenized]);
   if (!current()) return;
   $("translate").removeAttribute("aria-busy");
@@ -227,40 +249,148 @@ function pieceNode(piece, tag) {
 
 const isSpecial = (piece) => /^<(s|\/s|pad|unk)>$/.test(piece);
 
-function fillTokens(list, pieces, titles) {
+function fillTokens(list, pieces, titles, align) {
   list.replaceChildren(
     ...pieces.map((piece, i) => {
       const li = pieceNode(piece, "li");
       li.dataset.index = i;
       if (isSpecial(piece)) li.classList.add("special");
+      else if (align) Object.assign(li.dataset, { ...align, tokens: String(i) });
       if (titles) li.title = titles[i];
       return li;
     }),
   );
 }
 
-function renderSourceTokens(tokens) {
-  fillTokens($("source-tokens"), tokens.map((t) => t.text), tokens.map((t) => `id ${t.id} · characters ${t.start}–${t.end}`));
+/** The search settings from the form: a beam size of 1..8 and 1..beam alternatives. */
+function searchSettings() {
+  const beam = Math.min(8, Math.max(1, Number($("beam-size").value) || 1));
+  return { beam, alternatives: Math.min(beam, Math.max(1, Number($("num-hypotheses").value) || 1)) };
+}
+
+/** Offers 1..beam alternatives, keeping the choice where it still fits. */
+function syncAlternatives() {
+  const select = $("num-hypotheses");
+  const { beam, alternatives } = searchSettings();
+  select.replaceChildren(...Array.from({ length: beam }, (_, i) => new Option(String(i + 1), String(i + 1))));
+  select.value = String(alternatives);
+}
+
+function renderSourceTokens(tokens, text) {
+  const titles = tokens.map((t) => `id ${t.id} · characters ${t.start}–${t.end}`);
+  fillTokens($("source-tokens"), tokens.map((t) => t.text), titles, { align: "source" });
+  const words = tokens.map((t, i) => ({ index: i, start: t.start, end: t.end, title: `source token ${i}: ${t.text}` }));
+  linkedText($("source-text"), text, words.filter((_, i) => !tokens[i].special), { align: "source" });
   const limit = state.info ? state.info.limits.max_input_tokens : Infinity;
   $("source-count").textContent = `${tokens.length}${limit === Infinity ? "" : ` (limit ${limit})`}`;
   $("source-count").classList.toggle("over", tokens.length > limit);
 }
 
-function renderTranslation(response) {
+function renderTranslation(response, beam, source) {
   const t = response.translations[0];
-  $("translation").textContent = t.text || "(empty)";
+  const hyps = t.hypotheses || [];
+  state.alignments = {};
+  showTarget($("translation"), t, "t", source);
   $("translation").classList.toggle("placeholder", !t.text);
+  if (!t.text) $("translation").textContent = "(empty)";
   const ended = t.finish_reason === "eos" ? "ended with </s>" : "stopped at the length limit";
-  const score = t.score === undefined ? "" : ` · mean log-prob ${t.score.toFixed(3)}`;
-  $("translation-meta").textContent = `${response.usage.output_tokens} tokens, ${ended}${score}`;
+  const score = t.score === undefined || t.score === null ? "" : ` · mean log-prob ${t.score.toFixed(3)}`;
+  const search = beam > 1 ? ` · beam ${beam}` : "";
+  $("translation-meta").textContent = `${response.usage.output_tokens} tokens, ${ended}${score}${search}`;
   const pieces = [...(t.tokens || []), ...(t.finish_reason === "eos" ? ["</s>"] : [])];
-  fillTokens($("target-tokens"), pieces, (t.token_ids || []).map((id) => `id ${id}`));
+  fillTokens($("target-tokens"), pieces, (t.token_ids || []).map((id) => `id ${id}`), { align: "target", group: "t" });
   $("target-count").textContent = String(pieces.length);
+  $("alternatives").replaceChildren(
+    ...hyps.map((h, r) => {
+      const li = document.createElement("li");
+      Object.assign(li.dataset, { rank: String(r), score: String(h.score) });
+      const text = document.createElement("span");
+      text.className = "alt-text";
+      showTarget(text, h, `h${r}`, source);
+      if (!h.text) text.textContent = "(empty)";
+      const sc = document.createElement("span");
+      sc.className = "alt-score";
+      sc.title = "score: the mean log-probability of its tokens, </s> included";
+      sc.textContent = h.score.toFixed(3);
+      li.append(text, " ", sc);
+      return li;
+    }),
+  );
+  $("alternatives-box").hidden = hyps.length < 2;
+  $("align-hint").hidden = !t.alignment;
+}
+
+/** Puts a translation's text into node, a span for each aligned target token (its title quoting the source word it
+ * aligns to in source, the text translated); records its alignment under group. */
+function showTarget(node, t, group, source) {
+  const alignment = t.alignment || [];
+  const map = [];
+  for (const a of alignment) map[a.target_token] = a.source_token;
+  state.alignments[group] = map;
+  const words = alignment.map((a) => ({
+    index: a.target_token, start: a.target_span[0], end: a.target_span[1],
+    title: `aligned to “${source.slice(a.source_span[0], a.source_span[1])}” (source token ${a.source_token})`,
+  }));
+  linkedText(node, t.text, words, { align: "target", group });
+}
+
+/** Fills node with text, the character spans of words ({index, start, end, title}) each in a span carrying data
+ * (data-align, data-group) and data-tokens, the indices of the tokens it shows (several when their spans overlap). */
+function linkedText(node, text, words, data) {
+  node.replaceChildren();
+  let at = 0;
+  let last = null;
+  for (const w of [...words].filter((w) => w.end > w.start).sort((a, b) => a.start - b.start || a.index - b.index)) {
+    if (last && w.start < at) { // shares characters with the previous one: one span for both
+      last.dataset.tokens += ` ${w.index}`;
+      if (w.end > at) last.append(text.slice(at, w.end));
+      at = Math.max(at, w.end);
+      continue;
+    }
+    if (w.start > at) node.append(text.slice(at, w.start));
+    last = document.createElement("span");
+    Object.assign(last.dataset, data, { tokens: String(w.index) });
+    last.textContent = text.slice(w.start, w.end);
+    if (w.title) last.title = w.title;
+    node.append(last);
+    at = w.end;
+  }
+  if (at < text.length) node.append(text.slice(at));
+}
+
+/** Highlights el (a [data-align] element, or null to clear) and everything alignment links it to. */
+function highlightAlignment(el) {
+  if (el === state.alignHover) return;
+  state.alignHover = el;
+  const groups = state.alignments || {};
+  const ids = (node) => node.dataset.tokens.split(" ").map(Number);
+  const sources = new Set();
+  const targets = {}; // group -> Set of target token indices
+  if (el) {
+    const picked = ids(el);
+    if (el.dataset.align === "target") {
+      const map = groups[el.dataset.group] || [];
+      targets[el.dataset.group] = new Set(picked);
+      for (const i of picked) if (map[i] !== undefined) sources.add(map[i]);
+    } else {
+      picked.forEach((j) => sources.add(j));
+      for (const [group, map] of Object.entries(groups)) {
+        targets[group] = new Set(map.flatMap((j, i) => (sources.has(j) ? [i] : [])));
+      }
+    }
+  }
+  for (const node of $("output").querySelectorAll("[data-align]")) {
+    const on = node.dataset.align === "source"
+      ? ids(node).some((j) => sources.has(j))
+      : ids(node).some((i) => targets[node.dataset.group] && targets[node.dataset.group].has(i));
+    node.classList.toggle("aligned", on);
+    node.classList.toggle("hovered", node === el);
+  }
 }
 
 // ---- attention -----------------------------------------------------------------------------------------
 
-function renderAttention(a, reference) {
+function renderAttention(a, reference, beam) {
   state.attention = a;
   state.reference = reference;
   if (reference) {
@@ -279,7 +409,10 @@ function renderAttention(a, reference) {
   for (const id of ["kind", "layer", "head"]) $(id).disabled = false;
   $("explorer-note").textContent = reference
     ? "Teacher-forced on your reference: decoder rows are <s> and the reference's tokens; row t predicted token t+1."
-    : "Decoder rows are <s> and the model's translation; row t is the step that predicted token t+1.";
+    : beam
+      ? `Teacher-forced on the beam search's translation (beam ${beam}): decoder rows are <s> and its tokens; ` +
+        "row t predicted token t+1."
+      : "Decoder rows are <s> and the model's translation; row t is the step that predicted token t+1.";
   draw();
 }
 
@@ -684,6 +817,10 @@ function start() {
     });
   }
   $("key-form").addEventListener("submit", saveKey);
+  $("beam-size").addEventListener("change", syncAlternatives);
+  syncAlternatives();
+  $("output").addEventListener("mouseover", (e) => highlightAlignment(e.target.closest("[data-align]")));
+  $("output").addEventListener("mouseleave", () => highlightAlignment(null));
   $("key-button").addEventListener("click", forgetKey);
   $("kind").addEventListener("change", (e) => {
     state.kind = e.target.value;

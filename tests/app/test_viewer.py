@@ -22,7 +22,9 @@ SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 async def test_the_page_is_served_at_root_and_viewer(client, path):
     r = await client.get(path)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-    for hook in ('id="source"', 'id="translate"', 'id="heatmap"', 'id="headview"', 'id="tooltip"', 'id="error"'):
+    hooks = ('id="source"', 'id="translate"', 'id="heatmap"', 'id="headview"', 'id="tooltip"', 'id="error"',
+             'id="beam-size"', 'id="num-hypotheses"', 'id="alternatives"', 'id="source-text"')  # fmt: skip
+    for hook in hooks:
         assert hook in r.text
     assert 'src="static/viewer.js"' in r.text and 'href="static/viewer.css"' in r.text
     csp = r.headers["content-security-policy"]

@@ -1,4 +1,5 @@
-"""The attention viewer in a real headless Chromium, against a real `nmt-serve` process on the trained tiny model.
+"""The attention viewer in a real headless Chromium, against a real `nmt-serve` process on the trained tiny model
+(and, for beam search and alignment, on the bundled checkpoint, whose translations are real German).
 
 Needs Debian's `chromium` and `chromium-driver` (scripts/install.sh adds them) and selenium; skips without them.
 Screenshots land in test-artifacts/.
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.settings import BUNDLED_MODEL_DIR
 from tests.app.test_cli import start_server, wait_ready
 
 try:
@@ -315,6 +317,116 @@ def test_a_narrow_window_stacks_the_page_without_sideways_scrolling(translated):
         viewport(driver, 1280, 800)
 
 
+BEAM_SENTENCE = "A dog runs on the grass."
+
+
+def classes(element) -> list[str]:
+    return (element.get_attribute("class") or "").split()
+
+
+def word(driver, scope: str, text: str):
+    """The one alignment-linked word (or token chip) in scope that reads text."""
+    words = driver.find_elements(By.CSS_SELECTOR, f"{scope} [data-align]")
+    found = [e for e in words if e.text == text]
+    assert len(found) == 1, (scope, text, [e.text for e in words])
+    return found[0]
+
+
+def aligned(driver, scope: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, f"{scope} [data-align].aligned")]
+
+
+def hover_word(driver, element) -> None:
+    ActionChains(driver).move_to_element(element).perform()
+    WebDriverWait(driver, 5).until(lambda _: "hovered" in classes(element))
+
+
+@pytest.fixture(scope="module")
+def bundled_server() -> Iterator[str]:
+    """A real server on the bundled English->German checkpoint (not compiled: it is ready in seconds)."""
+    if not (BUNDLED_MODEL_DIR / "model.safetensors").exists():
+        pytest.skip("no bundled checkpoint")
+    proc, base = start_server(BUNDLED_MODEL_DIR, NMT_COMPILE="false")
+    try:
+        wait_ready(proc, base)
+        yield base
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def beam_translated(browser, bundled_server):
+    """A fresh page after translating BEAM_SENTENCE with beam size 4 and 3 alternatives, and the API's answer."""
+    open_page(browser, bundled_server)
+    beam, alternatives = Select(by_id(browser, "beam-size")), Select(by_id(browser, "num-hypotheses"))
+    assert [o.get_attribute("value") for o in beam.options] == [str(i) for i in range(1, 9)]
+    assert beam.first_selected_option.get_attribute("value") == "1"  # greedy unless asked
+    assert [o.text for o in alternatives.options] == ["1"]  # at most the beam size
+    beam.select_by_value("4")
+    assert [o.text for o in alternatives.options] == ["1", "2", "3", "4"]
+    alternatives.select_by_value("3")
+    translate(browser, BEAM_SENTENCE)
+    request = {"text": BEAM_SENTENCE, "beam_size": 4, "num_hypotheses": 3, "return_tokens": True}
+    request["return_alignment"] = True
+    r = httpx.post(f"{bundled_server}/translate", json=request, timeout=30)
+    assert r.status_code == 200, r.text
+    return browser, r.json()["translations"][0], bundled_server
+
+
+def test_beam_search_lists_the_alternatives_best_first_with_their_scores(beam_translated):
+    driver, expected, base = beam_translated
+    hypotheses = expected["hypotheses"]
+    assert len(hypotheses) == 3
+    assert by_id(driver, "alternatives-box").is_displayed()
+    items = driver.find_elements(By.CSS_SELECTOR, "#alternatives li")
+    assert [li.get_attribute("data-rank") for li in items] == ["0", "1", "2"]
+    assert [li.find_element(By.CSS_SELECTOR, ".alt-text").text for li in items] == [h["text"] for h in hypotheses]
+    scores = [float(li.get_attribute("data-score")) for li in items]
+    assert scores == [h["score"] for h in hypotheses] and scores == sorted(scores, reverse=True)
+    assert [li.find_element(By.CSS_SELECTOR, ".alt-score").text for li in items] == [f"{s:.3f}" for s in scores]
+    assert by_id(driver, "translation").text == expected["text"] == hypotheses[0]["text"]
+    assert "beam 4" in by_id(driver, "translation-meta").text
+    # the explorer shows the attention of the beam search's own translation, teacher-forced
+    assert "beam search" in by_id(driver, "explorer-note").text
+    forced = httpx.post(f"{base}/attention", json={"text": BEAM_SENTENCE, "target": expected["text"], "layers": [0]})
+    assert forced.status_code == 200, forced.text
+    assert int(by_id(driver, "heatmap").get_attribute("data-rows")) == len(forced.json()["decoder_tokens"])
+    screenshot(driver, "beam")
+
+
+def test_hovering_a_word_highlights_what_it_aligns_with(beam_translated):
+    driver, expected, _ = beam_translated
+    hund = word(driver, "#translation", "Hund")
+    assert "dog" in hund.get_attribute("title")
+    hover_word(driver, hund)
+    assert "aligned" in classes(word(driver, "#source-text", "dog"))  # the bundled model aligns Hund with dog
+    assert aligned(driver, "#source-text") == ["dog"] and aligned(driver, "#source-tokens") == ["▁dog"]
+    assert "aligned" in classes(hund) and aligned(driver, "#target-tokens") == ["▁Hund"]
+    screenshot(driver, "alignment")
+
+    # a source word: the target words aligned with it, in the translation and in each alternative
+    dog = word(driver, "#source-text", "dog")
+    hover_word(driver, dog)
+    dog_index = BEAM_SENTENCE.index("dog")
+    for scope, hyp in [("#translation", expected), *((f"#alternatives li:nth-child({r + 1})", h) for r, h in
+                                                     enumerate(expected["hypotheses"]))]:
+        want = [hyp["text"][slice(*a["target_span"])] for a in hyp["alignment"] if a["source_span"][0] == dog_index]
+        assert "Hund" in want and aligned(driver, scope) == want, scope
+
+    # an alternative's word: the source word its token aligns with
+    second = expected["hypotheses"][1]
+    link = second["alignment"][2]
+    element = driver.find_element(By.CSS_SELECTOR, '#alternatives li:nth-child(2) [data-tokens="2"]')
+    assert element.text == second["text"][slice(*link["target_span"])]
+    hover_word(driver, element)
+    assert aligned(driver, "#source-text") == [BEAM_SENTENCE[slice(*link["source_span"])]]
+    assert aligned(driver, "#translation") == [] and aligned(driver, "#alternatives li:nth-child(2)") == [element.text]
+
+    ActionChains(driver).move_to_element(by_id(driver, "translation-title")).perform()  # away: nothing stays lit
+    WebDriverWait(driver, 5).until(lambda _: not driver.find_elements(By.CSS_SELECTOR, "#output .aligned"))
+
+
 def test_the_page_asks_for_the_api_key_and_sends_it(browser, keyed_server):
     driver = browser
     open_page(driver, keyed_server, "/viewer")
@@ -327,7 +439,8 @@ def test_the_page_asks_for_the_api_key_and_sends_it(browser, keyed_server):
 
     by_id(driver, "api-key").send_keys(KEY, Keys.ENTER)
     WebDriverWait(driver, 10).until(lambda _: not panel.is_displayed())
-    assert "layers" in by_id(driver, "model-info").text
+    # the panel hides at once; /info, now sent with the key, answers a moment later
+    WebDriverWait(driver, 10).until(lambda _: "layers" in by_id(driver, "model-info").text)
     assert driver.execute_script("return sessionStorage.getItem('nmt-serve-api-key')") == KEY
     translate(driver, SENTENCE)
     assert by_id(driver, "translation").text
