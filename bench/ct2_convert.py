@@ -21,7 +21,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ct2_translator import GreedyTranslator  # noqa: E402, F401 - importable from here too
+from bench.ct2_translator import BeamTranslator, GreedyTranslator  # noqa: E402, F401 - importable from here too
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.tokenizer import BOS, EOS, UNK, Tokenizer  # noqa: E402
 from model.transformer import MultiHeadAttention, Transformer  # noqa: E402

@@ -1,4 +1,4 @@
-"""Our greedy decoding against CTranslate2 on the same weights, side by side in one run, at batch 1 and 32.
+"""Our greedy decoding (or beam search, --beam N) against CTranslate2 on the same weights, at batch 1 and 32.
 
     python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--limit 100] [--rounds 3]
 
@@ -20,6 +20,16 @@ from the directory it was imported from (ctranslate2.converters.TransformersConv
 bench/ct2_convert.py, so the race also checks the import against CT2's reading of the same files. Such a model ends a
 text at its budget with a forced </s> (force_eos), which CT2 does not do: CT2 gets one token less of budget, so
 both generate the same tokens.
+
+    python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz --beam 4 [--length-penalty 1.0]
+
+With --beam N (N > 1) the race is beam search: ours is model.batch.decode with DecodingOptions(beam_size=N,
+length_penalty=P), the RowBatch code the server steps with, on the eager model (a beam step needs full logits, which
+the compiled greedy step does not give), against CT2's translate_batch(beam_size=N, length_penalty=P) in the same
+batches of sources with the same budgets. The engines are then ct2_fp32, ct2_fp32_dnnl and ours_eager by default
+(ct2_int8, ct2_int8_dnnl and ours_int8 on request; the compiled ones do not apply). Both score a finished hypothesis
+as its summed log-probabilities / length ** P with </s> counted in the length (CT2 drops </s> from the returned tokens
+only after scoring), so at any P the two should pick the same tokens; "same tokens" counts the sentences where they do.
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ ENGINES = [
     "ct2_fp32", "ct2_fp32_dnnl", "ct2_int8", "ct2_int8_dnnl", "ours_compiled", "ours_compiled_fp32", "ours_eager",
     "ours_int8",
 ]  # fmt: skip
+BEAM_ENGINES = ["ct2_fp32", "ct2_fp32_dnnl", "ours_eager"]  # the default with --beam N > 1
+NO_BEAM = ("ours_compiled", "ours_compiled_fp32")  # the compiled step is greedy's: beam search runs the eager step
 # CTranslate2 runs its GEMMs with MKL by default and with oneDNN under CT2_USE_MKL=0 (the *_dnnl engines); which is
 # faster depends on the CPU (MKL ran 10x slower at batch 1 on one AMX Xeon), so both are timed and the faster counts.
 BACKEND = {False: "MKL", True: "oneDNN"}
@@ -67,6 +79,20 @@ def ours(model, pad_id: int, cache=None) -> Engine:
     return decode
 
 
+def ours_beam(model, beam_size: int, length_penalty: float) -> Engine:
+    """model.batch.decode: one batch's sources as beam searches stepped together, the best hypothesis of each."""
+    from model.batch import decode as batch_decode
+    from model.search import DecodingOptions
+
+    options = DecodingOptions(beam_size=beam_size, length_penalty=length_penalty)
+
+    def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
+        hyps = batch_decode(model, batch, [budget] * len(batch), options, max_rows=len(batch) * beam_size)
+        return [(h[0].tokens, len(h[0].logprobs)) for h in hyps]
+
+    return decode
+
+
 def ct2(translator, forced_eos: int = 0) -> Engine:
     def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
         budget -= forced_eos  # our last token would be the forced </s>: CT2 stops one earlier instead
@@ -77,7 +103,7 @@ def ct2(translator, forced_eos: int = 0) -> Engine:
 
 def ct2_engine(name: str, args) -> tuple[Engine, list[list[int]]]:
     """CT2 on the converted model, in a process that never imports torch; the corpus sorted as load_corpus does."""
-    from bench.ct2_translator import GreedyTranslator
+    from bench.ct2_translator import BeamTranslator, GreedyTranslator
     from model.tokenizer import load_tokenizer, read_lines
 
     tok = load_tokenizer(args.model_dir)
@@ -86,9 +112,11 @@ def ct2_engine(name: str, args) -> tuple[Engine, list[list[int]]]:
     sentences = sentences[: args.limit] if args.limit else sentences
     encoded = sorted(tok.encode_batch(sentences), key=len)
     compute_type = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name.removesuffix("_dnnl")]
-    translator = GreedyTranslator(
-        args.ct2_dir, tok, compute_type=compute_type, intra_threads=args.threads, inter_threads=1
-    )
+    options = dict(compute_type=compute_type, intra_threads=args.threads, inter_threads=1)
+    if args.beam > 1:
+        translator = BeamTranslator(args.ct2_dir, tok, args.beam, args.length_penalty, **options)
+    else:
+        translator = GreedyTranslator(args.ct2_dir, tok, **options)
     return ct2(translator, forced_eos), encoded
 
 
@@ -101,8 +129,11 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     model, _, encoded = load_corpus(args)
     pad = model.config.source_pad_id
     if name == "ours_int8":
-        quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-        return ours(quantized, pad), encoded
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    if args.beam > 1:
+        return ours_beam(model, args.beam, args.length_penalty), encoded
+    if name == "ours_int8":
+        return ours(model, pad), encoded
     if name in ("ours_compiled", "ours_compiled_fp32"):
         from model.compile import compile_model, warm_up
 
@@ -163,7 +194,8 @@ def start_worker(args, name: str, ct2_dir: str) -> subprocess.Popen:
     env = {**os.environ, "CT2_USE_MKL": "0"} if name.endswith("_dnnl") else None
     child = subprocess.Popen(
         [sys.executable, __file__, "--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit),
-         "--threads", str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir", ct2_dir, "--worker", name],
+         "--threads", str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir", ct2_dir, "--worker", name,
+         "--beam", str(args.beam), "--length-penalty", str(args.length_penalty)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
@@ -236,16 +268,31 @@ def fastest(passes: dict[str, list[dict]], base: str) -> str | None:
 def main() -> None:
     p = corpus_arguments(__doc__)
     p.add_argument("--rounds", type=int, default=3, help="passes per engine and batch size, the engines taking turns")
-    p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {ENGINES}")
+    p.add_argument(
+        "--engines", help=f"comma-separated subset of {ENGINES} (default: all; with --beam, {','.join(BEAM_ENGINES)})"
+    )
+    p.add_argument("--beam", type=int, default=1, help="beam size: 1 races greedy decoding, N > 1 beam search")
+    p.add_argument(
+        "--length-penalty", type=float, default=1.0, help="with --beam N > 1: score = log-probability / length ** P"
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one engine in this process
     p.add_argument("--ct2-dir", help=argparse.SUPPRESS)  # internal: the converted model
     args = p.parse_args()
     if args.worker:
         return worker(args)
 
-    names, sizes = args.engines.split(","), list(map(int, args.batch_sizes.split(",")))
+    if args.beam < 1:
+        p.error("--beam must be at least 1")
+    names = args.engines.split(",") if args.engines else BEAM_ENGINES if args.beam > 1 else ENGINES
+    if unknown := [n for n in names if n not in ENGINES]:
+        p.error(f"unknown engines {unknown}: choose from {ENGINES}")
+    if args.beam > 1 and (compiled := [n for n in names if n in NO_BEAM]):
+        p.error(f"{compiled}: the compiled step is greedy decoding's; beam search runs ours_eager (or ours_int8)")
+    sizes = list(map(int, args.batch_sizes.split(",")))
+    decoding = f"beam {args.beam}, length penalty {args.length_penalty:g}" if args.beam > 1 else "greedy"
     cpu = cpu_description()
     print(f"CPU: {cpu}", flush=True)
+    print(f"decoding: {decoding}", flush=True)
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
         if any(name.startswith("ct2_") for name in names):
             convert_for_ct2(args.model_dir, ct2_dir)  # float32 weights; int8 is chosen at load time
@@ -257,6 +304,8 @@ def main() -> None:
         best = {name: min(rs, key=lambda x: x["seconds"]) for name, rs in passes.items()}
         n = len(best[names[0]]["outputs"])
         row = {"batch": bs, "sentences": n, "threads": args.threads, "rounds": args.rounds, "cpu": cpu}
+        if args.beam > 1:
+            row |= {"beam": args.beam, "length_penalty": args.length_penalty}
         for name, x in best.items():
             row[f"{name}_sent_s"] = round(n / x["seconds"], 1)
             row[f"{name}_tok_s"] = round(x["tokens"] / x["seconds"], 1)
@@ -273,21 +322,24 @@ def main() -> None:
                 row[f"{mine}/{theirs}"] = round(statistics.median(per_round), 2)
                 ranges[f"{mine}/{theirs}"] = (per_round[0], per_round[-1])
         ref = best.get("ours_eager") or best.get("ours_compiled_fp32") or best.get("ours_compiled")
+        identical = {}
         if ref:
             for name, x in best.items():
                 if x is not ref:
                     row[f"match_{name}_vs_ours_fp32"] = round(same(x["outputs"], ref["outputs"]), 4)
+                    identical[name] = sum(a == b for a, b in zip(x["outputs"], ref["outputs"]))
+                    row[f"identical_{name}_vs_ours_fp32"] = identical[name]
         rows.append(row)
 
-        print(f"batch {bs} ({n} sentences, {args.threads} threads, each engine in its own process, best of "
-              f"{args.rounds} rounds)", flush=True)  # fmt: skip
+        print(f"batch {bs} ({n} sentences, {decoding}, {args.threads} threads, each engine in its own process, best "
+              f"of {args.rounds} rounds)", flush=True)  # fmt: skip
         for name in best:
             backend = f" ({BACKEND[name.endswith('_dnnl')]})" if name.startswith("ct2_") else ""
             print(f"  {name:<18} {row[f'{name}_sent_s']:>8} sent/s {row[f'{name}_tok_s']:>9} tok/s{backend}")
         ratios = [f"{k} = {v}x (rounds {ranges[k][0]:.2f}-{ranges[k][1]:.2f})" for k, v in row.items() if "/" in k]
         print("  " + " | ".join(ratios) + " (sentences/s, median of the per-round ratios)")
-        matches = {k.removeprefix("match_"): f"{v:.1%}" for k, v in row.items() if k.startswith("match_")}
-        print("  same tokens: " + ", ".join(f"{k} {v}" for k, v in matches.items()), flush=True)
+        matches = [f"{name}_vs_ours_fp32 {count / n:.1%} ({count}/{n})" for name, count in identical.items()]
+        print("  same tokens: " + ", ".join(matches), flush=True)
     print(json.dumps(rows))
 
 

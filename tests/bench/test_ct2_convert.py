@@ -1,4 +1,4 @@
-"""A checkpoint converted to CTranslate2 decodes greedily to exactly our tokens."""
+"""A checkpoint converted to CTranslate2 decodes greedily to exactly our tokens, and beam-searches to our beams."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from model.batch import decode
 from model.checkpoint import load_checkpoint
 from model.decoding import greedy_decode
+from model.search import DecodingOptions
 from model.transformer import Transformer
 from tests.conftest import tiny_config
 from tests.synthetic import synthetic_pairs
@@ -70,6 +72,18 @@ def test_random_model_variants_decode_to_our_tokens_up_to_the_budget(trained, ov
     sources = [torch.randint(4, tokenizer.vocab_size, (n,), generator=g).tolist() + [2] for n in (3, 9, 6, 14)]
     ours, theirs = both(model, tokenizer, tmp_path / "ct2", sources, 12)
     assert theirs == ours
+
+
+@pytest.mark.parametrize("penalty", [0.0, 1.0])
+def test_beam_search_gives_our_beam_search_tokens(trained, sources, tmp_path, penalty):
+    """What bench/peers.py --beam races: CT2's translate_batch(beam_size=4) against model.batch.decode, one batch.
+    Both divide the summed log-probabilities by the length with </s> counted; with length_penalty 0 both stop as soon
+    as the top beam has finished."""
+    model, tokenizer = trained
+    ct2_convert.convert(model, tokenizer, tmp_path / "ct2")
+    translator = ct2_convert.BeamTranslator(tmp_path / "ct2", tokenizer, 4, penalty, intra_threads=1)
+    ours = decode(model, sources, [30] * len(sources), DecodingOptions(beam_size=4, length_penalty=penalty))
+    assert translator(sources, 30) == [h[0].tokens for h in ours]
 
 
 def test_int8_conversion_loads_and_decodes(trained, sources, tmp_path):

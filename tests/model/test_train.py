@@ -34,7 +34,8 @@ def test_nmt_eval_prints_one_json_line(tmp_path, capsys, trained_checkpoint, pai
     shutil.copytree(trained_checkpoint, ck, ignore=shutil.ignore_patterns("train_state"))
     eval_main(["--model-dir", str(ck), "--src", str(src), "--ref", str(ref), "--hyp-out", str(tmp_path / "hyp"), "--record", "synthetic"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(result) == {"bleu", "bleu_lc", "chrf", "sentences", "seconds"}
+    assert set(result) == {"bleu", "bleu_lc", "chrf", "sentences", "seconds", "decoding"}
+    assert result["decoding"] == "greedy, KV cache"
     assert result["sentences"] == 20 and result["bleu"] > 60
     assert len((tmp_path / "hyp").read_text().splitlines()) == 20
     recorded = json.loads((ck / "metadata.json").read_text())["scores"]["synthetic"]

@@ -1,0 +1,61 @@
+"""nmt-eval --beam N: beam search through model.batch.decode, the same hypotheses as the reference search."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from model.batch import decode
+from model.checkpoint import load_checkpoint
+from model.evaluate import main as eval_main
+from model.evaluate import max_new_tokens_for, translate_corpus
+from model.search import DecodingOptions, beam_search_reference
+from tests.conftest import write_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, pairs):
+    dir_ = tmp_path_factory.mktemp("beam-eval")
+    return write_corpus(dir_, pairs[360:376], "test")
+
+
+@pytest.mark.parametrize("penalty", [1.0, 0.0])
+def test_nmt_eval_beam_prints_the_hypotheses_of_batch_decode_and_the_reference(
+    tmp_path, capsys, trained_checkpoint, corpus, penalty
+):
+    src, ref = corpus
+    ck = tmp_path / "ck"
+    shutil.copytree(trained_checkpoint, ck, ignore=shutil.ignore_patterns("train_state"))
+    eval_main([
+        "--model-dir", str(ck), "--src", str(src), "--ref", str(ref), "--hyp-out", str(tmp_path / "hyp"),
+        "--beam", "2", "--length-penalty", str(penalty), "--batch-size", "5", "--record", "beam",
+    ])  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["decoding"] == f"beam 2, length penalty {penalty:g}" and result["sentences"] == 16
+    assert json.loads((ck / "metadata.json").read_text())["scores"]["beam"]["decoding"] == result["decoding"]
+    printed = (tmp_path / "hyp").read_text().splitlines()
+
+    model, tokenizer, _ = load_checkpoint(ck)
+    sources = tokenizer.encode_batch(src.read_text().splitlines(), side="source")
+    budgets = [max_new_tokens_for(len(s)) for s in sources]
+    options = DecodingOptions(beam_size=2, length_penalty=penalty)
+    batched = [hyps[0] for hyps in decode(model, sources, budgets, options)]
+    reference = [beam_search_reference(model, s, b, options)[0] for s, b in zip(sources, budgets)]
+    assert [h.tokens for h in batched] == [h.tokens for h in reference]
+    assert all(h.finish_reason == "eos" for h in reference), "the trained model should end its sentences with </s>"
+    assert printed == tokenizer.decode_batch([h.tokens for h in reference])
+    greedy = [hyps[0].tokens for hyps in decode(model, sources, budgets, DecodingOptions())]
+    assert greedy != [h.tokens for h in reference], "beam 2 should change a sentence or two on this corpus"
+
+
+def test_nmt_eval_beam_1_is_the_greedy_path(tmp_path, capsys, trained_checkpoint, corpus):
+    src, ref = corpus
+    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(src), "--ref", str(ref), "--beam", "1",
+               "--length-penalty", "0.6", "--hyp-out", str(tmp_path / "hyp")])  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["decoding"] == "greedy, KV cache"
+    model, tokenizer, _ = load_checkpoint(trained_checkpoint)
+    greedy = translate_corpus(model, tokenizer, src.read_text().splitlines())
+    assert (tmp_path / "hyp").read_text().splitlines() == greedy
