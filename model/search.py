@@ -275,16 +275,11 @@ def alignment(model: Transformer, src: list[int], hyps: list[list[int]]) -> list
     nothing else fits)."""
     c, device = model.config, next(model.parameters()).device
     layer = max(0, c.n_decoder_layers - 2)
-    src_ids = torch.tensor([src], device=device)
-    src_mask = padding_mask(src_ids, c.source_pad_id)
-    memory = model.encode(src_ids, src_mask)
     width = max(map(len, hyps)) + 1
     tgt = torch.full((len(hyps), width), c.pad_id, dtype=torch.long, device=device)
     for i, tokens in enumerate(hyps):
         tgt[i, : len(tokens) + 1] = torch.tensor([c.bos_id, *tokens])
-    _, _, cross = model.decode(
-        tgt, memory.expand(len(hyps), -1, -1), src_mask, subsequent_mask(width, device), need_weights=True
-    )  # fmt: skip
+    _, _, cross = model.attention_weights(torch.tensor([src], device=device), tgt)
     weights = cross[layer].mean(1)  # (B, T, S): row t predicts target token t
     if len(src) > 1:
         weights = weights[..., :-1]

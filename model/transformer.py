@@ -327,6 +327,16 @@ class Transformer(nn.Module):
         x = self.decoder_norm(x)
         return (x, w_self, w_cross) if need_weights else x
 
+    def attention_weights(self, src: torch.Tensor, tgt: torch.Tensor) -> tuple[list, list, list]:
+        """A teacher-forced pass that keeps the attention weights. src (1, S); tgt (B, T) starting with <s> (padding
+        after a row's end is never attended by its earlier positions) -> per layer: encoder (1, H, S, S), decoder
+        self- (B, H, T, T) and cross-attention (B, H, T, S) weights"""
+        src_mask = padding_mask(src, self.config.source_pad_id)  # (1, 1, 1, S)
+        memory, enc = self.encode(src, src_mask, need_weights=True)
+        tgt_mask = subsequent_mask(tgt.size(1), tgt.device)  # (1, 1, T, T)
+        _, dec, cross = self.decode(tgt, memory.expand(tgt.size(0), -1, -1), src_mask, tgt_mask, need_weights=True)
+        return enc, dec, cross
+
     @property
     def generator_weight(self) -> torch.Tensor:
         """The output projection's weight (V, D): the target embedding's when tied."""

@@ -107,7 +107,7 @@ class Limits:
                 "stream needs beam_size 1, num_hypotheses 1 and no return_alignment: a beam search knows its best "
                 "hypothesis only when it ends. Leave out stream, or decode greedily or by sampling"
             )
-        seed = random.randrange(2**63) if d.seed is None else d.seed
+        seed = 0 if not sampling else random.randrange(2**63) if d.seed is None else d.seed  # only sampling draws
         return DecodingOptions(
             d.beam_size, d.num_hypotheses, d.length_penalty, (), d.sampling_topk, d.sampling_temperature, seed
         )

@@ -12,7 +12,7 @@ from app.detokenize import IncrementalText
 from model.decoding import Hypothesis
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Tokenizer
-from model.transformer import Transformer, padding_mask, subsequent_mask
+from model.transformer import Transformer
 
 
 @dataclass
@@ -105,12 +105,8 @@ def attention_weights(
 ) -> Attention:  # fmt: skip
     """Teacher-forced pass with attention weights (on the batcher's worker thread)."""
     c, device = model.config, next(model.parameters()).device
-    src_ids = torch.tensor([src], device=device)  # (1, S)
     tgt_ids = torch.tensor([[c.bos_id] + tgt], device=device)  # (1, T)
-    src_mask = padding_mask(src_ids, c.source_pad_id)  # (1, 1, 1, S)
-    memory, enc = model.encode(src_ids, src_mask, need_weights=True)
-    tgt_mask = subsequent_mask(tgt_ids.size(1), device)  # (1, 1, T, T)
-    _, dec, cross = model.decode(tgt_ids, memory, src_mask, tgt_mask, need_weights=True)
+    enc, dec, cross = model.attention_weights(torch.tensor([src], device=device), tgt_ids)
 
     def pick(weights: list[torch.Tensor]) -> list:
         w = torch.stack([weights[i][0] for i in layers])[:, heads]  # (L', H', Q, K)
