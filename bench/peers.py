@@ -24,10 +24,11 @@ both generate the same tokens.
     python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz --beam 4 [--length-penalty 1.0]
 
 With --beam N (N > 1) the race is beam search: ours is model.batch.decode with DecodingOptions(beam_size=N,
-length_penalty=P), the RowBatch code the server steps with, on the eager model (a beam step needs full logits, which
-the compiled greedy step does not give), against CT2's translate_batch(beam_size=N, length_penalty=P) in the same
-batches of sources with the same budgets. The engines are then ct2_fp32, ct2_fp32_dnnl and ours_eager by default
-(ct2_int8, ct2_int8_dnnl and ours_int8 on request; the compiled ones do not apply). Both score a finished hypothesis
+length_penalty=P), the RowBatch code the server steps with, on the compiled model (ours_compiled: its full step,
+log-probabilities for every token, compiled as the server compiles it) and on the eager one (ours_eager), against
+CT2's translate_batch(beam_size=N, length_penalty=P) in the same batches of sources with the same budgets. The
+engines are then ct2_fp32, ct2_fp32_dnnl, ours_compiled and ours_eager by default (ct2_int8, ct2_int8_dnnl and
+ours_int8 on request; ours_compiled_fp32 does not apply: the logit screen is greedy's). Both score a finished hypothesis
 as its summed log-probabilities / length ** P with </s> counted in the length (CT2 drops </s> from the returned tokens
 only after scoring), so at any P the two should pick the same tokens; "same tokens" counts the sentences where they do.
 """
@@ -57,8 +58,8 @@ ENGINES = [
     "ct2_fp32", "ct2_fp32_dnnl", "ct2_int8", "ct2_int8_dnnl", "ours_compiled", "ours_compiled_fp32", "ours_eager",
     "ours_int8",
 ]  # fmt: skip
-BEAM_ENGINES = ["ct2_fp32", "ct2_fp32_dnnl", "ours_eager"]  # the default with --beam N > 1
-NO_BEAM = ("ours_compiled", "ours_compiled_fp32")  # the compiled step is greedy's: beam search runs the eager step
+BEAM_ENGINES = ["ct2_fp32", "ct2_fp32_dnnl", "ours_compiled", "ours_eager"]  # the default with --beam N > 1
+NO_BEAM = ("ours_compiled_fp32",)  # the logit screen is greedy's: with beam search it is ours_compiled
 # CTranslate2 runs its GEMMs with MKL by default and with oneDNN under CT2_USE_MKL=0 (the *_dnnl engines); which is
 # faster depends on the CPU (MKL ran 10x slower at batch 1 on one AMX Xeon), so both are timed and the faster counts.
 BACKEND = {False: "MKL", True: "oneDNN"}
@@ -79,7 +80,7 @@ def ours(model, pad_id: int, cache=None) -> Engine:
     return decode
 
 
-def ours_beam(model, beam_size: int, length_penalty: float) -> Engine:
+def ours_beam(model, beam_size: int, length_penalty: float, cache=None) -> Engine:
     """model.batch.decode: one batch's sources as beam searches stepped together, the best hypothesis of each."""
     from model.batch import decode as batch_decode
     from model.search import DecodingOptions
@@ -87,7 +88,7 @@ def ours_beam(model, beam_size: int, length_penalty: float) -> Engine:
     options = DecodingOptions(beam_size=beam_size, length_penalty=length_penalty)
 
     def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
-        hyps = batch_decode(model, batch, [budget] * len(batch), options, max_rows=len(batch) * beam_size)
+        hyps = batch_decode(model, batch, [budget] * len(batch), options, len(batch) * beam_size, cache)
         return [(h[0].tokens, len(h[0].logprobs)) for h in hyps]
 
     return decode
@@ -130,23 +131,21 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     pad = model.config.source_pad_id
     if name == "ours_int8":
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    if args.beam > 1:
-        return ours_beam(model, args.beam, args.length_penalty), encoded
-    if name == "ours_int8":
-        return ours(model, pad), encoded
-    if name in ("ours_compiled", "ours_compiled_fp32"):
-        from model.compile import compile_model, warm_up
+    if name not in ("ours_compiled", "ours_compiled_fp32"):
+        return (ours_beam(model, args.beam, args.length_penalty) if args.beam > 1 else ours(model, pad)), encoded
+    from model.compile import compile_model, warm_up
 
-        # ours_compiled is what nmt-serve runs by default: the output projection screened in bfloat16 where
-        # the CPU has bfloat16 matmuls (model/screen.py, the same tokens); ours_compiled_fp32 without the screen
-        screened = model.use_screen(name == "ours_compiled")
-        print(f"  {name}: logit screen {'on' if screened else 'off'}", file=sys.stderr, flush=True)
-        longest = max(map(len, encoded))
-        cache = KVCache(model, max_batch, max_new_tokens_for(longest) + 1, longest)
-        compile_model(model)
-        print(f"  {name}: warm-up took {warm_up(model, cache):.0f} s", file=sys.stderr, flush=True)
-        return ours(model, pad, cache), encoded
-    return ours(model, pad), encoded
+    # ours_compiled is what nmt-serve runs by default: the output projection screened in bfloat16 where
+    # the CPU has bfloat16 matmuls (model/screen.py, the same tokens); ours_compiled_fp32 without the screen
+    screened = model.use_screen(name == "ours_compiled" and args.beam == 1)
+    print(f"  {name}: logit screen {'on' if screened else 'off'}", file=sys.stderr, flush=True)
+    longest = max(map(len, encoded))
+    cache = KVCache(model, max_batch * args.beam, max_new_tokens_for(longest) + 1, longest)
+    compile_model(model)
+    print(f"  {name}: warm-up took {warm_up(model, cache):.0f} s", file=sys.stderr, flush=True)
+    if args.beam > 1:
+        return ours_beam(model, args.beam, args.length_penalty, cache), encoded
+    return ours(model, pad, cache), encoded
 
 
 def run(engine: Engine, batches: list[list[list[int]]]) -> tuple[float, int, list[list[int]]]:
@@ -287,7 +286,9 @@ def main() -> None:
     if unknown := [n for n in names if n not in ENGINES]:
         p.error(f"unknown engines {unknown}: choose from {ENGINES}")
     if args.beam > 1 and (compiled := [n for n in names if n in NO_BEAM]):
-        p.error(f"{compiled}: the compiled step is greedy decoding's; beam search runs ours_eager (or ours_int8)")
+        p.error(
+            f"{compiled}: the logit screen is greedy decoding's; beam search runs ours_compiled (or ours_eager, ours_int8)"
+        )
     sizes = list(map(int, args.batch_sizes.split(",")))
     decoding = f"beam {args.beam}, length penalty {args.length_penalty:g}" if args.beam > 1 else "greedy"
     cpu = cpu_description()

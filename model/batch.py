@@ -6,7 +6,7 @@ import torch
 
 from model.decoding import Hypothesis, KVCache
 from model.search import BeamSearch, DecodingOptions, Sampling, Search
-from model.transformer import Transformer, greedy_pick
+from model.transformer import Transformer
 
 
 class RowBatch:
@@ -15,7 +15,7 @@ class RowBatch:
     `add` prefills sources into free rows (a search with k rows gets its one encoded row copied k - 1 times),
     `step` runs the decoder once for every row and lets each search pick its rows' tokens, and rows leave as
     soon as their hypothesis or search is finished. With only greedy searches live a step is
-    model.decode_greedy; otherwise it computes full logits, and greedy rows take the same greedy_pick.
+    model.decode_greedy; otherwise it computes every token's log-probability, and greedy rows take the best.
     """
 
     def __init__(self, model: Transformer, cache: KVCache):
@@ -79,10 +79,10 @@ class RowBatch:
         return finished
 
     def _step_all(self) -> tuple[torch.Tensor, list[int]]:
-        """A step with full logits: greedy rows take greedy_pick, the other searches their own picks."""
-        logits = self.model.decode_step(self.tokens, self.cache)  # (N, V)
-        ids, logprobs = greedy_pick(logits)
-        ids_host, logprobs_host = self._to_host(ids, logprobs)
+        """A step with full log-probabilities: greedy rows take the best, the other searches their own picks."""
+        logprobs = self.model.decode_logprobs(self.tokens, self.cache)  # (N, V) float32
+        best, ids = logprobs.max(-1)
+        ids_host, logprobs_host = self._to_host(ids, best)
         next_ids, done = list(ids_host), []
         sampled: list[tuple[Sampling, int, int]] = []
         beams: dict[int, dict[BeamSearch, list[int]]] = {}  # beam size -> search -> its rows by slot
@@ -95,28 +95,27 @@ class RowBatch:
             else:
                 sampled.append((s, slot, r))
         if sampled:  # a search draws for its rows in slot order, wherever they sit in the batch
-            self._sample(sorted(sampled, key=lambda x: x[1]), logits, ids_host, next_ids, done)
+            self._sample(sorted(sampled, key=lambda x: x[1]), logprobs, ids_host, next_ids, done)
         moves: tuple[list[int], list[int]] = ([], [])
         for k, searches in beams.items():
-            self._beam(k, searches, logits, next_ids, done, moves)
+            self._beam(k, searches, logprobs, next_ids, done, moves)
         self.cache.reorder(*moves)
         return torch.tensor(next_ids, dtype=torch.long, device=self.device), done
 
-    def _sample(self, sampled, logits, argmax, next_ids, done) -> None:
+    def _sample(self, sampled, logprobs, argmax, next_ids, done) -> None:
         rows = torch.tensor([r for _, _, r in sampled], device=self.device)
-        tokens = [s.next_token(slot, logits[r], argmax[r]) for s, slot, r in sampled]
-        logprobs = logits[rows].float().log_softmax(-1)  # (M, V)
-        picked = logprobs[torch.arange(len(sampled), device=self.device), torch.tensor(tokens, device=self.device)]
+        tokens = [s.next_token(slot, logprobs[r], argmax[r]) for s, slot, r in sampled]
+        picked = logprobs[rows, torch.tensor(tokens, device=self.device)]
         for (s, slot, r), tok, lp in zip(sampled, tokens, picked.tolist()):
             next_ids[r] = tok
             if s.take(slot, tok, lp):
                 done.append(r)
 
-    def _beam(self, k: int, searches: dict[BeamSearch, list[int]], logits, next_ids, done, moves) -> None:
+    def _beam(self, k: int, searches: dict[BeamSearch, list[int]], logprobs, next_ids, done, moves) -> None:
         """Every beam search of size k at once: (G, k, V) continuations, their 2k best per search."""
         rows = torch.tensor(list(searches.values()), device=self.device)  # (G, k)
         scores = torch.tensor([s.scores for s in searches], device=self.device)  # (G, k)
-        total = logits[rows].float().log_softmax(-1) + scores[..., None]  # (G, k, V)
+        total = logprobs[rows] + scores[..., None]  # (G, k, V)
         for g, s in enumerate(searches):
             if (token := s.forced()) is not None:  # only beam 0 goes on, with the prefix token
                 keep = total[g, 0, token].clone()
@@ -163,10 +162,12 @@ class RowBatch:
 @torch.inference_mode()
 def decode(
     model: Transformer, sources: list[list[int]], budgets: list[int], options: DecodingOptions,
-    max_rows: int = 256,
+    max_rows: int = 256, cache: KVCache | None = None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Hypotheses (best first) for each source id list, decoded in batches of up to `max_rows` rows, in order.
-    Sources are sorted by length into batches, as nmt-eval does for speed."""
+    Sources are sorted by length into batches, as nmt-eval does for speed. `cache`: an empty KVCache to reuse
+    for every batch (a compiled step keeps its graphs for one cache's shape), with room for max_rows rows,
+    the longest budget and the longest source."""
     c, device = model.config, next(model.parameters()).device
     per = max(options.beam_size, options.num_hypotheses)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
@@ -184,8 +185,13 @@ def decode(
         src = torch.full((len(live), width), c.source_pad_id, dtype=torch.long)
         for row, (i, _) in enumerate(live):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
-        cache = KVCache(model, len(live) * per, max(budgets[i] for i, _ in live) + 1, width)
-        batch = RowBatch(model, cache)
+        rows, length = len(live) * per, max(budgets[i] for i, _ in live) + 1
+        if cache is None:
+            batch = RowBatch(model, KVCache(model, rows, length, width))
+        elif cache.n or rows > cache.max_batch or length > cache.max_len or width > cache.max_src_len:
+            raise ValueError(f"the cache must be empty, with room for {rows} rows, {length} positions, {width} tokens")
+        else:
+            batch = RowBatch(model, cache)
         batch.add([s for _, s in live], src.to(device))
         while len(batch):
             batch.step()

@@ -9,6 +9,7 @@ import torch
 
 from model.transformer import Transformer, padding_mask, subsequent_mask
 
+COMPILED_STEPS = {"greedy": "compiled_step", "logprobs": "compiled_logprob_step"}  # set by model/compile.py
 MIN_WINDOW = 2  # shortest key window a compiled step sees: lengths 0 and 1 would each need their own graph
 PACK_MAX_TOKENS = 512  # packed prefill attends over all the packed tokens at once: only for small admissions
 MOVE_BY_SLICES = 8  # KVCache.remove moves up to this many rows one by one, more with index tensors
@@ -145,14 +146,17 @@ class KVCache:
             return
         t_len = int(self.steps - self._start[src].min())
         device = self.kv.device
-        self.kv[:, :, torch.tensor(dst, device=device), :, :t_len] = self.kv[:, :, torch.tensor(src, device=device), :, :t_len]
+        self.kv[:, :, torch.tensor(dst, device=device), :, :t_len] = self.kv[
+            :, :, torch.tensor(src, device=device), :, :t_len
+        ]
 
-    def step(self, model: Transformer, tokens: torch.Tensor, greedy: bool = False):
+    def step(self, model: Transformer, tokens: torch.Tensor, output: str = "logits"):
         """Run the decoder for the live rows, write their new keys/values, advance.
 
-        tokens (N,) -> logits (N, V), or with greedy=True the next ids (N,) and their log-probabilities (N,).
-        A compiled greedy step (model/compile.py) sees key and source windows of at least MIN_WINDOW,
-        so that one graph serves every window.
+        tokens (N,) -> with output="logits" the logits (N, V), with "logprobs" float32 log-probabilities (N, V),
+        with "greedy" the next ids (N,) and their log-probabilities (N,). A compiled step (model/compile.py;
+        greedy and logprobs have one each) sees key and source windows of at least MIN_WINDOW, so that one
+        graph serves every window.
         """
         n = tokens.size(0)
         if n != self.n:
@@ -161,13 +165,13 @@ class KVCache:
         if longest >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
         src_len = self._longest_src
-        compiled = getattr(model, "compiled_step", None) if greedy else None
+        compiled = getattr(model, COMPILED_STEPS[output], None) if output in COMPILED_STEPS else None
         if compiled is not None:
             longest = min(max(longest, MIN_WINDOW), self.max_len)
             src_len = min(max(src_len, MIN_WINDOW), self.max_src_len)
             self.tokens[:n] = tokens  # always a view of one buffer: the same strides, the same guards
             tokens = self.tokens[:n]
-        fn = compiled or (model.greedy_step if greedy else model.step)
+        fn = compiled or {"logits": model.step, "logprobs": model.logprob_step, "greedy": model.greedy_step}[output]
         *out, kv = fn(
             tokens, self.positions[:n], self.kv[:, :, :n, :, :longest],  # (2, L, N, H, T, Dh)
             self.cross_kv[:, :, :n, :, :src_len], self.src_keep[:n, :src_len],
@@ -179,7 +183,7 @@ class KVCache:
             self.kv[:, :, live, :, self.positions[:n]] = kv.permute(2, 0, 1, 3, 4)  # (N, 2, L, H, Dh)
         self.positions[:n] += 1
         self.steps += 1
-        if not greedy:
+        if output != "greedy":
             return out[0]
         ids, logprobs, hidden = out
         screen = getattr(model, "screen", None)

@@ -121,14 +121,14 @@ class Sampling(Search):
         if self.topk != 1:
             self.generator = torch.Generator(device=device).manual_seed(options.seed)
 
-    def next_token(self, slot: int, logits: torch.Tensor, argmax: int) -> int:
-        """The row's next token, given its logits (V,) and their argmax."""
+    def next_token(self, slot: int, logprobs: torch.Tensor, argmax: int) -> int:
+        """The row's next token, given its log-probabilities (V,) (logits would draw the same) and their argmax."""
         t = len(self.hyps[slot].logprobs)
         if t < len(self.prefix):
             return self.prefix[t]
         if self.generator is None:
             return argmax
-        scores = logits.float() / self.temperature
+        scores = logprobs.float() / self.temperature
         if 0 < self.topk < scores.size(0):
             scores, ids = scores.topk(self.topk)
             return int(ids[torch.multinomial(scores.softmax(-1), 1, generator=self.generator)])

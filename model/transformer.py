@@ -430,14 +430,25 @@ class Transformer(nn.Module):
             return *self.screen(hidden, self.generator_weight), hidden, kv
         return *greedy_pick(self.generator(hidden)), hidden, kv
 
+    def logprob_step(self, tokens, positions, past_kv, cross_kv, src_keep):
+        """`step` with float32 log-probabilities rather than logits -> logprobs (N, V), kv (what beam search
+        and sampling take, in one compiled graph with the decoder)"""
+        logits, kv = self.step(tokens, positions, past_kv, cross_kv, src_keep)
+        return logits.float().log_softmax(-1), kv
+
     def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """Feed one token per live cache row at that row's position. tokens (N,) -> logits (N, V)"""
         return cache.step(self, tokens)
 
+    def decode_logprobs(self, tokens: torch.Tensor, cache) -> torch.Tensor:
+        """logprob_step on the cache's live rows (compiled when model/compile.py compiled it).
+        tokens (N,) -> log-probabilities (N, V)"""
+        return cache.step(self, tokens, output="logprobs")
+
     def decode_greedy(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
         """greedy_step on the cache's live rows (compiled when model/compile.py compiled it), screened rows settled.
         tokens (N,) -> next ids (N,), their log-probabilities (N,)"""
-        return cache.step(self, tokens, greedy=True)
+        return cache.step(self, tokens, output="greedy")
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -4,23 +4,36 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+import model.compile as model_compile
+from model.batch import decode
 from model.checkpoint import load_checkpoint
 from model.compile import compile_model, uncompile, warm_rows, warm_up
 from model.decoding import KVCache, greedy_decode
 from model.screen import LogitScreen
+from model.search import DecodingOptions
 from tests.model.test_decoding import SOURCES, batch
 
 MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
 LONGEST = [list(range(40, 55)) + [2]]  # 16 tokens: the cache's whole source window
 
 
-def test_warm_up_steps_one_row_two_rows_and_the_screens_minimum():
-    assert warm_rows(32, 4) == [1, 2, 4] and warm_rows(32, None) == [1, 2]
+def test_warm_up_steps_one_row_two_rows_the_screens_minimum_and_all_rows():
+    assert warm_rows(32, 4) == [1, 2, 4, 32] and warm_rows(32, None) == [1, 2, 32]
+    assert warm_rows(16, 4) == [1, 2, 4, 16] and warm_rows(15, 4) == [1, 2, 4]
     assert warm_rows(3, 4) == [1, 2] and warm_rows(1, 4) == [1]
 
 
+@pytest.fixture
+def large_rows_from_3(monkeypatch):
+    """Steps of 3 rows or more take the large-row graph (tuned at the cache's 4 rows), so that a small cache
+    exercises every graph."""
+    monkeypatch.setattr(model_compile, "LARGE_ROWS", 3)
+
+
 @pytest.mark.parametrize("screen", [False, True], ids=["float32", "screened"])
-def test_compiled_greedy_decoding_equals_eager_for_every_row_count_without_recompiling(trained_checkpoint, screen):
+def test_compiled_greedy_decoding_equals_eager_for_every_row_count_without_recompiling(
+    trained_checkpoint, screen, large_rows_from_3
+):
     eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
     if screen:  # the bfloat16 screen (model/screen.py) inside the compiled step, from 3 rows on
         compiled.screen = LogitScreen(compiled.generator_weight, min_rows=3)
@@ -41,6 +54,31 @@ def test_compiled_greedy_decoding_equals_eager_for_every_row_count_without_recom
 
     uncompile(compiled)
     assert not hasattr(compiled, "compiled_step") and not hasattr(compiled, "compiled_prefill")
+
+
+def test_compiled_beam_search_and_sampling_equal_eager_without_recompiling(trained_checkpoint, monkeypatch):
+    """Beam search and sampling step through the compiled full step (log-probabilities), also beside greedy rows."""
+    eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
+    monkeypatch.setattr(model_compile, "LARGE_ROWS", 5)  # 1, 2 and 8 rows compile, 5 rows or more take the last
+    cache = KVCache(compiled, max_batch=8, max_len=31, max_src_len=16)
+    compile_model(compiled)
+    warm_up(compiled, cache)
+    graphs = counters["stats"]["unique_graphs"]
+    sources = SOURCES + MORE + LONGEST
+    for options in (
+        DecodingOptions(beam_size=4, num_hypotheses=4),
+        DecodingOptions(beam_size=2, length_penalty=0.0),
+        DecodingOptions(beam_size=8),  # one source fills the cache
+        DecodingOptions(sampling_topk=5, seed=3),
+    ):
+        for rows in (8, 4):
+            want = decode(eager, sources, [30] * len(sources), options, max_rows=rows)
+            got = decode(compiled, sources, [30] * len(sources), options, max_rows=rows, cache=cache)
+            for g, w in zip(got, want, strict=True):
+                assert [h.tokens for h in g] == [h.tokens for h in w]
+                assert [h.score for h in g] == pytest.approx([h.score for h in w], abs=1e-4)
+    assert counters["stats"]["unique_graphs"] == graphs, "a batch after warm-up compiled a new graph"
+    assert compiled.compiled_logprob_step.missed == 0, "a step fell back to the eager model"
 
 
 def test_warm_up_needs_an_empty_cache(tiny_model):
