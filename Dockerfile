@@ -43,14 +43,17 @@ COPY checkpoints/multi30k-en-de/ checkpoints/multi30k-en-de/
 # The project itself, editable (as in the README) and without dependencies (the deps stage has them).
 RUN bash scripts/install.sh runtime --project-only \
     && command -v nmt-serve
-# Code and weights stay root-owned and read-only for the service user.
+# Code and weights stay root-owned and read-only for the service user; compiled graphs go to a directory of its
+# own (a volume in docker-compose.yml), which a restart reuses.
+RUN mkdir -p /var/cache/nmt-serve && chown 10001:10001 /var/cache/nmt-serve
 ENV NMT_HOST=0.0.0.0 \
     NMT_PORT=8000 \
-    NMT_MODEL_DIR=/app/checkpoints/multi30k-en-de
+    NMT_MODEL_DIR=/app/checkpoints/multi30k-en-de \
+    NMT_COMPILE_CACHE_DIR=/var/cache/nmt-serve
 USER 10001:10001
 EXPOSE 8000
 # /ready answers 200 once the model is loaded and warmed up, 503 before (and if loading failed).
 # Python's urllib rather than curl: the slim CPU base has no curl. It follows NMT_PORT when that is overridden.
-HEALTHCHECK --interval=15s --timeout=5s --start-period=600s --retries=3 \
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/ready' % os.environ.get('NMT_PORT', '8000'), timeout=4)"]
 ENTRYPOINT ["nmt-serve"]

@@ -48,6 +48,11 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.oom_retries = Counter("nmt_oom_retries", "CUDA out-of-memory retries", registry=r)
+        self.compiled = Gauge("nmt_compiled", "1 once the compiled graphs serve (NMT_COMPILE), else 0", registry=r)
+        self.compile_duration = Gauge(
+            "nmt_compile_duration_seconds", "seconds from the start of compiling to the compiled graphs serving "
+            "(0 until then)", registry=r,
+        )  # fmt: skip
 
     def watch(self, queue_length: Callable[[], float], batch_size: Callable[[], float]) -> None:
         """Read the queue and batch gauges from these callables at scrape time (no work per decoder step)."""

@@ -226,6 +226,16 @@ class StatusResponse(BaseModel):
     status: str
 
 
+class CompileInfo(BaseModel):
+    """Where compiling stands (NMT_COMPILE)."""
+
+    mode: Literal["background", "blocking", "off"] = Field(description="NMT_COMPILE")
+    state: Literal["off", "pending", "compiling", "compiled", "failed"] = Field(
+        description="`compiled` once the compiled graphs serve; `failed` serves the eager model (the log says why)"
+    )
+    seconds: float | None = Field(description="from the start of compiling to the compiled graphs serving")
+
+
 class InfoResponse(BaseModel):
     model: str
     version: str
@@ -235,7 +245,8 @@ class InfoResponse(BaseModel):
     device: str
     device_name: str = Field(description="the GPU's name on CUDA, else the CPU model")
     dtype: str
-    compiled: bool = Field(description="the encoder and decoder step run torch.compile'd graphs (NMT_COMPILE)")
+    compiled: bool = Field(description="the encoder and decoder steps run torch.compile'd graphs (NMT_COMPILE)")
+    compile: CompileInfo
     screened_logits: bool = Field(
         description="greedy picks screened in bfloat16, confirmed in float32 (NMT_SCREEN_LOGITS)"
     )

@@ -13,6 +13,7 @@ MAX_BODY_BYTES = 1 << 20  # request bodies over 1 MB get a 413
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+CompileMode = Literal["background", "blocking", "off"]
 
 
 class Settings(BaseSettings):
@@ -62,11 +63,24 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         60.0, gt=0, description="seconds before an unanswered request gets 504; its sequences leave the batch"
     )
-    compile: bool = Field(
-        True,
-        description="`torch.compile` the encoder and the decoder step at start-up, before `/ready` answers 200: a "
-        "slower start (partly cached on disk for the next), faster decoding. If compiling fails the server logs it "
-        "and serves the eager model; `/info` says which (`compiled`). `false` serves as soon as the model is loaded",
+    compile: CompileMode = Field(
+        "background",
+        description="`torch.compile` the encoder and the decoder steps for faster decoding. `background`: serve the "
+        "eager model at once and swap the compiled graphs in, between two decoder steps, once they are ready; "
+        "`blocking`: compile before `/ready` answers 200; `off` (or `false`): never. If compiling fails the server "
+        "logs it and serves the eager model; `/info` says which (`compiled`, `compile`)",
+    )
+    compile_threads: int = Field(
+        1,
+        ge=1,
+        description="CPU threads the compiler's warm-up runs on in `background` mode, beside the serving worker's; "
+        "the compiling itself is mostly one Python thread and C++ compiler processes",
+    )
+    compile_cache_dir: Path | None = Field(
+        None,
+        description="directory that keeps compiled graphs between starts (PyTorch Inductor's on-disk caches, as "
+        "`TORCHINDUCTOR_CACHE_DIR`), so that a restart reuses them; must be writable. Unset: PyTorch's own "
+        "default, `<tmp>/torchinductor_<user>`",
     )
     screen_logits: bool = Field(
         True,
@@ -88,6 +102,13 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to bind; `0.0.0.0` for all interfaces (the Docker image)")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on")
     log_level: LogLevel = Field("info", description="log level of the service and uvicorn")
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_yes_no(cls, v):  # the boolean spellings of earlier versions: true compiled before serving
+        if isinstance(v, bool) or str(v).lower() in ("true", "false", "1", "0", "yes", "no"):
+            return "blocking" if str(v).lower() in ("true", "1", "yes") else "off"
+        return v
 
     @field_validator("api_key", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ import torch
 
 from app.detokenize import IncrementalText
 from app.device import device_name, resolve_device
+from app.engine.compiling import Compiler, Mode
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.results import Attention, Translation, attention_weights, translations
@@ -20,7 +21,6 @@ from app.engine.scheduler import Batcher
 from app.metrics import Metrics
 from app.settings import Settings
 from model.checkpoint import load_checkpoint
-from model.compile import compile_model, uncompile, warm_up
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
 from model.search import GREEDY as SEARCH_GREEDY
@@ -46,8 +46,9 @@ class Engine:
         metadata: dict | None = None,
         max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
         max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
-        metrics: Metrics | None = None, compile: bool = False, threads: int = 0, waiting_served_ratio: float = 0.3,
-        max_waiting_steps: int = 4, screen_logits: bool = False,
+        metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0, waiting_served_ratio: float = 0.3,
+        max_waiting_steps: int = 4, screen_logits: bool = False, compile_cache_dir: Path | None = None,
+        compile_threads: int = 1,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -72,7 +73,9 @@ class Engine:
             waiting_served_ratio, max_waiting_steps,
         )  # fmt: skip
         self.byte_ids = tokenizer.byte_ids
-        self.compile, self.compiled = compile, False
+        self.compiler = Compiler(
+            model, self.batcher, compile, self.batcher.metrics, compile_cache_dir, compile_threads
+        )  # fmt: skip
         self.ready = False
 
     @classmethod
@@ -89,34 +92,29 @@ class Engine:
             max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens, max_queue=s.max_queue,
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
-            screen_logits=s.screen_logits,
+            screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_threads=s.compile_threads,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the worker, translate one sentence through the whole path, then report ready."""
+        """Start the worker, compile first if NMT_COMPILE=blocking, translate one sentence through the whole path,
+        then report ready (and, with NMT_COMPILE=background, start compiling beside serving)."""
         self.batcher.start()
-        if self.compile:
-            self.compiled = await self.batcher.call(self._compile)
+        await self.compiler.before_ready()
         await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens))
         self.ready = True
+        self.compiler.after_ready()
 
-    def _compile(self) -> bool:
-        """On the worker thread, before any request: compile and warm up every graph; eager if that fails."""
-        try:
-            compile_model(self.model)
-            seconds = warm_up(self.model, self.batcher.cache, log.info)
-        except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
-            log.warning("torch.compile failed, serving the eager model: %s", e, exc_info=True)
-            uncompile(self.model)
-            return False
-        log.info("compiled the encoder and the decoder step in %.0f s", seconds)
-        return True
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled graphs serve (see app/engine/compiling.py)."""
+        return self.compiler.compiled
 
     def stop(self, timeout: float = 30.0) -> None:
         """Refuse new work, fail whatever is still queued or decoding, and join the worker (blocking)."""
         self.ready = False
+        self.compiler.stop()
         self.batcher.stop(timeout)
 
     @property
@@ -131,7 +129,7 @@ class Engine:
             "model": self.name, "config": c.to_dict(), "parameters": self.model.num_parameters(),
             "vocab_size": {"source": c.src_vocab_size, "target": c.tgt_vocab_size},
             "device": str(self.device), "device_name": device_name(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled,
+            "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "compile": self.compiler.info(),
             "screened_logits": self.screened, "threads": self.batcher.threads,
             "languages": self.languages, "metadata": self.metadata,
             "limits": {

@@ -54,7 +54,7 @@ def client(served) -> httpx.AsyncClient:
 class StepGate:
     """Wraps a model's greedy decoder step: records each step's batch size, and can hold the worker at a chosen step."""
 
-    def __init__(self, model, monkeypatch):
+    def __init__(self, model, monkeypatch, timeout: float = 30):
         self.sizes: list[int] = []
         self.paused, self._go, self._hold = threading.Event(), threading.Event(), None
         real = model.decode_greedy
@@ -65,7 +65,7 @@ class StepGate:
                 self._hold = None
                 self._go.clear()
                 self.paused.set()
-                self._go.wait(30)
+                self._go.wait(timeout)
             return real(tokens, cache)
 
         monkeypatch.setattr(model, "decode_greedy", decode_greedy)

@@ -1,10 +1,13 @@
 """NMT_COMPILE and NMT_SCREEN_LOGITS serve the same translations as the plain eager model, through HTTP."""
 
+import asyncio
+
 import pytest
 import torch
 
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import StepGate, serve
+from tests.app.test_api import assert_stream_matches, sse
 
 pytestmark = pytest.mark.anyio
 TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps.", "Hi", ""]
@@ -23,9 +26,10 @@ async def translate(settings: Settings, startup_timeout: float = 60) -> tuple[di
 async def test_compiled_server_translates_exactly_like_the_eager_one(trained_checkpoint, pairs):
     # One row at a time: a single compiled graph of the step keeps the warm-up short.
     base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1)
-    info, compiled = await translate(Settings(**base, compile=True), startup_timeout=600)
+    info, compiled = await translate(Settings(**base, compile="blocking"), startup_timeout=600)
     eager_info, eager = await translate(Settings(**base, compile=False))
     assert info["compiled"] is True and eager_info["compiled"] is False
+    assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0
     assert [t["text"] for t in compiled] == [t["text"] for t in eager]
     assert [t["score"] for t in compiled] == pytest.approx([t["score"] for t in eager], abs=1e-4)
 
@@ -41,3 +45,35 @@ async def test_a_screened_server_translates_exactly_like_a_float32_one(trained_c
     assert info["screened_logits"] is supported(torch.zeros(1))
     assert [t["text"] for t in screened] == [t["text"] for t in plain]
     assert [t["score"] for t in screened] == pytest.approx([t["score"] for t in plain], abs=1e-2)
+
+
+async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_across_the_swap(
+    trained_checkpoint, monkeypatch
+):
+    """NMT_COMPILE=background: ready before the graphs are; the worker adopts them between two steps of a stream,
+    which goes on, in order, to the eager model's tokens; from then on the compiled graphs serve."""
+    base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1)
+    body = {"text": TEXTS[1]}
+    async with serve(Settings(**base, compile=False)) as (_, client):
+        plain = (await client.post("/translate", json={**body, "return_tokens": True})).json()
+        assert len(plain["translations"][0]["token_ids"]) >= 4
+    async with serve(Settings(**base, compile="background")) as (app, client):
+        engine = app.state.engine
+        info = (await client.get("/info")).json()
+        assert info["compiled"] is False and info["compile"] == {"mode": "background", "state": "compiling",
+                                                                 "seconds": None}  # fmt: skip
+        gate = StepGate(engine.model, monkeypatch, timeout=600)
+        gate.hold(lambda sizes: len(sizes) == 3)  # the stream's third step waits for the compiled graphs
+        stream = asyncio.create_task(client.post("/translate", json={**body, "stream": True}))
+        assert await asyncio.to_thread(gate.paused.wait, 30)
+        assert await asyncio.to_thread(engine.compiler.built.wait, 600) and not engine.compiled
+        gate.release()
+        assert_stream_matches(sse(await stream), plain)
+        await engine.compiler.done()
+        assert engine.compiled and engine.model.compiled_step.missed == 0
+        info = (await client.get("/info")).json()
+        assert info["compiled"] is True and info["compile"]["state"] == "compiled" and info["compile"]["seconds"] > 0
+        metrics = (await client.get("/metrics")).text
+        assert "nmt_compiled 1.0" in metrics and "nmt_compile_duration_seconds 0.0" not in metrics
+        again = (await client.post("/translate", json={**body, "return_tokens": True})).json()
+        assert again["translations"][0]["token_ids"] == plain["translations"][0]["token_ids"]

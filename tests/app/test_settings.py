@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ def test_defaults_point_at_the_bundled_checkpoint(monkeypatch, tmp_path):
         256,
         64,
     )
-    assert s.api_key is None and s.compile  # a server compiles unless told not to
+    assert s.api_key is None and s.compile == "background"  # a server compiles unless told not to, beside serving
     assert (s.max_queue, s.request_timeout_s) == (256, 60.0)  # 64 single-text clients always fit
 
 
@@ -53,3 +54,31 @@ def test_bad_values_are_refused(monkeypatch, env):
         monkeypatch.setenv(k, v)
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [("background", "background"), ("blocking", "blocking"), ("off", "off"), ("true", "blocking"),
+     ("True", "blocking"), ("false", "off"), ("0", "off")],
+)  # fmt: skip
+def test_nmt_compile_takes_a_mode_or_the_booleans_of_earlier_versions(monkeypatch, value, mode):
+    monkeypatch.setenv("NMT_COMPILE", value)  # true compiled before serving, which is now `blocking`
+    assert Settings().compile == mode
+
+
+def test_nmt_compile_refuses_other_values(monkeypatch):
+    monkeypatch.setenv("NMT_COMPILE", "later")
+    with pytest.raises(ValidationError, match="background"):
+        Settings()
+
+
+def test_a_compile_cache_directory_becomes_inductors(monkeypatch, tmp_path, tiny_checkpoint):
+    from app.engine import Engine
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "before"))  # restored after the test
+    s = Settings(model_dir=tiny_checkpoint, compile="off", compile_cache_dir=tmp_path / "graphs")
+    Engine.from_settings(s)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "before"), "off compiles nothing"
+    Engine.from_settings(s.model_copy(update={"compile": "background"}))  # not started: compiles nothing yet
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "graphs")
+    assert (tmp_path / "graphs").is_dir()

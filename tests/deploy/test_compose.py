@@ -31,7 +31,7 @@ GPU_SERVICES, SERVING = ("nmt", "nmt-replica"), ("nmt", "nmt-cpu", "nmt-replica"
 # Where the compose defaults differ from Settings' on purpose: a container listens on all its interfaces, the
 # GPU services insist on CUDA (a container that cannot see the GPU should fail, not quietly run on the CPU),
 # and the model is the one baked into the image.
-CONTAINER_DEFAULTS = {"host": "0.0.0.0", "model_dir": IN_IMAGE_MODEL_DIR}
+CONTAINER_DEFAULTS = {"host": "0.0.0.0", "model_dir": IN_IMAGE_MODEL_DIR, "compile_cache_dir": "/var/cache/nmt-serve"}
 DEVICE = {"nmt": "cuda", "nmt-replica": "cuda", "nmt-cpu": "cpu"}
 
 

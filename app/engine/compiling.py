@@ -1,0 +1,138 @@
+"""How an engine gets its compiled graphs (NMT_COMPILE): in the background while it serves, before it serves, or never.
+
+In the background (the default) the eager model answers from the first second. A twin of the model (the same
+weights, graphs of its own) is compiled and warmed up on a thread of its own, on a KV cache of the serving cache's
+shape; when every graph is ready the worker adopts them between two decoder steps. The cache holds the same keys and
+values either way, so sequences in flight go on, and decode the same tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from app.engine.errors import EngineUnavailable
+from app.engine.scheduler import Batcher
+from app.metrics import Metrics
+from model.compile import Cancelled, adopt, compile_model, compile_twin, uncompile, use_cache_dir, warm_up
+from model.transformer import Transformer
+
+log = logging.getLogger("nmt_serve.compile")
+Mode = Literal["background", "blocking", "off"]
+State = Literal["off", "pending", "compiling", "compiled", "failed"]
+
+
+class Compiler:
+    """One engine's compiled graphs: its mode, their state, and how long compiling them took."""
+
+    def __init__(
+        self, model: Transformer, batcher: Batcher, mode: Mode, metrics: Metrics, cache_dir: Path | None = None,
+        threads: int = 1,
+    ):  # fmt: skip
+        self.model, self.batcher, self.mode, self.metrics = model, batcher, mode, metrics
+        self.threads = threads  # OpenMP threads of the compiling thread (background mode), beside the worker's
+        if cache_dir is not None and mode != "off":
+            use_cache_dir(cache_dir)
+        self.state: State = "off" if mode == "off" else "pending"
+        self.seconds: float | None = None  # from the start of compiling to the graphs serving
+        self.built = threading.Event()  # background mode: the graphs are compiled, for the worker to adopt
+        self._stop = threading.Event()
+        self._task: asyncio.Task | None = None
+
+    @property
+    def compiled(self) -> bool:
+        return self.state == "compiled"
+
+    def info(self) -> dict[str, Any]:
+        seconds = None if self.seconds is None else round(self.seconds, 1)
+        return {"mode": self.mode, "state": self.state, "seconds": seconds}
+
+    async def before_ready(self) -> None:
+        """Blocking mode: compile and warm up every graph on the worker, before any request."""
+        if self.mode == "blocking":
+            self.state, t0 = "compiling", time.perf_counter()
+            ok = await self.batcher.call(self._compile_in_place)
+            self._finished(ok, time.perf_counter() - t0)
+
+    def after_ready(self) -> None:
+        """Background mode: start compiling beside serving."""
+        if self.mode == "background":
+            self._task = asyncio.create_task(self._compile_beside(), name="nmt-compile")
+
+    async def done(self) -> None:
+        """Wait until compiling has ended (compiled, failed or stopped); at once when nothing compiles."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    def stop(self) -> None:
+        """Stop compiling: the compiling thread ends before its next graph (one graph can take a while)."""
+        self._stop.set()
+
+    def _compile_in_place(self) -> bool:
+        try:
+            compile_model(self.model)
+            warm_up(self.model, self.batcher.cache, log.info)
+        except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
+            log.warning("torch.compile failed, serving the eager model: %s", e, exc_info=True)
+            uncompile(self.model)
+            return False
+        return True
+
+    async def _compile_beside(self) -> None:
+        self.state, t0 = "compiling", time.perf_counter()
+        log.info("serving the eager model while compiling in the background")
+        try:
+            twin, _ = await on_own_thread(self._compile_twin, "nmt-compile")
+            await self.batcher.call(adopt, self.model, twin)  # between two decoder steps
+        except (Cancelled, EngineUnavailable):  # the server is stopping
+            self.state = "pending"
+            return
+        except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
+            log.warning("torch.compile failed, serving the eager model: %s", e, exc_info=True)
+            self._finished(False, time.perf_counter() - t0)
+            return
+        self._finished(True, time.perf_counter() - t0)
+
+    def _compile_twin(self):
+        torch.set_num_threads(self.threads)
+        twin = compile_twin(self.model, self.batcher.cache, log.info, self._stop.is_set)
+        self.built.set()
+        return twin
+
+    def _finished(self, ok: bool, seconds: float) -> None:
+        self.state, self.seconds = ("compiled" if ok else "failed"), seconds
+        if ok:
+            self.metrics.compiled.set(1)
+            self.metrics.compile_duration.set(seconds)
+            log.info("compiled the encoder and the decoder steps in %.0f s; the compiled graphs serve", seconds)
+
+
+async def on_own_thread(fn: Callable[[], Any], name: str) -> Any:
+    """fn() on a new daemon thread (a long job that must not hold a pool's thread, nor keep the process from
+    exiting), awaited here."""
+    loop = asyncio.get_running_loop()
+    result: asyncio.Future = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if not result.done():
+            result.set_exception(error) if error is not None else result.set_result(value)
+
+    def run() -> None:
+        try:
+            outcome = (fn(), None)
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+            outcome = (None, e)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the event loop has closed: nobody is waiting any more
+            pass
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await result
