@@ -70,12 +70,6 @@ class Settings(BaseSettings):
         "`blocking`: compile before `/ready` answers 200; `off` (or `false`): never. If compiling fails the server "
         "logs it and serves the eager model; `/info` says which (`compiled`, `compile`)",
     )
-    compile_threads: int = Field(
-        1,
-        ge=1,
-        description="CPU threads the compiler's warm-up runs on in `background` mode, beside the serving worker's; "
-        "the compiling itself is mostly one Python thread and C++ compiler processes",
-    )
     compile_cache_dir: Path | None = Field(
         None,
         description="directory that keeps compiled graphs between starts (PyTorch Inductor's on-disk caches, as "

@@ -33,11 +33,9 @@ class Compiler:
     """One engine's compiled graphs: its mode, their state, and how long compiling them took."""
 
     def __init__(
-        self, model: Transformer, batcher: Batcher, mode: Mode, metrics: Metrics, cache_dir: Path | None = None,
-        threads: int = 1,
-    ):  # fmt: skip
+        self, model: Transformer, batcher: Batcher, mode: Mode, metrics: Metrics, cache_dir: Path | None = None
+    ):
         self.model, self.batcher, self.mode, self.metrics = model, batcher, mode, metrics
-        self.threads = threads  # OpenMP threads of the compiling thread (background mode), beside the worker's
         if cache_dir is not None and mode != "off":
             use_cache_dir(cache_dir)
         self.state: State = "off" if mode == "off" else "pending"
@@ -101,7 +99,9 @@ class Compiler:
         self._finished(True, time.perf_counter() - t0)
 
     def _compile_twin(self):
-        torch.set_num_threads(self.threads)
+        # As many threads as the worker: Inductor writes the compiling thread's thread count into its C++ kernels
+        # (one thread here made the compiled graphs decode at eager speed; docs/performance.md, Start-up)
+        torch.set_num_threads(self.batcher.threads)
         twin = compile_twin(self.model, self.batcher.cache, log.info, self._stop.is_set)
         self.built.set()
         return twin

@@ -1,0 +1,148 @@
+"""How fast nmt-serve starts: seconds to the first translation, to /ready and to compiled speed, cold and warm.
+
+    python bench/startup.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--model-dir DIR] [--threads 2]
+
+Runs `nmt-serve` as a child process four times, one after another, each with OMP_NUM_THREADS=--threads:
+
+    off              NMT_COMPILE=off: the eager model alone
+    blocking-cold    NMT_COMPILE=blocking, an empty compile cache: compiled before /ready (the old default)
+    background-cold  NMT_COMPILE=background, an empty compile cache: eager at once, compiled graphs swapped in
+    background-warm  NMT_COMPILE=background, the cache background-cold filled (a restart)
+
+Each run gets NMT_COMPILE_CACHE_DIR: a new empty directory for the first two, one shared directory (empty at
+first) for the last two.
+
+From the moment the process starts, a client POSTs /translate in a loop (--texts test sentences per request, one
+request at a time, 503s retried), polls /ready and /info, and records each answered request. A run ends --after
+seconds after the compiled graphs serve (at once for `off`, which runs --after seconds from its first answer). It
+prints, per run: seconds from the start to the first 200 from /translate, to /ready, and to the compiled graphs
+serving (/info's compile state), and sentences/s while compiling and after; then one JSON line. The client shares
+the cores with the server, as real clients on the same machine would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import DEFAULT_MODEL, cpu_description  # noqa: E402
+from load import free_port  # noqa: E402
+
+from model.tokenizer import read_lines  # noqa: E402
+
+RUNS = {  # name: (NMT_COMPILE, which cache directory)
+    "off": ("off", "fresh"),
+    "blocking-cold": ("blocking", "fresh"),
+    "background-cold": ("background", "shared"),  # empty when it runs first of the shared ones: it fills it
+    "background-warm": ("background", "shared"),
+}
+
+
+async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
+    mode, _ = RUNS[name]
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "NMT_LOG_LEVEL": "warning", "NMT_COMPILE": mode,
+           "NMT_COMPILE_CACHE_DIR": cache_dir}  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    server = subprocess.Popen(["nmt-serve", "--model-dir", args.model_dir, "--port", str(port)], env=env)
+    marks: dict[str, float] = {}
+    answered: list[tuple[float, int]] = []  # (seconds since start, sentences) per 200
+    stop = asyncio.Event()
+
+    async def translate(client: httpx.AsyncClient) -> None:
+        i = 0
+        while not stop.is_set():
+            batch = [texts[(i + j) % len(texts)] for j in range(args.texts)]
+            try:
+                r = await client.post(f"{url}/translate", json={"text": batch}, timeout=120)
+            except httpx.HTTPError:
+                await asyncio.sleep(0.05)
+                continue
+            if r.status_code == 200:
+                now = time.monotonic() - t0
+                marks.setdefault("first_translation", now)
+                answered.append((now, len(batch)))
+                i += args.texts
+            else:
+                await asyncio.sleep(0.05)
+
+    async def watch(client: httpx.AsyncClient) -> None:
+        while not stop.is_set():
+            now = time.monotonic() - t0
+            if server.poll() is not None:
+                sys.exit(f"{name}: nmt-serve exited with {server.returncode}")
+            if now > args.timeout:
+                sys.exit(f"{name}: no compiled graphs after {args.timeout} s")
+            try:
+                if "ready" not in marks and (await client.get(f"{url}/ready", timeout=5)).status_code == 200:
+                    marks["ready"] = time.monotonic() - t0
+                if "ready" in marks and "compiled" not in marks:
+                    state = (await client.get(f"{url}/info", timeout=5)).json()["compile"]["state"]
+                    if state == "compiled" or (mode == "off" and "first_translation" in marks):
+                        marks["compiled"] = time.monotonic() - t0
+                    elif state == "failed":
+                        sys.exit(f"{name}: compiling failed (see the server's log)")
+            except httpx.HTTPError:
+                pass
+            if "compiled" in marks and time.monotonic() - t0 > marks["compiled"] + args.after:
+                stop.set()
+            await asyncio.sleep(0.2)
+
+    try:
+        async with httpx.AsyncClient() as client:
+            await asyncio.gather(translate(client), watch(client))
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+    def rate(start: float, end: float) -> float | None:
+        done = [(t, n) for t, n in answered if start < t <= end]
+        if len(done) < 2:
+            return None
+        return round(sum(n for _, n in done[1:]) / (done[-1][0] - done[0][0]), 1)
+
+    row = {"run": name, "compile": mode, **{f"{k}_s": round(v, 1) for k, v in marks.items()}}
+    row["sent_s_while_compiling"] = rate(marks["ready"], marks["compiled"]) if mode == "background" else None
+    row["sent_s_after"] = rate(marks["compiled"], marks["compiled"] + args.after + 1)
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
+    p.add_argument("--src", required=True, help="sentences to translate (text or .gz, one per line)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--texts", type=int, default=8, help="sentences per request")
+    p.add_argument("--after", type=float, default=20, help="seconds to keep translating once compiled")
+    p.add_argument("--timeout", type=float, default=900, help="give up on a run after this many seconds")
+    p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {list(RUNS)}, in order")
+    args = p.parse_args()
+    texts = list(read_lines(args.src))[:200]
+    print(f"CPU: {cpu_description()}", flush=True)
+    print(f"model: {args.model_dir}, {args.threads} threads, {args.texts} sentences a request", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="nmt-compile-cache-") as shared:
+        for name in args.runs.split(","):
+            with tempfile.TemporaryDirectory(prefix="nmt-compile-cache-") as fresh:
+                row = asyncio.run(run_one(name, args, texts, shared if RUNS[name][1] == "shared" else fresh))
+            rows.append(row)
+            cells = [f"{k} {v}" for k, v in row.items() if k not in ("run", "compile") and v is not None]
+            print(f"  {name:<16} " + ", ".join(cells), flush=True)
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
