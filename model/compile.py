@@ -166,9 +166,13 @@ def adopt(model: Transformer, twin: Transformer) -> None:
 
 
 @torch.inference_mode()
-def warm_up(model: Transformer, cache: KVCache, log=None, cancelled: Callable[[], bool] | None = None) -> float:
+def warm_up(
+    model: Transformer, cache: KVCache, log=None, cancelled: Callable[[], bool] | None = None,
+    steps: tuple[str, ...] = ("greedy", "logprobs"),
+) -> float:  # fmt: skip
     """Compile every graph of the steps (and of the prefill) for an empty cache; returns the seconds it took.
-    `cancelled` is asked before each graph: when it says True, warm_up raises Cancelled."""
+    `cancelled` is asked before each graph: when it says True, warm_up raises Cancelled. `steps`: which steps to
+    compile, the greedy one and the full one (log-probabilities) by default."""
     if cache.n:
         raise ValueError("warm_up needs an empty cache")
     c, t0 = model.config, time.perf_counter()
@@ -177,7 +181,7 @@ def warm_up(model: Transformer, cache: KVCache, log=None, cancelled: Callable[[]
         if cancelled is not None and cancelled():
             raise Cancelled("warm-up cancelled")
 
-    def steps(rows: int, output: str) -> None:  # a few steps of `rows` rows: windows MIN_WINDOW, then longer
+    def step(rows: int, output: str) -> None:  # a few steps of `rows` rows: windows MIN_WINDOW, then longer
         check()
         width = min(MIN_WINDOW, cache.max_src_len)
         src = torch.full((rows, width), c.unk_id, device=cache.kv.device)
@@ -189,14 +193,15 @@ def warm_up(model: Transformer, cache: KVCache, log=None, cancelled: Callable[[]
         cache.remove(range(cache.n))
 
     screen = getattr(model, "screen", None)
-    for rows in warm_rows(cache.max_batch, screen.min_rows if screen is not None else None):
-        steps(rows, "greedy")
-        if log:
-            log(f"compiled the greedy decoder step for {rows} rows ({time.perf_counter() - t0:.0f} s so far)")
-    for rows in warm_rows(cache.max_batch, None):  # the full step (beam search, sampling) has no screen
-        steps(rows, "logprobs")
-        if log:
-            log(f"compiled the full decoder step for {rows} rows ({time.perf_counter() - t0:.0f} s so far)")
+    rows_of = {
+        "greedy": warm_rows(cache.max_batch, screen.min_rows if screen is not None else None),
+        "logprobs": warm_rows(cache.max_batch, None),  # the full step (beam search, sampling) has no screen
+    }
+    for output in steps:
+        for rows in rows_of[output]:
+            step(rows, output)
+            if log:
+                log(f"compiled the {output} decoder step for {rows} rows ({time.perf_counter() - t0:.0f} s so far)")
     check()
     if cache.max_batch > 1 and cache.max_src_len > 2:  # sources of different lengths: the packed prefill
         src = torch.tensor(

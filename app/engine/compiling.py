@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -35,6 +35,8 @@ class Compiler:
     def __init__(
         self, model: Transformer, batcher: Batcher, mode: Mode, metrics: Metrics, cache_dir: Path | None = None
     ):
+        if mode not in get_args(Mode):
+            raise ValueError(f"compile={mode!r}: one of {', '.join(get_args(Mode))}")
         self.model, self.batcher, self.mode, self.metrics = model, batcher, mode, metrics
         if cache_dir is not None and mode != "off":
             use_cache_dir(cache_dir)
