@@ -9,6 +9,7 @@ import torch
 
 from model.transformer import Transformer, padding_mask, subsequent_mask
 
+STEPS = {"logits": "step", "logprobs": "logprob_step", "greedy": "greedy_step"}  # KVCache.step's outputs
 COMPILED_STEPS = {"greedy": "compiled_step", "logprobs": "compiled_logprob_step"}  # set by model/compile.py
 MIN_WINDOW = 2  # shortest key window a compiled step sees: lengths 0 and 1 would each need their own graph
 PACK_MAX_TOKENS = 512  # packed prefill attends over all the packed tokens at once: only for small admissions
@@ -165,13 +166,13 @@ class KVCache:
         if longest >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
         src_len = self._longest_src
-        compiled = getattr(model, COMPILED_STEPS[output], None) if output in COMPILED_STEPS else None
+        compiled = getattr(model, COMPILED_STEPS.get(output, ""), None)
         if compiled is not None:
             longest = min(max(longest, MIN_WINDOW), self.max_len)
             src_len = min(max(src_len, MIN_WINDOW), self.max_src_len)
             self.tokens[:n] = tokens  # always a view of one buffer: the same strides, the same guards
             tokens = self.tokens[:n]
-        fn = compiled or {"logits": model.step, "logprobs": model.logprob_step, "greedy": model.greedy_step}[output]
+        fn = compiled or getattr(model, STEPS[output])
         *out, kv = fn(
             tokens, self.positions[:n], self.kv[:, :, :n, :, :longest],  # (2, L, N, H, T, Dh)
             self.cross_kv[:, :, :n, :, :src_len], self.src_keep[:n, :src_len],

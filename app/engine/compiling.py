@@ -80,7 +80,7 @@ class Compiler:
             compile_model(self.model)
             warm_up(self.model, self.batcher.cache, log.info)
         except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
-            log.warning("torch.compile failed, serving the eager model: %s", e, exc_info=True)
+            _failed(e)
             uncompile(self.model)
             return False
         return True
@@ -95,7 +95,7 @@ class Compiler:
             self.state = "pending"
             return
         except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
-            log.warning("torch.compile failed, serving the eager model: %s", e, exc_info=True)
+            _failed(e)
             self._finished(False, time.perf_counter() - t0)
             return
         self._finished(True, time.perf_counter() - t0)
@@ -114,6 +114,10 @@ class Compiler:
             self.metrics.compiled.set(1)
             self.metrics.compile_duration.set(seconds)
             log.info("compiled the encoder and the decoder steps in %.0f s; the compiled graphs serve", seconds)
+
+
+def _failed(e: Exception) -> None:
+    log.warning("torch.compile failed, serving the eager model: %s", e, exc_info=True)
 
 
 async def on_own_thread(fn: Callable[[], Any], name: str) -> Any:
