@@ -234,6 +234,8 @@ class CompileInfo(BaseModel):
         description="`compiled` once the compiled graphs serve; `failed` serves the eager model (the log says why)"
     )
     seconds: float | None = Field(description="from the start of compiling to the compiled graphs serving")
+    built: int | None = Field(description="graphs compiled at this start (NMT_COMPILE_CACHE_DIR had no package)")
+    loaded: int | None = Field(description="graphs loaded from the packages an earlier start built")
 
 
 class InfoResponse(BaseModel):

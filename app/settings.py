@@ -14,6 +14,7 @@ MAX_BODY_BYTES = 1 << 20  # request bodies over 1 MB get a 413
 Dtype = Literal["float32", "float16", "bfloat16"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 CompileMode = Literal["background", "blocking", "off"]
+CompileKernels = Literal["max-autotune", "default"]
 
 
 class Settings(BaseSettings):
@@ -65,16 +66,22 @@ class Settings(BaseSettings):
     )
     compile: CompileMode = Field(
         "background",
-        description="`torch.compile` the encoder and the decoder steps for faster decoding. `background`: serve the "
+        description="compile the encoder and the decoder steps (AOTInductor) for faster decoding. `background`: serve the "
         "eager model at once and swap the compiled graphs in, between two decoder steps, once they are ready; "
         "`blocking`: compile before `/ready` answers 200; `off` (or `false`): never. If compiling fails the server "
         "logs it and serves the eager model; `/info` says which (`compiled`, `compile`)",
     )
+    compile_mode: CompileKernels = Field(
+        "max-autotune",
+        description="how the graphs are compiled: `max-autotune` benchmarks candidate GEMM kernels and keeps the "
+        "fastest (longer to compile, faster to serve); `default` does not",
+    )
     compile_cache_dir: Path | None = Field(
         None,
-        description="directory that keeps compiled graphs between starts (PyTorch Inductor's on-disk caches, as "
-        "`TORCHINDUCTOR_CACHE_DIR`), so that a restart reuses them; must be writable. Unset: PyTorch's own "
-        "default, `<tmp>/torchinductor_<user>`",
+        description="directory that keeps the compiled graphs between starts (one AOTInductor package per graph, and "
+        "Inductor's own caches, as `TORCHINDUCTOR_CACHE_DIR`): a restart loads them in seconds, `nmt-serve "
+        "--precompile` fills it ahead; must be writable, and may be shared by servers. Unset: PyTorch's own default, "
+        "`<tmp>/torchinductor_<user>`",
     )
     screen_logits: bool = Field(
         True,

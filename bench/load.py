@@ -52,7 +52,7 @@ def in_process_decoder(model_dir: str, threads: int, compile: bool) -> Callable[
     import torch
 
     from model.checkpoint import load_checkpoint
-    from model.compile import compile_model, warm_up
+    from model.compile import compile_model
     from model.decoding import KVCache, greedy_decode
     from model.evaluate import max_new_tokens_for
 
@@ -60,8 +60,7 @@ def in_process_decoder(model_dir: str, threads: int, compile: bool) -> Callable[
     model, tok, _ = load_checkpoint(model_dir)
     cache = KVCache(model, 1, 257, 256)  # the server's cache with one row: max_new_tokens + 1, max_input_tokens
     if compile:
-        compile_model(model)
-        print(f"in-process: compiled in {warm_up(model, cache):.0f} s", flush=True)
+        print(f"in-process: compiled in {compile_model(model, cache).seconds:.0f} s", flush=True)
 
     def timed(sentences: list[str], pause: float) -> list[float]:
         out = []

@@ -133,7 +133,7 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     if name not in ("ours_compiled", "ours_compiled_fp32"):
         return (ours_beam(model, args.beam, args.length_penalty) if args.beam > 1 else ours(model, pad)), encoded
-    from model.compile import compile_model, warm_up
+    from model.compile import compile_model
 
     # ours_compiled is what nmt-serve runs by default: the output projection screened in bfloat16 where
     # the CPU has bfloat16 matmuls (model/screen.py, the same tokens); ours_compiled_fp32 without the screen
@@ -141,8 +141,9 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     print(f"  {name}: logit screen {'on' if screened else 'off'}", file=sys.stderr, flush=True)
     longest = max(map(len, encoded))
     cache = KVCache(model, max_batch * args.beam, max_new_tokens_for(longest) + 1, longest)
-    compile_model(model)
-    print(f"  {name}: warm-up took {warm_up(model, cache):.0f} s", file=sys.stderr, flush=True)
+    compiled = compile_model(model, cache)
+    print(f"  {name}: compiling took {compiled.seconds:.0f} s ({len(compiled.built)} graphs built, "
+          f"{len(compiled.loaded)} loaded from {compiled.directory})", file=sys.stderr, flush=True)  # fmt: skip
     if args.beam > 1:
         return ours_beam(model, args.beam, args.length_penalty, cache), encoded
     return ours(model, pad, cache), encoded

@@ -1,39 +1,50 @@
-"""torch.compile for the one-token decoder steps (dynamic rows and key windows) and for the prefill.
+"""The decoder steps and the prefill compiled ahead of time (AOTInductor), and kept on disk for the next start.
 
-Eager PyTorch spends most of a small decoder step on per-op overhead (about 150 ops for a 3-layer
-decoder). Inductor with frozen weights (max-autotune) and the C++ wrapper turns the step into a few
-fused kernels. The row count, the key window and the source window are all dynamic, so a growing
-cache and a batch that changes size every step never recompile: one graph serves 1 row, one 2 rows
-up to the logit screen's minimum (model/screen.py), one every larger batch. A dynamic row count ran
-a 32-row step ~15% faster here than a graph per power-of-two row bucket did (most matmuls go to
-oneDNN rather than to Inductor's own C++ GEMM kernels), and no step computes padding rows.
+Eager PyTorch spends most of a small decoder step on per-op overhead (about 150 ops for a 3-layer decoder).
+Each graph here is exported (`torch.export`) with dynamic row counts, key windows and source windows, compiled by
+Inductor with frozen weights (pre-packed and folded into the kernels) and max-autotune into an AOTInductor package
+(one shared library with its kernels and its packed weights), and loaded from that package. A growing cache and a
+batch that changes size every step never recompile: the greedy step has one graph for 1 row, one for 2 rows up to the
+logit screen's minimum (model/screen.py), one from there, and one from LARGE_ROWS rows on, tuned at the cache's full
+row count; the full step (beam search, sampling) the same without the screen's; the prefill one graph padded and one
+packed.
 
-    compile_model(model)         # model.compiled_step/compiled_prefill are then used by KVCache
-    warm_up(model, cache)        # compile every graph now rather than on the first requests
+    compiled = compile_graphs(model, cache)   # builds what the package directory lacks, loads the rest
+    adopt(model, compiled)                    # between two decoder steps: KVCache steps with the graphs from now on
 
-or, while the model goes on decoding eagerly (the server's background mode):
+or both at once, `compile_model(model, cache)`. `compile_graphs` leaves `model` and `cache` alone, so it can run on
+another thread while they go on decoding eagerly (the server's background mode).
 
-    twin, seconds = compile_twin(model, cache)   # on another thread: graphs for a cache of cache's shape
-    adopt(model, twin)                           # between two decoder steps: the model steps compiled from now on
+Why packages rather than torch.compile's own caches: with frozen weights Inductor's graph cache stores nothing
+(`Bypassing FX Graph Cache because 'mkldnn tensors unpickleable'`, and AOTAutograd's cache refuses freezing), so
+every start compiled every graph again; without freezing the graphs cache but decode up to 3x slower
+(docs/performance.md, Start-up). A package holds the frozen graph whole, and loads in well under a second.
 
-There are two steps: greedy_step (each row's best token, what greedy requests take) and logprob_step (every
-token's log-probability, what beam search and sampling take). The prefill (encoder and cross-attention
-keys/values), padded and packed, is compiled too, with dynamic shapes.
+A package is found by the weights and the graph (its rows, the cache's shape, the dtype, the screen) and records
+what it was built for: torch's version, the device and the CPU's features (or the GPU), the thread count Inductor
+wrote into the kernels, and this code. One built for anything else, or unreadable, is ignored with a warning and
+built again; packages are written to a temporary name and renamed into place, so that servers starting together on
+one directory each find a whole package or none.
 """
 
 from __future__ import annotations
 
-import copy
+import hashlib
+import json
 import logging
 import os
+import platform
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cache as memoized
+from pathlib import Path
 
 import torch
-import torch._dynamo
-import torch._inductor.config as inductor_config
+from torch.export import Dim
 
-from model.decoding import MIN_WINDOW, KVCache
+from model.decoding import MIN_WINDOW, PACK_MAX_TOKENS, KVCache
 from model.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -42,173 +53,316 @@ COMPILED = (
     "compiled_logprob_step",
     "compiled_prefill",
     "compiled_prefill_packed",
-)  # compile_model sets
+)  # adopt sets
+PACKAGE_DIR = "nmt-serve-graphs"  # under Inductor's cache directory (NMT_COMPILE_CACHE_DIR)
+FORMAT = "1"  # of the packages' metadata: a package of another format is built again
+SOURCES = ("transformer.py", "screen.py", "compile.py")  # the code the graphs are traced from
 
-
-class Cancelled(Exception):
-    """warm_up was asked to stop (the server is shutting down)."""
-
-
-# Steps of this many rows or more run a graph of their own, compiled (and its GEMMs autotuned) at the cache's full
-# row count; fewer rows run graphs tuned at 1, 2 (and the screen's minimum) rows. Kernels tuned at 2 rows ran a
-# 128-row beam step ~1.4x slower than kernels tuned at 128 rows, and those ran a 4-row step ~1.5x slower.
+# Steps of this many rows or more run a graph of their own, tuned at the cache's full row count; fewer rows run
+# graphs tuned at 1, 2 (and the screen's minimum) rows. Kernels tuned at 2 rows ran a 128-row beam step ~1.4x
+# slower than kernels tuned at 128 rows, and those ran a 4-row step ~1.5x slower.
 LARGE_ROWS = 16
 
 
-def _small_rows(step, *inputs):  # two functions, so that dynamo keeps two caches of graphs (one per code object)
-    return step(*inputs)
+class Cancelled(Exception):
+    """compile_graphs was asked to stop (the server is shutting down)."""
 
 
-def _large_rows(step, *inputs):
-    return step(*inputs)
+@dataclass(frozen=True)
+class Graph:
+    """One compiled graph: which function, for `lo`..`hi` rows (sources for the prefill), tuned at `hint` rows."""
+
+    fn: str  # greedy_step, logprob_step, prefill or prefill_packed
+    lo: int
+    hi: int
+    hint: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn}-{self.lo}-{self.hi}"
 
 
-class CompiledStep:
-    """model.greedy_step (or logprob_step) compiled; called by KVCache.step with dynamic rows and windows."""
-
-    def __init__(self, model: Transformer, mode: str = "max-autotune-no-cudagraphs", step: str = "greedy_step"):
-        device = next(model.parameters()).device
-        inductor_config.freezing = True  # weights become constants: pre-packed, folded into the kernels
-        if device.type == "cpu":
-            inductor_config.cpp_wrapper = True  # the graph's glue code in C++, not Python
-        # three graphs per model, and a process may compile several models (the tests do)
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        self.eager, self.missed = getattr(model, step), 0  # missed: steps no compiled graph covered
-        self.small, self.large = (
-            torch.compile(f, mode=mode, fullgraph=True, dynamic=False) for f in (_small_rows, _large_rows)
-        )
-        self.warm = False  # set by warm_up: from then on only the guards that tell the graphs apart run
-
-    def __call__(self, tokens, positions, past_kv, cross_kv, src_keep):
-        fn = self.large if tokens.size(0) >= LARGE_ROWS else self.small
-        if not self.warm:  # rows (one row still gets a graph of its own: dynamo specializes size 1) and windows
-            rows = ((tokens, 0), (positions, 0), (past_kv, 2), (cross_kv, 2), (src_keep, 0))
-            for t, dim in (*rows, (past_kv, 4), (cross_kv, 4), (src_keep, 1)):
-                torch._dynamo.maybe_mark_dynamic(t, dim)
-            return fn(self.eager, tokens, positions, past_kv, cross_kv, src_keep)
-        # Full guard evaluation costs ~150 us a call; the weights are frozen and only the row count
-        # differs between the compiled graphs, so checking only what differs is safe here.
-        try:
-            with torch.compiler.set_stance("eager_on_recompile", skip_guard_eval_unsafe=True):
-                return fn(self.eager, tokens, positions, past_kv, cross_kv, src_keep)
-        except RuntimeError as e:  # inputs no warmed-up graph covers: answer them eagerly, say so once
-            if "Recompilation" not in str(e):
-                raise
-            if not self.missed:
-                log.warning("a decoder step needed a graph the warm-up did not compile; running it eagerly: %s", e)
-            self.missed += 1
-            return self.eager(tokens, positions, past_kv, cross_kv, src_keep)
+def row_ranges(max_rows: int, screen_rows: int | None) -> list[tuple[int, int, int]]:
+    """(lo, hi, hint) row ranges whose graphs cover every step of a cache of max_rows: 1 row, 2 rows on, the logit
+    screen's minimum on (screen_rows, when it is on and below LARGE_ROWS) and LARGE_ROWS on (tuned at max_rows)."""
+    starts = sorted({r for r in (1, 2, screen_rows or 1, LARGE_ROWS) if r <= max_rows})
+    ends = [s - 1 for s in starts[1:]] + [max_rows]
+    return [(lo, hi, max_rows if lo == LARGE_ROWS else lo) for lo, hi in zip(starts, ends, strict=True)]
 
 
-class CompiledPrefill:
-    """model.prefill (or prefill_packed) compiled with dynamic shapes; once warm, a shape no graph
-    covers (a batch of 1 with a 1-token source, say) runs eagerly rather than stalling to compile."""
+def graphs_for(model: Transformer, cache: KVCache, steps: Iterable[str] = ("greedy", "logprobs")) -> list[Graph]:
+    """Every graph a cache's steps and admissions run. steps: "greedy" (greedy_step), "logprobs" (logprob_step)."""
+    screen = getattr(model, "screen", None)
+    out = []
+    for step in steps:
+        fn = {"greedy": "greedy_step", "logprobs": "logprob_step"}[step]
+        screened = screen.min_rows if screen is not None and step == "greedy" else None
+        out += [Graph(fn, lo, hi, hint) for lo, hi, hint in row_ranges(cache.max_batch, screened)]
+    out.append(Graph("prefill", 1, 1, 1))  # one source (a dynamic batch would not take size 1: export specializes it)
+    if cache.max_batch > 1:
+        out.append(Graph("prefill", 2, cache.max_batch, 2))
+    if cache.max_batch > 1 and cache.max_src_len > 2:  # KVCache.add packs sources of different lengths
+        out.append(Graph("prefill_packed", 2, cache.max_batch, 2))
+    return out
 
-    def __init__(self, fn):
-        self.fn = torch.compile(fn, fullgraph=True, dynamic=True)
-        self.warm = False
 
-    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
-        inputs = [t.clone() for t in inputs]  # made here, under KVCache.add's inference mode: the same guards always
-        if not self.warm:
-            return self.fn(*inputs)
-        with torch.compiler.set_stance("eager_on_recompile"):
-            return self.fn(*inputs)
+class _Fn(torch.nn.Module):
+    """One of the model's functions as a module, for torch.export."""
+
+    def __init__(self, model: Transformer, fn: str):
+        super().__init__()
+        self.model, self.fn = model, fn
 
 
-def compile_model(model: Transformer, mode: str = "max-autotune-no-cudagraphs") -> None:
-    """Give the model a compiled decoder step and prefill (KVCache uses them from now on)."""
-    model.compiled_step = CompiledStep(model, mode)
-    model.compiled_logprob_step = CompiledStep(model, mode, "logprob_step")
-    model.compiled_prefill = CompiledPrefill(model.prefill)
-    model.compiled_prefill_packed = CompiledPrefill(model.prefill_packed)
+class _Step(_Fn):
+    def forward(self, tokens, positions, past_kv, cross_kv, src_keep):
+        return getattr(self.model, self.fn)(tokens, positions, past_kv, cross_kv, src_keep)
+
+
+class _Prefill(_Fn):
+    def forward(self, src):
+        return self.model.prefill(src)
+
+
+class _PrefillPacked(_Fn):
+    def forward(self, ids, positions, seq, index):
+        return self.model.prefill_packed(ids, positions, seq, index)
+
+
+def _dim(name: str, lo: int, hi: int):
+    return Dim(name, min=lo, max=hi) if lo < hi else Dim.STATIC
+
+
+def _example(model: Transformer, cache: KVCache, graph: Graph):
+    """The module to export, example inputs of the strides the cache hands the graph, and their dynamic dims."""
+    c, rows = model.config, _dim("rows", graph.lo, graph.hi)
+    if graph.fn == "prefill":
+        src = torch.full((graph.hint, 3), c.unk_id, device=cache.kv.device)
+        return _Prefill(model, "prefill"), (src,), ({0: rows, 1: _dim("S", 1, cache.max_src_len)},)
+    if graph.fn == "prefill_packed":
+        b, s = graph.hint, 3
+        src = torch.full((b, s), c.unk_id, device=cache.kv.device)
+        src[1:, 1:] = c.source_pad_id
+        keep = src != c.source_pad_id
+        from model.decoding import packed
+
+        inputs = packed(src, keep, keep.sum(1), int(keep.sum()))
+        tokens = Dim("T", min=2, max=PACK_MAX_TOKENS)
+        ds = ({0: tokens}, {0: tokens}, {0: tokens}, {0: rows, 1: _dim("S", 2, cache.max_src_len)})
+        return _PrefillPacked(model, "prefill_packed"), inputs, ds
+    n, t, s = graph.hint, min(MIN_WINDOW + 1, cache.max_len), min(MIN_WINDOW + 1, cache.max_src_len)
+    inputs = (  # views of the cache's buffers, as KVCache.step takes them
+        cache.tokens[:n], cache.positions[:n], cache.kv[:, :, :n, :, :t], cache.cross_kv[:, :, :n, :, :s],
+        cache.src_keep[:n, :s],
+    )  # fmt: skip
+    window, source = _dim("T", MIN_WINDOW, cache.max_len), _dim("S", MIN_WINDOW, cache.max_src_len)
+    ds = ({0: rows}, {0: rows}, {2: rows, 4: window}, {2: rows, 4: source}, {0: rows, 1: source})
+    return _Step(model, graph.fn), inputs, ds
+
+
+@memoized
+def _code_digest() -> str:
+    here = Path(__file__).parent
+    return hashlib.sha256(b"".join((here / f).read_bytes() for f in SOURCES)).hexdigest()[:16]
+
+
+def weights_digest(model: Transformer) -> str:
+    """A digest of the model's configuration and weights (what a package's directory is named by)."""
+    h = hashlib.sha256(json.dumps(model.config.__dict__, sort_keys=True, default=str).encode())
+    for name, t in sorted(model.state_dict(keep_vars=False).items()):
+        h.update(name.encode())
+        h.update(str((t.dtype, tuple(t.shape))).encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def cpu_features() -> str:
+    """The CPU's model name and a digest of its feature flags (what Inductor's C++ kernels are built for)."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = " ".join(sorted(value.split()))
+    except OSError:
+        pass
+    return f"{model} [{hashlib.sha256(flags.encode()).hexdigest()[:12]}]"
+
+
+def environment(device: torch.device) -> dict[str, str]:
+    """What a package was built for, beside its graph: a package is used only where all of it matches."""
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        where = f"{p.name} (sm_{p.major}{p.minor}), CUDA {torch.version.cuda}"
+    else:
+        where = cpu_features()
+    return {
+        "format": FORMAT, "torch": f"{torch.__version__} ({torch.version.git_version[:12]})",
+        "device": f"{device.type}: {where}", "threads": str(torch.get_num_threads()), "code": _code_digest(),
+    }  # fmt: skip
+
+
+def default_dir() -> Path:
+    """Where packages go: PACKAGE_DIR in Inductor's cache directory (TORCHINDUCTOR_CACHE_DIR, NMT_COMPILE_CACHE_DIR)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / PACKAGE_DIR
 
 
 def use_cache_dir(path: str | os.PathLike) -> None:
-    """Keep Inductor's on-disk caches (compiled graphs, autotuning results) in `path` from now on, for this process
-    and the compiler processes it starts: a later start with the same directory reuses what this one compiled."""
+    """Keep Inductor's on-disk caches (autotuning results, compiled kernels) and the packages in `path` from now on,
+    for this process and the compiler processes it starts: a later start with the same directory loads the packages
+    this one built."""
     path = os.path.abspath(path)
     os.makedirs(path, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+
+
+class CompiledStep:
+    """A decoder step's graphs, each for a range of row counts; called by KVCache.step. A row count no graph
+    covers runs the eager step (and is counted in `missed`)."""
+
+    def __init__(self, model: Transformer, fn: str):
+        self.eager, self.graphs, self.missed = getattr(model, fn), [], 0
+
+    def __call__(self, *inputs: torch.Tensor):
+        n = inputs[0].size(0)
+        for lo, hi, run in self.graphs:
+            if lo <= n <= hi:
+                return run(list(inputs))
+        if not self.missed:
+            log.warning("no compiled graph for a decoder step of %d rows; running it eagerly", n)
+        self.missed += 1
+        return self.eager(*inputs)
+
+
+class CompiledPrefill(CompiledStep):
+    """The padded or packed prefill's graph, for a range of sources; other batches run eagerly."""
+
+    def __call__(self, *inputs: torch.Tensor):
+        b = inputs[-1].size(0) if len(inputs) == 4 else inputs[0].size(0)  # packed: index (B, S)
+        s = inputs[-1].size(1) if len(inputs) == 4 else inputs[0].size(1)
+        for lo, hi, run in self.graphs:
+            if lo <= b <= hi and (len(inputs) == 1 or s >= 2):
+                return run(list(inputs))[0]
+        self.missed += 1
+        return self.eager(*inputs)
+
+
+@dataclass
+class Compiled:
+    """compile_graphs' result: the compiled functions, and what it took to get them."""
+
+    directory: Path  # where the packages are
+    functions: dict[str, CompiledStep] = field(default_factory=dict)  # by the attribute KVCache looks up
+    seconds: float = 0.0
+    built: list[str] = field(default_factory=list)  # graphs compiled now
+    loaded: list[str] = field(default_factory=list)  # graphs read from packages
+
+    @property
+    def missed(self) -> int:
+        return sum(f.missed for f in self.functions.values())
+
+
+ATTRIBUTE = {
+    "greedy_step": "compiled_step", "logprob_step": "compiled_logprob_step", "prefill": "compiled_prefill",
+    "prefill_packed": "compiled_prefill_packed",
+}  # fmt: skip
+
+
+def _load(path: Path, expected: dict[str, str]):
+    """The package's runner when it was built for `expected`, else None (with a warning saying why)."""
+    from torch._inductor import aoti_load_package
+
+    try:
+        runner = aoti_load_package(str(path))
+        found = runner.get_metadata()
+    except Exception as e:  # noqa: BLE001 - a corrupt or partial package is built again
+        log.warning("ignoring the compiled graph %s: it cannot be loaded (%s); compiling it again", path, e)
+        return None
+    differ = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v}
+    if differ:
+        why = "; ".join(f"{k} {a!r} here {b!r}" for k, (a, b) in differ.items())
+        log.warning("ignoring the compiled graph %s: it was built for %s; compiling it again", path, why)
+        return None
+    return runner.loader.boxed_run
+
+
+def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadata: dict[str, str], mode: str):
+    module, inputs, dynamic_shapes = _example(model, cache, graph)
+    with torch.no_grad():  # strict: traced by dynamo, which keeps to this thread (non-strict tracing fakes the
+        # tensors of the eager model decoding on the worker thread meanwhile)
+        exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=True)
+    configs = {"freezing": True, "max_autotune": mode == "max-autotune", "aot_inductor.metadata": metadata}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp.pt2", dir=path.parent)
+    os.close(fd)
+    try:
+        torch._inductor.aoti_compile_and_package(exported, package_path=tmp, inductor_configs=configs)
+        os.replace(tmp, path)  # whole or not at all, for another server starting on the same directory
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def compile_graphs(
+    model: Transformer, cache: KVCache, log: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] | None = None, steps: Iterable[str] = ("greedy", "logprobs"),
+    directory: Path | None = None, mode: str = "max-autotune",
+) -> Compiled:  # fmt: skip
+    """Every graph the cache's steps (and admissions) run, loaded from `directory` (default_dir()) or built into it;
+    `model` and `cache` are only read. `cancelled` is asked before each graph: True raises Cancelled. `steps`: which
+    steps to compile, the greedy one and the full one (log-probabilities) by default. mode: "max-autotune" (GEMMs
+    benchmarked, the results cached) or "default"."""
+    t0, device = time.perf_counter(), cache.kv.device
+    directory = Path(directory or default_dir()) / weights_digest(model)
+    expected = environment(device)
+    shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
+    screen = getattr(model, "screen", None)
+    compiled = Compiled(directory)
+    for graph in graphs_for(model, cache, steps):
+        if cancelled is not None and cancelled():
+            raise Cancelled("compiling cancelled")
+        screened = f"-screen{screen.min_rows}" if screen is not None and graph.fn == "greedy_step" else ""
+        path = directory / f"{graph.name}-{shape}{screened}-{mode}.pt2"
+        run = _load(path, expected) if path.exists() else None
+        if run is None:
+            _build(model, cache, graph, path, {**expected, "graph": path.name}, mode)
+            run = _load(path, expected)
+            if run is None:
+                raise RuntimeError(f"the compiled graph {path} does not load")
+            compiled.built.append(graph.name)
+        else:
+            compiled.loaded.append(graph.name)
+        attribute = ATTRIBUTE[graph.fn]
+        if attribute not in compiled.functions:
+            kind = CompiledPrefill if graph.fn.startswith("prefill") else CompiledStep
+            compiled.functions[attribute] = kind(model, graph.fn)
+        compiled.functions[attribute].graphs.append((graph.lo, graph.hi, run))
+        if log:
+            how = "built" if compiled.built and compiled.built[-1] == graph.name else "loaded"
+            log(f"{how} the {graph.fn} graph for {graph.lo}-{graph.hi} rows ({time.perf_counter() - t0:.0f} s so far)")
+    compiled.seconds = time.perf_counter() - t0
+    return compiled
+
+
+def adopt(model: Transformer, compiled: Compiled) -> None:
+    """The model steps with the compiled graphs from its next step on (KVCache looks them up every step; call this
+    between steps). The cache's contents are the same either way, so sequences in flight go on."""
+    for name, fn in compiled.functions.items():
+        setattr(model, name, fn)
+
+
+def compile_model(model: Transformer, cache: KVCache, **options) -> Compiled:
+    """compile_graphs, then adopt: the model steps compiled from now on."""
+    compiled = compile_graphs(model, cache, **options)
+    adopt(model, compiled)
+    return compiled
 
 
 def uncompile(model: Transformer) -> None:
     """Back to the eager model."""
     for name in COMPILED:
         model.__dict__.pop(name, None)
-
-
-def warm_rows(max_rows: int, screen_rows: int | None) -> list[int]:
-    """Row counts whose steps compile every graph a cache of max_rows needs: 1 row, 2 rows (dynamic from
-    there), the logit screen's minimum (screen_rows) when it is on and below LARGE_ROWS, and max_rows when it
-    reaches LARGE_ROWS (the large-row graph, tuned at that size)."""
-    small = {r for r in (1, 2, screen_rows or 1) if r <= max_rows and r < LARGE_ROWS}
-    return sorted(small | ({max_rows} if max_rows >= LARGE_ROWS else set()))
-
-
-def compile_twin(model: Transformer, cache: KVCache, log=None, cancelled: Callable[[], bool] | None = None):
-    """A twin of `model` (the same modules and weights, graphs of its own) compiled and warmed up on an empty cache of
-    `cache`'s shape, without touching `model` or `cache`, which may go on decoding eagerly meanwhile.
-    -> (twin, seconds); `adopt` hands its graphs to the model."""
-    twin = copy.copy(model)  # a shallow copy: the same parameters, submodules and screen
-    for name in COMPILED:
-        twin.__dict__.pop(name, None)
-    compile_model(twin)
-    own = KVCache(twin, cache.max_batch, cache.max_len, cache.max_src_len, cache.kv.device, cache.kv.dtype)
-    return twin, warm_up(twin, own, log, cancelled)
-
-
-def adopt(model: Transformer, twin: Transformer) -> None:
-    """The model steps with the twin's compiled graphs from its next step on (KVCache looks them up every step; call
-    this between steps). The cache's contents are the same either way, so sequences in flight go on."""
-    for name in COMPILED:
-        setattr(model, name, getattr(twin, name))
-
-
-@torch.inference_mode()
-def warm_up(
-    model: Transformer, cache: KVCache, log=None, cancelled: Callable[[], bool] | None = None,
-    steps: tuple[str, ...] = ("greedy", "logprobs"),
-) -> float:  # fmt: skip
-    """Compile every graph of the steps (and of the prefill) for an empty cache; returns the seconds it took.
-    `cancelled` is asked before each graph: when it says True, warm_up raises Cancelled. `steps`: which steps to
-    compile, the greedy one and the full one (log-probabilities) by default."""
-    if cache.n:
-        raise ValueError("warm_up needs an empty cache")
-    c, t0 = model.config, time.perf_counter()
-
-    def check() -> None:
-        if cancelled is not None and cancelled():
-            raise Cancelled("warm-up cancelled")
-
-    def step(rows: int, output: str) -> None:  # a few steps of `rows` rows: windows MIN_WINDOW, then longer
-        check()
-        width = min(MIN_WINDOW, cache.max_src_len)
-        src = torch.full((rows, width), c.unk_id, device=cache.kv.device)
-        src[:, -1] = c.eos_id
-        cache.add(model, src)
-        tokens = torch.full((rows,), c.bos_id, device=cache.kv.device)
-        for _ in range(min(MIN_WINDOW + 1, cache.max_len)):
-            cache.step(model, tokens, output)  # what decode_greedy and decode_logprobs run
-        cache.remove(range(cache.n))
-
-    screen = getattr(model, "screen", None)
-    rows_of = {
-        "greedy": warm_rows(cache.max_batch, screen.min_rows if screen is not None else None),
-        "logprobs": warm_rows(cache.max_batch, None),  # the full step (beam search, sampling) has no screen
-    }
-    for output in steps:
-        for rows in rows_of[output]:
-            step(rows, output)
-            if log:
-                log(f"compiled the {output} decoder step for {rows} rows ({time.perf_counter() - t0:.0f} s so far)")
-    check()
-    if cache.max_batch > 1 and cache.max_src_len > 2:  # sources of different lengths: the packed prefill
-        src = torch.tensor(
-            [[c.unk_id, c.unk_id, c.eos_id], [c.eos_id, c.source_pad_id, c.source_pad_id]], device=cache.kv.device
-        )
-        cache.remove(cache.add(model, src))
-    for name in COMPILED:
-        if (compiled := getattr(model, name, None)) is not None:
-            compiled.warm = True
-    return time.perf_counter() - t0

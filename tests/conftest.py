@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -16,6 +17,9 @@ torch.set_num_threads(1)  # tiny models: threads cost more than they give, and t
 # Servers in tests (in-process and child processes) run the eager model: torch.compile's warm-up takes
 # tens of seconds each time. tests/model/test_compile.py and tests/app/test_compiled.py compile on purpose.
 os.environ["NMT_COMPILE"] = "0"
+# Compiled graphs (model/compile.py) are kept in a directory of this run's own: tests that compile one checkpoint
+# with one cache shape share them, and no package from outside the run is ever loaded.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-serve-tests-inductor-")
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,10 @@
 """How an engine gets its compiled graphs (NMT_COMPILE): in the background while it serves, before it serves, or never.
 
-In the background (the default) the eager model answers from the first second. A twin of the model (the same
-weights, graphs of its own) is compiled and warmed up on a thread of its own, on a KV cache of the serving cache's
-shape; when every graph is ready the worker adopts them between two decoder steps. The cache holds the same keys and
-values either way, so sequences in flight go on, and decode the same tokens.
+In the background (the default) the eager model answers from the first second. The graphs for the serving cache's
+shape are loaded from the package directory or compiled into it (model/compile.py) on a thread of their own; when
+every graph is ready the worker adopts them between two decoder steps. The cache holds the same keys and values
+either way, so sequences in flight go on, and decode the same tokens. A restart finds the packages and is compiled
+within seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from app.engine.errors import EngineUnavailable
 from app.engine.scheduler import Batcher
 from app.metrics import Metrics
-from model.compile import Cancelled, adopt, compile_model, compile_twin, uncompile, use_cache_dir, warm_up
+from model.compile import PACKAGE_DIR, Cancelled, Compiled, adopt, compile_graphs, uncompile, use_cache_dir
 from model.transformer import Transformer
 
 log = logging.getLogger("nmt_serve.compile")
@@ -33,15 +34,18 @@ class Compiler:
     """One engine's compiled graphs: its mode, their state, and how long compiling them took."""
 
     def __init__(
-        self, model: Transformer, batcher: Batcher, mode: Mode, metrics: Metrics, cache_dir: Path | None = None
-    ):
+        self, model: Transformer, batcher: Batcher, mode: Mode, metrics: Metrics, cache_dir: Path | None = None,
+        kernels: str = "max-autotune",
+    ):  # fmt: skip
         if mode not in get_args(Mode):
             raise ValueError(f"compile={mode!r}: one of {', '.join(get_args(Mode))}")
-        self.model, self.batcher, self.mode, self.metrics = model, batcher, mode, metrics
+        self.model, self.batcher, self.mode, self.metrics, self.kernels = model, batcher, mode, metrics, kernels
+        self.cache_dir = cache_dir  # None: Inductor's cache directory
         if cache_dir is not None and mode != "off":
             use_cache_dir(cache_dir)
         self.state: State = "off" if mode == "off" else "pending"
         self.seconds: float | None = None  # from the start of compiling to the graphs serving
+        self.graphs: Compiled | None = None
         self.built = threading.Event()  # background mode: the graphs are compiled, for the worker to adopt
         self._stop = threading.Event()
         self._task: asyncio.Task | None = None
@@ -52,10 +56,11 @@ class Compiler:
 
     def info(self) -> dict[str, Any]:
         seconds = None if self.seconds is None else round(self.seconds, 1)
-        return {"mode": self.mode, "state": self.state, "seconds": seconds}
+        built, loaded = (None, None) if self.graphs is None else (len(self.graphs.built), len(self.graphs.loaded))
+        return {"mode": self.mode, "state": self.state, "seconds": seconds, "built": built, "loaded": loaded}
 
     async def before_ready(self) -> None:
-        """Blocking mode: compile and warm up every graph on the worker, before any request."""
+        """Blocking mode: compile (or load) every graph on the worker, before any request."""
         if self.mode == "blocking":
             self.state, t0 = "compiling", time.perf_counter()
             ok = await self.batcher.call(self._compile_in_place)
@@ -71,14 +76,22 @@ class Compiler:
         if self._task is not None:
             await asyncio.shield(self._task)
 
+    def precompile(self) -> Compiled:
+        """Build (or check) every graph the serving cache needs into the package directory, on this thread, whatever
+        the mode: `nmt-serve --precompile`, so that an image build or an init container ships them."""
+        torch.set_num_threads(self.batcher.threads)  # the thread count the worker will load them with
+        if self.cache_dir is not None:
+            use_cache_dir(self.cache_dir)
+        return self._graphs()
+
     def stop(self) -> None:
         """Stop compiling: the compiling thread ends before its next graph (one graph can take a while)."""
         self._stop.set()
 
     def _compile_in_place(self) -> bool:
         try:
-            compile_model(self.model)
-            warm_up(self.model, self.batcher.cache, log.info)
+            self.graphs = self._graphs()
+            adopt(self.model, self.graphs)
         except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
             _failed(e)
             uncompile(self.model)
@@ -89,8 +102,8 @@ class Compiler:
         self.state, t0 = "compiling", time.perf_counter()
         log.info("serving the eager model while compiling in the background")
         try:
-            twin, _ = await on_own_thread(self._compile_twin, "nmt-compile")
-            await self.batcher.call(adopt, self.model, twin)  # between two decoder steps
+            self.graphs = await on_own_thread(self._compile_graphs, "nmt-compile")
+            await self.batcher.call(adopt, self.model, self.graphs)  # between two decoder steps
         except (Cancelled, EngineUnavailable):  # the server is stopping
             self.state = "pending"
             return
@@ -100,24 +113,30 @@ class Compiler:
             return
         self._finished(True, time.perf_counter() - t0)
 
-    def _compile_twin(self):
+    def _compile_graphs(self) -> Compiled:
         # As many threads as the worker: Inductor writes the compiling thread's thread count into its C++ kernels
         # (one thread here made the compiled graphs decode at eager speed; docs/performance.md, Start-up)
         torch.set_num_threads(self.batcher.threads)
-        twin = compile_twin(self.model, self.batcher.cache, log.info, self._stop.is_set)
+        graphs = self._graphs(self._stop.is_set)
         self.built.set()
-        return twin
+        return graphs
+
+    def _graphs(self, cancelled: Callable[[], bool] | None = None) -> Compiled:
+        directory = None if self.cache_dir is None else Path(self.cache_dir) / PACKAGE_DIR
+        return compile_graphs(self.model, self.batcher.cache, log.info, cancelled, directory=directory, mode=self.kernels)
 
     def _finished(self, ok: bool, seconds: float) -> None:
         self.state, self.seconds = ("compiled" if ok else "failed"), seconds
         if ok:
             self.metrics.compiled.set(1)
             self.metrics.compile_duration.set(seconds)
-            log.info("compiled the encoder and the decoder steps in %.0f s; the compiled graphs serve", seconds)
+            g = self.graphs
+            log.info("compiled the encoder and the decoder steps in %.0f s (%d graphs built, %d loaded from %s); the "
+                     "compiled graphs serve", seconds, len(g.built), len(g.loaded), g.directory)  # fmt: skip
 
 
 def _failed(e: Exception) -> None:
-    log.warning("torch.compile failed, serving the eager model: %s", e, exc_info=True)
+    log.warning("compiling failed, serving the eager model: %s", e, exc_info=True)
 
 
 async def on_own_thread(fn: Callable[[], Any], name: str) -> Any:

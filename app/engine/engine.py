@@ -48,6 +48,7 @@ class Engine:
         max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
         metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0, waiting_served_ratio: float = 0.3,
         max_waiting_steps: int = 4, screen_logits: bool = False, compile_cache_dir: Path | None = None,
+        compile_mode: str = "max-autotune",
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -72,7 +73,7 @@ class Engine:
             waiting_served_ratio, max_waiting_steps,
         )  # fmt: skip
         self.byte_ids = tokenizer.byte_ids
-        self.compiler = Compiler(model, self.batcher, compile, self.batcher.metrics, compile_cache_dir)
+        self.compiler = Compiler(model, self.batcher, compile, self.batcher.metrics, compile_cache_dir, compile_mode)
         self.ready = False
 
     @classmethod
@@ -89,7 +90,7 @@ class Engine:
             max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens, max_queue=s.max_queue,
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
-            screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir,
+            screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------

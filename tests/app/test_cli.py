@@ -113,3 +113,37 @@ def test_a_checkpoint_that_cannot_load_stops_the_server_with_its_reason(tmp_path
 def test_half_precision_on_cpu_is_refused_before_starting():
     with pytest.raises(SystemExit, match="float16 needs a CUDA device"):
         main(["--device", "cpu", "--dtype", "float16"])
+
+
+def test_two_precompiles_at_once_on_one_directory_both_succeed_and_a_server_then_loads_every_graph(
+    tiny_checkpoint, tmp_path
+):
+    """nmt-serve --precompile fills NMT_COMPILE_CACHE_DIR and exits; two of them racing on one directory (two
+    replicas starting together) both finish, and a server started after compiles nothing."""
+    settings = {"NMT_COMPILE_CACHE_DIR": str(tmp_path), "NMT_COMPILE_MODE": "default", "NMT_MAX_BATCH_SIZE": "1",
+                "NMT_MAX_NEW_TOKENS": "16", "NMT_MAX_INPUT_TOKENS": "16"}  # fmt: skip
+    cmd = nmt_serve("--model-dir", str(tiny_checkpoint), "--device", "cpu", "--precompile")
+    racing = [
+        subprocess.Popen(cmd, env={**env(), **settings}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=900)[0] for p in racing]
+    assert [p.returncode for p in racing] == [0, 0], outputs
+    assert all("graphs compiled and" in out for out in outputs), outputs
+    leftovers = [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp.pt2")]
+    assert not leftovers, "a temporary package was left behind"
+
+    proc, base = start_server(tiny_checkpoint, **settings, NMT_COMPILE="blocking")
+    try:
+        wait_ready(proc, base, timeout=120)
+        compile_info = httpx.get(f"{base}/info").json()["compile"]
+        assert compile_info["state"] == "compiled" and compile_info["built"] == 0 and compile_info["loaded"] == 3
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_precompile_of_a_missing_checkpoint_fails_with_its_reason(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model-dir", str(tmp_path / "nowhere"), "--device", "cpu", "--precompile"])
+    assert exit_.value.code == 1 and "does not exist" in capsys.readouterr().err

@@ -23,15 +23,23 @@ async def translate(settings: Settings, startup_timeout: float = 60) -> tuple[di
         return info, r.json()["translations"]
 
 
-async def test_compiled_server_translates_exactly_like_the_eager_one(trained_checkpoint, pairs):
-    # One row at a time: a single compiled graph of the step keeps the warm-up short.
+async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_restart_loads_its_graphs(
+    trained_checkpoint, tmp_path
+):
+    # One row at a time: few graphs keep the compile short.
     base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1)
-    info, compiled = await translate(Settings(**base, compile="blocking"), startup_timeout=600)
+    info, compiled = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path), 600)
     eager_info, eager = await translate(Settings(**base, compile=False))
     assert info["compiled"] is True and eager_info["compiled"] is False
-    assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0
+    graphs = info["compile"]["built"]  # the greedy and the full step for 1 row, and the prefill
+    assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0 and graphs == 3
+    assert info["compile"]["loaded"] == 0
     assert [t["text"] for t in compiled] == [t["text"] for t in eager]
     assert [t["score"] for t in compiled] == pytest.approx([t["score"] for t in eager], abs=1e-4)
+
+    restarted_info, restarted = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path))
+    assert restarted_info["compile"]["built"] == 0 and restarted_info["compile"]["loaded"] == graphs
+    assert [t["text"] for t in restarted] == [t["text"] for t in eager]
 
 
 async def test_a_screened_server_translates_exactly_like_a_float32_one(trained_checkpoint):
@@ -48,7 +56,7 @@ async def test_a_screened_server_translates_exactly_like_a_float32_one(trained_c
 
 
 async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_across_the_swap(
-    trained_checkpoint, monkeypatch
+    trained_checkpoint, monkeypatch, tmp_path
 ):
     """NMT_COMPILE=background: ready before the graphs are; the worker adopts them between two steps of a stream,
     which goes on, in order, to the eager model's tokens; from then on the compiled graphs serve."""
@@ -57,11 +65,13 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
     async with serve(Settings(**base, compile=False)) as (_, client):
         plain = (await client.post("/translate", json={**body, "return_tokens": True})).json()
         assert len(plain["translations"][0]["token_ids"]) >= 4
-    async with serve(Settings(**base, compile="background")) as (app, client):
+    background = Settings(**base, compile="background", compile_cache_dir=tmp_path, compile_mode="default",
+                          request_timeout_s=600)  # the stream waits for the compile: not a timeout  # fmt: skip
+    async with serve(background) as (app, client):
         engine = app.state.engine
         info = (await client.get("/info")).json()
         assert info["compiled"] is False and info["compile"] == {"mode": "background", "state": "compiling",
-                                                                 "seconds": None}  # fmt: skip
+                                                                 "seconds": None, "built": None, "loaded": None}  # fmt: skip
         gate = StepGate(engine.model, monkeypatch, timeout=600)
         gate.hold(lambda sizes: len(sizes) == 3)  # the stream's third step waits for the compiled graphs
         stream = asyncio.create_task(client.post("/translate", json={**body, "stream": True}))

@@ -1,13 +1,16 @@
-"""The compiled decoder step decodes exactly what the eager model decodes, and warm-up leaves nothing to compile."""
+"""The compiled graphs decode exactly what the eager model decodes, cover every step, and a restart loads them."""
+
+import logging
+import shutil
+import zipfile
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
 
 import model.compile as model_compile
 from model.batch import decode
 from model.checkpoint import load_checkpoint
-from model.compile import compile_model, uncompile, warm_rows, warm_up
+from model.compile import compile_graphs, compile_model, environment, row_ranges, uncompile, weights_digest
 from model.decoding import KVCache, greedy_decode
 from model.screen import LogitScreen
 from model.search import DecodingOptions
@@ -17,10 +20,18 @@ MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
 LONGEST = [list(range(40, 55)) + [2]]  # 16 tokens: the cache's whole source window
 
 
-def test_warm_up_steps_one_row_two_rows_the_screens_minimum_and_all_rows():
-    assert warm_rows(32, 4) == [1, 2, 4, 32] and warm_rows(32, None) == [1, 2, 32]
-    assert warm_rows(16, 4) == [1, 2, 4, 16] and warm_rows(15, 4) == [1, 2, 4]
-    assert warm_rows(3, 4) == [1, 2] and warm_rows(1, 4) == [1]
+def test_graphs_cover_one_row_two_rows_the_screens_minimum_and_the_large_rows():
+    assert row_ranges(32, 4) == [(1, 1, 1), (2, 3, 2), (4, 15, 4), (16, 32, 32)]
+    assert row_ranges(32, None) == [(1, 1, 1), (2, 15, 2), (16, 32, 32)]
+    assert row_ranges(16, 4) == [(1, 1, 1), (2, 3, 2), (4, 15, 4), (16, 16, 16)]
+    assert row_ranges(15, 2) == [(1, 1, 1), (2, 15, 2)]
+    assert row_ranges(3, 4) == [(1, 1, 1), (2, 3, 2)] and row_ranges(1, 4) == [(1, 1, 1)]
+
+
+@pytest.fixture(scope="module")
+def packages_dir(tmp_path_factory):
+    """One package directory for the tests of one cache shape: the prefill graphs are built once."""
+    return tmp_path_factory.mktemp("graphs")
 
 
 @pytest.fixture
@@ -30,18 +41,7 @@ def large_rows_from_3(monkeypatch):
     monkeypatch.setattr(model_compile, "LARGE_ROWS", 3)
 
 
-@pytest.mark.parametrize("screen", [False, True], ids=["float32", "screened"])
-def test_compiled_greedy_decoding_equals_eager_for_every_row_count_without_recompiling(
-    trained_checkpoint, screen, large_rows_from_3
-):
-    eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
-    if screen:  # the bfloat16 screen (model/screen.py) inside the compiled step, from 3 rows on
-        compiled.screen = LogitScreen(compiled.generator_weight, min_rows=3)
-    cache = KVCache(compiled, max_batch=4, max_len=31, max_src_len=16)
-    compile_model(compiled)
-    assert warm_up(compiled, cache, steps=("greedy",)) > 0 and cache.n == 0
-    graphs = counters["stats"]["unique_graphs"]
-
+def assert_greedy_equal(compiled, eager, cache, screen=False):
     # 1, 2, 3 and 4 rows; rows leave at different steps, so the batch shrinks across the graphs
     for rows in ([SOURCES[1]], SOURCES[:2], SOURCES[1:], SOURCES, MORE, [MORE[1]] * 4, LONGEST, LONGEST + MORE):
         got, want = greedy_decode(compiled, batch(rows), 30, cache), greedy_decode(eager, batch(rows), 30)
@@ -49,47 +49,115 @@ def test_compiled_greedy_decoding_equals_eager_for_every_row_count_without_recom
             assert (g.tokens, g.finish_reason) == (w.tokens, w.finish_reason)
             assert g.logprobs == pytest.approx(w.logprobs, abs=1e-2 if screen else 1e-4)
         assert cache.n == 0, "greedy_decode hands the cache back empty"
-    assert counters["stats"]["unique_graphs"] == graphs, "a batch after warm-up compiled a new graph"
-    assert compiled.compiled_step.missed == 0, "a step fell back to the eager model"
 
+
+@pytest.mark.parametrize("screen", [False, True], ids=["float32", "screened"])
+def test_compiled_greedy_decoding_equals_eager_for_every_row_count(trained_checkpoint, screen, large_rows_from_3,
+                                                                   packages_dir):  # fmt: skip
+    eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
+    if screen:  # the bfloat16 screen (model/screen.py) inside the compiled step, from 3 rows on
+        compiled.screen = LogitScreen(compiled.generator_weight, min_rows=3)
+    cache = KVCache(compiled, max_batch=4, max_len=31, max_src_len=16)
+    graphs = compile_model(compiled, cache, steps=("greedy",), directory=packages_dir, mode="default")
+    steps, prefills = ["greedy_step-1-1", "greedy_step-2-2", "greedy_step-3-4"], ["prefill-1-1", "prefill-2-4", "prefill_packed-2-4"]
+    assert graphs.built[:3] == steps and sorted(graphs.built[3:] + graphs.loaded) == prefills  # the prefill: once
+    assert graphs.seconds > 0 and cache.n == 0
+    assert_greedy_equal(compiled, eager, cache, screen)
+    assert graphs.missed == 0, "a step or a prefill fell back to the eager model"
     uncompile(compiled)
     assert not hasattr(compiled, "compiled_step") and not hasattr(compiled, "compiled_prefill")
 
 
-def test_compiled_beam_search_and_sampling_equal_eager_without_recompiling(trained_checkpoint, monkeypatch):
+def test_compiled_beam_search_and_sampling_equal_eager(trained_checkpoint, large_rows_from_3, packages_dir):
     """Beam search and sampling step through the compiled full step (log-probabilities), also beside greedy rows."""
     eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
-    monkeypatch.setattr(model_compile, "LARGE_ROWS", 5)  # 1, 2 and 8 rows compile, 5 rows or more take the last
-    cache = KVCache(compiled, max_batch=8, max_len=31, max_src_len=16)
-    compile_model(compiled)
-    warm_up(compiled, cache, steps=("logprobs",))  # only the full step runs below
-    graphs = counters["stats"]["unique_graphs"]
+    cache = KVCache(compiled, max_batch=4, max_len=31, max_src_len=16)  # graphs for 1, 2 and 3-4 rows
+    graphs = compile_model(compiled, cache, steps=("logprobs",), directory=packages_dir, mode="default")
+    assert graphs.built[:3] == ["logprob_step-1-1", "logprob_step-2-2", "logprob_step-3-4"]
     sources = SOURCES + MORE + LONGEST
-    for options in (
-        DecodingOptions(beam_size=4, num_hypotheses=4),
-        DecodingOptions(beam_size=2, length_penalty=0.0),
-        DecodingOptions(beam_size=8),  # one source fills the cache
-        DecodingOptions(sampling_topk=5, seed=3),
-    ):
-        for rows in (8, 4):
-            want = decode(eager, sources, [30] * len(sources), options, max_rows=rows)
-            got = decode(compiled, sources, [30] * len(sources), options, max_rows=rows, cache=cache)
-            for g, w in zip(got, want, strict=True):
-                assert [h.tokens for h in g] == [h.tokens for h in w]
-                assert [h.score for h in g] == pytest.approx([h.score for h in w], abs=1e-4)
-    assert counters["stats"]["unique_graphs"] == graphs, "a batch after warm-up compiled a new graph"
-    assert compiled.compiled_logprob_step.missed == 0, "a step fell back to the eager model"
+    beam4, beam2 = DecodingOptions(beam_size=4, num_hypotheses=4), DecodingOptions(beam_size=2, length_penalty=0.0)
+    sampling = DecodingOptions(sampling_topk=5, seed=3)
+    for options, rows in ((beam4, 4), (beam2, 4), (beam2, 2), (sampling, 4), (sampling, 1)):
+        want = decode(eager, sources, [30] * len(sources), options, max_rows=rows)
+        got = decode(compiled, sources, [30] * len(sources), options, max_rows=rows, cache=cache)
+        for g, w in zip(got, want, strict=True):
+            assert [h.tokens for h in g] == [h.tokens for h in w]
+            assert [h.score for h in g] == pytest.approx([h.score for h in w], abs=1e-4)
+    assert graphs.missed == 0, "a step or a prefill fell back to the eager model"
 
 
-def test_warm_up_needs_an_empty_cache(tiny_model):
-    cache = KVCache(tiny_model, max_batch=2, max_len=8, max_src_len=8)
-    cache.add(tiny_model, batch([SOURCES[0]]))
-    with pytest.raises(ValueError, match="empty cache"):
-        warm_up(tiny_model, cache)
+@pytest.fixture(scope="module")
+def one_row_packages(trained_checkpoint, tmp_path_factory):
+    """A one-row cache's graphs (the greedy step and the prefill), built once: (directory, their names)."""
+    model, directory = load_checkpoint(trained_checkpoint)[0], tmp_path_factory.mktemp("one-row")
+    graphs = compile_graphs(model, one_row_cache(model), steps=("greedy",), directory=directory, mode="default")
+    assert graphs.built == ["greedy_step-1-1", "prefill-1-1"] and graphs.loaded == []
+    return directory, graphs.built
 
 
-@torch.inference_mode()
-def test_a_reused_cache_must_be_empty_and_long_enough(tiny_model):
-    cache = KVCache(tiny_model, max_batch=2, max_len=8, max_src_len=8)
-    with pytest.raises(ValueError, match="longer than max_new_tokens"):
-        greedy_decode(tiny_model, batch([SOURCES[0]]), 8, cache)
+def one_row_cache(model):
+    return KVCache(model, max_batch=1, max_len=31, max_src_len=16)
+
+
+@pytest.fixture
+def one_row(one_row_packages, trained_checkpoint, tmp_path):
+    """A copy of the one-row packages in tmp_path, and a freshly loaded model: (model, cache, the graphs' names)."""
+    shutil.copytree(one_row_packages[0], tmp_path, dirs_exist_ok=True)
+    model = load_checkpoint(trained_checkpoint)[0]
+    return model, one_row_cache(model), one_row_packages[1]
+
+
+def compile_one_row(model, cache, directory):
+    return compile_model(model, cache, steps=("greedy",), directory=directory, mode="default")
+
+
+def test_a_restart_loads_the_graphs_the_first_start_built(one_row, trained_checkpoint, tmp_path, caplog):
+    restarted, cache, built = one_row  # another model object with the same weights
+    eager = load_checkpoint(trained_checkpoint)[0]
+    with caplog.at_level(logging.WARNING):
+        graphs = compile_one_row(restarted, cache, tmp_path)
+    assert graphs.loaded == built and graphs.built == [] and not caplog.records
+    for source in SOURCES:
+        got, want = greedy_decode(restarted, batch([source]), 30, cache)[0], greedy_decode(eager, batch([source]), 30)[0]
+        assert got.tokens == want.tokens and got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+    assert graphs.missed == 0
+
+
+def test_packages_are_found_by_the_weights_and_say_what_they_were_built_for(trained_checkpoint, tiny_model):
+    model, again = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
+    assert weights_digest(model) == weights_digest(again) != weights_digest(tiny_model)
+    with torch.no_grad():
+        next(again.parameters()).view(-1)[0] += 1e-3  # one weight changed: another model, other packages
+    assert weights_digest(again) != weights_digest(model)
+    built_for = environment(torch.device("cpu"))
+    assert built_for["torch"].startswith(torch.__version__) and built_for["threads"] == str(torch.get_num_threads())
+    assert built_for["device"].startswith("cpu: ") and built_for["code"]
+
+
+def packages(directory):
+    return sorted(p for p in directory.glob("*/*.pt2") if not p.name.startswith("."))
+
+
+def test_a_corrupt_or_truncated_package_is_ignored_with_a_warning_and_built_again(one_row, tmp_path, caplog):
+    model, cache, built = one_row
+    step, prefill = packages(tmp_path)  # greedy_step-..., prefill-...
+    step.write_bytes(b"not a package")
+    prefill.write_bytes(prefill.read_bytes()[: prefill.stat().st_size // 2])  # a copy cut short
+    with caplog.at_level(logging.WARNING, logger="model.compile"):
+        graphs = compile_one_row(model, cache, tmp_path)
+    assert graphs.built == built and graphs.loaded == []
+    warnings = [r.getMessage() for r in caplog.records if r.name == "model.compile"]
+    assert len(warnings) == 2 and all("cannot be loaded" in w and "compiling it again" in w for w in warnings)
+    assert zipfile.is_zipfile(step) and zipfile.is_zipfile(prefill), "the rebuilt packages replace the broken ones"
+    assert greedy_decode(model, batch([SOURCES[0]]), 30, cache)[0].tokens and graphs.missed == 0
+
+
+def test_a_package_built_by_another_torch_version_is_ignored_with_a_warning(one_row, tmp_path, caplog, monkeypatch):
+    model, cache, built = one_row
+    real = model_compile.environment
+    monkeypatch.setattr(model_compile, "environment", lambda device: {**real(device), "torch": "2.0.0 (0123456789ab)"})
+    with caplog.at_level(logging.WARNING, logger="model.compile"):
+        graphs = compile_one_row(model, cache, tmp_path)
+    assert graphs.built == built and graphs.loaded == []
+    warnings = [r.getMessage() for r in caplog.records if r.name == "model.compile"]
+    assert len(warnings) == 2 and all("built for torch '2" in w and "2.0.0" in w for w in warnings)
