@@ -2,15 +2,17 @@
 
     python bench/startup.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--model-dir DIR] [--threads 2]
 
-Runs `nmt-serve` as a child process four times, one after another, each with OMP_NUM_THREADS=--threads:
+Runs `nmt-serve` as a child process five times, one after another, each with OMP_NUM_THREADS=--threads:
 
     off              NMT_COMPILE=off: the eager model alone
-    blocking-cold    NMT_COMPILE=blocking, an empty compile cache: compiled before /ready (the old default)
-    background-cold  NMT_COMPILE=background, an empty compile cache: eager at once, compiled graphs swapped in
-    background-warm  NMT_COMPILE=background, the cache background-cold filled (a restart)
+    blocking-cold    NMT_COMPILE=blocking, an empty compile cache: compiled before /ready
+    background-cold  NMT_COMPILE=background (the default), an empty compile cache: eager at once, compiled graphs
+                     swapped in
+    background-warm  NMT_COMPILE=background, the packages background-cold built (a restart)
+    blocking-warm    NMT_COMPILE=blocking, the same packages: ready once they are loaded
 
 Each run gets NMT_COMPILE_CACHE_DIR: a new empty directory for the first two, one shared directory (empty at
-first) for the last two.
+first) for the last three.
 
 From the moment the process starts, a client POSTs /translate in a loop (--texts test sentences per request, one
 request at a time, 503s retried), polls /ready and /info, and records each answered request. A run ends --after
@@ -47,6 +49,7 @@ RUNS = {  # name: (NMT_COMPILE, which cache directory)
     "blocking-cold": ("blocking", "fresh"),
     "background-cold": ("background", "shared"),  # empty when it runs first of the shared ones: it fills it
     "background-warm": ("background", "shared"),
+    "blocking-warm": ("blocking", "shared"),
 }
 
 

@@ -128,7 +128,8 @@ class Sampling(Search):
             return self.prefix[t]
         if self.generator is None:
             return argmax
-        scores = logprobs.float() / self.temperature
+        logprobs = logprobs.double()  # float32 would round a temperature below ~1e-45 to 0
+        scores = (logprobs - logprobs.max()) / self.temperature  # the best at 0: no inf - inf at a tiny temperature
         if 0 < self.topk < scores.size(0):
             scores, ids = scores.topk(self.topk)
             return int(ids[torch.multinomial(scores.softmax(-1), 1, generator=self.generator)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -117,6 +118,7 @@ class Compiler:
         # As many threads as the worker: Inductor writes the compiling thread's thread count into its C++ kernels
         # (one thread here made the compiled graphs decode at eager speed; docs/performance.md, Start-up)
         torch.set_num_threads(self.batcher.threads)
+        lower_priority()
         graphs = self._graphs(self._stop.is_set)
         self.built.set()
         return graphs
@@ -133,6 +135,15 @@ class Compiler:
             g = self.graphs
             log.info("compiled the encoder and the decoder steps in %.0f s (%d graphs built, %d loaded from %s); the "
                      "compiled graphs serve", seconds, len(g.built), len(g.loaded), g.directory)  # fmt: skip
+
+
+def lower_priority(nice: int = 10) -> None:
+    """This thread (and the compiler processes it starts) yields the cores to the serving threads: a niceness of its
+    own (Linux schedules threads one by one); elsewhere nothing changes."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (AttributeError, OSError):  # no setpriority (Windows), or not allowed
+        pass
 
 
 def _failed(e: Exception) -> None:

@@ -41,6 +41,19 @@ async def test_beam_size_1_is_the_greedy_answer(client):
     assert all("hypotheses" not in t for t in greedy)
 
 
+async def test_sampling_at_the_smallest_temperature_is_the_greedy_answer(client):
+    """5e-324, the smallest positive float (found by the fuzzer): the scores do not overflow into a NaN, and the
+    sample is the most likely token each step."""
+    body = {"text": ["A man is riding a bike.", "Hi"], "return_tokens": True}
+    greedy = (await client.post("/translate", json=body)).json()["translations"]
+    for topk in (0, 5):
+        sampled = {**body, "sampling_topk": topk, "sampling_temperature": 5e-324, "num_hypotheses": 2, "seed": 2}
+        r = await client.post("/translate", json=sampled)
+        assert r.status_code == 200, r.text
+        for g, s in zip(greedy, r.json()["translations"], strict=True):
+            assert [h["token_ids"] for h in s["hypotheses"]] == [g["token_ids"]] * 2
+
+
 async def test_every_kind_of_request_in_one_busy_batch_equals_its_answer_alone(client):
     kinds = [
         {}, {"beam_size": 3, "num_hypotheses": 2}, {"beam_size": 2, "length_penalty": 0},
