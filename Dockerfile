@@ -51,6 +51,11 @@ ENV NMT_HOST=0.0.0.0 \
     NMT_MODEL_DIR=/app/checkpoints/multi30k-en-de \
     NMT_COMPILE_CACHE_DIR=/var/cache/nmt-serve
 USER 10001:10001
+# Optional: the compiled graphs in the image (docker build --build-arg PRECOMPILE=1; minutes). They serve where the
+# CPU (or GPU), torch and the NMT_* settings that shape them match the build's; elsewhere a server ignores them with
+# a warning and compiles its own. A named volume on /var/cache/nmt-serve starts as a copy of them.
+ARG PRECOMPILE=0
+RUN if [ "$PRECOMPILE" = 1 ]; then nmt-serve --precompile; fi
 EXPOSE 8000
 # /ready answers 200 once the model is loaded and warmed up, 503 before (and if loading failed).
 # Python's urllib rather than curl: the slim CPU base has no curl. It follows NMT_PORT when that is overridden.

@@ -247,7 +247,7 @@ class InfoResponse(BaseModel):
     device: str
     device_name: str = Field(description="the GPU's name on CUDA, else the CPU model")
     dtype: str
-    compiled: bool = Field(description="the encoder and decoder steps run torch.compile'd graphs (NMT_COMPILE)")
+    compiled: bool = Field(description="the encoder and decoder steps run compiled graphs (NMT_COMPILE)")
     compile: CompileInfo
     screened_logits: bool = Field(
         description="greedy picks screened in bfloat16, confirmed in float32 (NMT_SCREEN_LOGITS)"

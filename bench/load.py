@@ -94,7 +94,7 @@ def running_server(
     server = subprocess.Popen(cmd, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + (900 if compile else 120)  # torch.compile's warm-up takes minutes here
+        deadline = time.monotonic() + (900 if compile else 120)  # compiling takes minutes here (seconds with the packages on disk)
         while True:
             try:
                 if httpx.get(f"{url}/ready", timeout=2).status_code == 200:

@@ -18,7 +18,8 @@ From the moment the process starts, a client POSTs /translate in a loop (--texts
 request at a time, 503s retried), polls /ready and /info, and records each answered request. A run ends --after
 seconds after the compiled graphs serve (at once for `off`, which runs --after seconds from its first answer). It
 prints, per run: seconds from the start to the first 200 from /translate, to /ready, and to the compiled graphs
-serving (/info's compile state), and sentences/s while compiling and after; then one JSON line. The client shares
+serving (/info's compile state), sentences/s while compiling and after, and the server's resident memory at the
+end (rss_mb); then one JSON line. The client shares
 the cores with the server, as real clients on the same machine would.
 """
 
@@ -104,9 +105,11 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
                 stop.set()
             await asyncio.sleep(0.2)
 
+    rss_mb = None
     try:
         async with httpx.AsyncClient() as client:
             await asyncio.gather(translate(client), watch(client))
+        rss_mb = resident_mb(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -120,7 +123,19 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
     row = {"run": name, "compile": mode, **{f"{k}_s": round(v, 1) for k, v in marks.items()}}
     row["sent_s_while_compiling"] = rate(marks["ready"], marks["compiled"]) if mode == "background" else None
     row["sent_s_after"] = rate(marks["compiled"], marks["compiled"] + args.after + 1)
+    row["rss_mb"] = rss_mb  # the server's resident memory at the end, compiled graphs loaded
     return row
+
+
+def resident_mb(pid: int) -> float | None:
+    """A process's resident set in MB (Linux), else None."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
 
 
 def main() -> None:

@@ -137,7 +137,7 @@ def _example(model: Transformer, cache: KVCache, graph: Graph):
     """The module to export, example inputs of the strides the cache hands the graph, and their dynamic dims."""
     c, rows = model.config, _dim("rows", graph.lo, graph.hi)
     if graph.fn == "prefill":
-        src = torch.full((graph.hint, 3), c.unk_id, device=cache.kv.device)
+        src = torch.full((graph.hint, min(3, cache.max_src_len)), c.unk_id, device=cache.kv.device)
         return _Prefill(model, "prefill"), (src,), ({0: rows, 1: _dim("S", 1, cache.max_src_len)},)
     if graph.fn == "prefill_packed":
         b, s = graph.hint, 3

@@ -400,7 +400,7 @@ class Transformer(nn.Module):
         return kv[:, :, :, index].permute(0, 1, 3, 2, 4, 5)  # (2, L, B, H, S, Dh)
 
     def step(self, tokens, positions, past_kv, cross_kv, src_keep):
-        """The decoder on one new token per row, as a pure function of tensors (what torch.compile takes).
+        """The decoder on one new token per row, as a pure function of tensors (what torch.export and the compiler take).
 
         tokens, positions (N,); past_kv (2, L, N, H, T, Dh): keys and values of positions < T, of which a row
         attends to those before its own position; cross_kv (2, L, N, H, S, Dh) with src_keep (N, S), True = a

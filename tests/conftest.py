@@ -14,7 +14,7 @@ from model.transformer import Transformer, TransformerConfig
 from tests.synthetic import synthetic_pairs
 
 torch.set_num_threads(1)  # tiny models: threads cost more than they give, and tests run side by side
-# Servers in tests (in-process and child processes) run the eager model: torch.compile's warm-up takes
+# Servers in tests (in-process and child processes) run the eager model: compiling the graphs takes
 # tens of seconds each time. tests/model/test_compile.py and tests/app/test_compiled.py compile on purpose.
 os.environ["NMT_COMPILE"] = "0"
 # Compiled graphs (model/compile.py) are kept in a directory of this run's own: tests that compile one checkpoint

@@ -137,10 +137,10 @@ def test_two_precompiles_at_once_on_one_directory_both_succeed_and_a_server_then
     try:
         wait_ready(proc, base, timeout=120)
         compile_info = httpx.get(f"{base}/info").json()["compile"]
-        assert compile_info["state"] == "compiled" and compile_info["built"] == 0 and compile_info["loaded"] == 3
     finally:
         proc.kill()
-        proc.wait()
+        log = proc.communicate(timeout=10)[0]
+    assert compile_info["state"] == "compiled" and compile_info["built"] == 0 and compile_info["loaded"] == 3, log
 
 
 def test_precompile_of_a_missing_checkpoint_fails_with_its_reason(tmp_path, capsys):

@@ -215,3 +215,11 @@ def test_image_files_are_plain_text_paths():
     for srcs, _ in copies():
         for src in srcs:
             assert not Path(src).is_absolute() and ".." not in Path(src).parts and not set("*?[") & set(src)
+
+
+def test_the_image_can_be_built_with_its_compiled_graphs_as_the_service_user():
+    runs = [v for _, v in instructions("RUN") if "--precompile" in v]
+    assert runs == ['if [ "$PRECOMPILE" = 1 ]; then nmt-serve --precompile; fi']
+    order = [ins for ins, v in instructions() if ins == "USER" or "--precompile" in v]
+    assert order[-1] != "USER", "compiled as the service user, into its own cache directory"
+    assert dockerfile().envs["NMT_COMPILE_CACHE_DIR"] == "/var/cache/nmt-serve"
