@@ -290,17 +290,27 @@ def _load(path: Path, expected: dict[str, str]):
     return runner.loader.boxed_run
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadata: dict[str, str], mode: str):
     module, inputs, dynamic_shapes = _example(model, cache, graph)
     with torch.no_grad():  # strict: traced by dynamo, which keeps to this thread (non-strict tracing fakes the
         # tensors of the eager model decoding on the worker thread meanwhile)
         exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=True)
-    configs = {"freezing": True, "max_autotune": mode == "max-autotune", "aot_inductor.metadata": metadata}
+    configs = {
+        "freezing": True, "max_autotune": mode == "max-autotune", "aot_inductor.metadata": metadata,
+        "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False,  # no tables on stderr
+    }  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp.pt2", dir=path.parent)
     os.close(fd)
     try:
         torch._inductor.aoti_compile_and_package(exported, package_path=tmp, inductor_configs=configs)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the package from servers run as other users
         os.replace(tmp, path)  # whole or not at all, for another server starting on the same directory
     finally:
         if os.path.exists(tmp):
