@@ -99,7 +99,8 @@ async def test_the_engine_translates_as_transformers_batched_and_alone(marian, c
         pytest.skip("compiling is checked on one layout: the step is the same code")
     sentences = held_out_sentences("en")[:200]
     engine = Engine(
-        model, tok, max_input_tokens=128, max_new_tokens=64, max_batch_texts=200, max_batch_size=4,
+        model, tok, max_input_tokens=128, max_new_tokens=64, max_batch_texts=200,
+        max_batch_size=1 if compiled else 32,  # compiled: the one-row graphs (tests/model/test_compile.py has more)
         compile="blocking" if compiled else "off", compile_mode="default", screen_logits=True,
     )  # fmt: skip
     await engine.start()
