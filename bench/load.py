@@ -94,7 +94,8 @@ def running_server(
     server = subprocess.Popen(cmd, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + (900 if compile else 120)  # compiling takes minutes here (seconds with the packages on disk)
+        # compiling takes minutes here (seconds with the packages on disk)
+        deadline = time.monotonic() + (900 if compile else 120)
         while True:
             try:
                 if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
@@ -292,7 +293,7 @@ def main() -> None:
         ratios = sorted(ours / theirs for ours, theirs in vs_ct2)
         summary["c32_vs_ct2_in_process"] = {"rounds": [[o, round(t, 1)] for o, t in vs_ct2],
                                             "ratio": round(statistics.median(ratios), 2)}  # fmt: skip
-        print(f"HTTP at concurrency 32 against CTranslate2 float32 in process at batch 32, taking turns: "
+        print("HTTP at concurrency 32 against CTranslate2 float32 in process at batch 32, taking turns: "
               + ", ".join(f"{o:.1f} vs {t:.1f}" for o, t in vs_ct2) + f" sent/s: {statistics.median(ratios):.2f}x "
               f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}; target >= 0.6)")  # fmt: skip
         ours_pays, theirs_pays = (sorted(x) for x in zip(*batching))

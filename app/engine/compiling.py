@@ -125,7 +125,9 @@ class Compiler:
 
     def _graphs(self, cancelled: Callable[[], bool] | None = None) -> Compiled:
         directory = None if self.cache_dir is None else Path(self.cache_dir) / PACKAGE_DIR
-        return compile_graphs(self.model, self.batcher.cache, log.info, cancelled, directory=directory, mode=self.kernels)
+        return compile_graphs(
+            self.model, self.batcher.cache, log.info, cancelled, directory=directory, mode=self.kernels
+        )
 
     def _finished(self, ok: bool, seconds: float) -> None:
         self.state, self.seconds = ("compiled" if ok else "failed"), seconds

@@ -59,7 +59,10 @@ def test_compiled_greedy_decoding_equals_eager_for_every_row_count(trained_check
     compiled.screen = LogitScreen(compiled.generator_weight, min_rows=3)
     cache = KVCache(compiled, max_batch=4, max_len=31, max_src_len=16)
     graphs = compile_model(compiled, cache, steps=("greedy",), directory=packages_dir, mode="default")
-    steps, prefills = ["greedy_step-1-1", "greedy_step-2-2", "greedy_step-3-4"], ["prefill-1-1", "prefill-2-4", "prefill_packed-2-4"]
+    steps, prefills = (
+        ["greedy_step-1-1", "greedy_step-2-2", "greedy_step-3-4"],
+        ["prefill-1-1", "prefill-2-4", "prefill_packed-2-4"],
+    )
     assert graphs.built[:3] == steps and sorted(graphs.built[3:] + graphs.loaded) == prefills  # the prefill: once
     assert graphs.seconds > 0 and cache.n == 0
     assert_greedy_equal(compiled, eager, cache, screen=True)
@@ -118,7 +121,10 @@ def test_a_restart_loads_the_graphs_the_first_start_built(one_row, trained_check
         graphs = compile_one_row(restarted, cache, tmp_path)
     assert graphs.loaded == built and graphs.built == [] and not caplog.records
     for source in SOURCES:
-        got, want = greedy_decode(restarted, batch([source]), 30, cache)[0], greedy_decode(eager, batch([source]), 30)[0]
+        got, want = (
+            greedy_decode(restarted, batch([source]), 30, cache)[0],
+            greedy_decode(eager, batch([source]), 30)[0],
+        )
         assert got.tokens == want.tokens and got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
     assert graphs.missed == 0
 
