@@ -36,6 +36,7 @@ import os
 import platform
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache as memoized
@@ -48,6 +49,8 @@ from model.decoding import MIN_WINDOW, PACK_MAX_TOKENS, KVCache
 from model.transformer import Transformer
 
 log = logging.getLogger(__name__)
+# torch's own pickling of export specs warns once per graph about its own deprecated API: not the user's business
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 COMPILED = (
     "compiled_step",
     "compiled_logprob_step",
