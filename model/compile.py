@@ -51,12 +51,6 @@ from model.transformer import Transformer
 log = logging.getLogger(__name__)
 # torch's own pickling of export specs warns once per graph about its own deprecated API: not the user's business
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
-COMPILED = (
-    "compiled_step",
-    "compiled_logprob_step",
-    "compiled_prefill",
-    "compiled_prefill_packed",
-)  # adopt sets
 PACKAGE_DIR = "nmt-serve-graphs"  # under Inductor's cache directory (NMT_COMPILE_CACHE_DIR)
 FORMAT = "1"  # of the packages' metadata: a package of another format is built again
 SOURCES = ("transformer.py", "screen.py", "compile.py")  # the code the graphs are traced from
@@ -112,12 +106,16 @@ def graphs_for(model: Transformer, cache: KVCache, steps: Iterable[str] = ("gree
 class _Fn(torch.nn.Module):
     """One of the model's functions as a module, for torch.export."""
 
-    def __init__(self, model: Transformer, fn: str):
+    def __init__(self, model: Transformer):
         super().__init__()
-        self.model, self.fn = model, fn
+        self.model = model
 
 
 class _Step(_Fn):
+    def __init__(self, model: Transformer, fn: str):
+        super().__init__(model)
+        self.fn = fn
+
     def forward(self, tokens, positions, past_kv, cross_kv, src_keep):
         return getattr(self.model, self.fn)(tokens, positions, past_kv, cross_kv, src_keep)
 
@@ -141,7 +139,7 @@ def _example(model: Transformer, cache: KVCache, graph: Graph):
     c, rows = model.config, _dim("rows", graph.lo, graph.hi)
     if graph.fn == "prefill":
         src = torch.full((graph.hint, min(3, cache.max_src_len)), c.unk_id, device=cache.kv.device)
-        return _Prefill(model, "prefill"), (src,), ({0: rows, 1: _dim("S", 1, cache.max_src_len)},)
+        return _Prefill(model), (src,), ({0: rows, 1: _dim("S", 1, cache.max_src_len)},)
     if graph.fn == "prefill_packed":
         b, s = graph.hint, 3
         src = torch.full((b, s), c.unk_id, device=cache.kv.device)
@@ -152,7 +150,7 @@ def _example(model: Transformer, cache: KVCache, graph: Graph):
         inputs = packed(src, keep, keep.sum(1), int(keep.sum()))
         tokens = Dim("T", min=2, max=PACK_MAX_TOKENS)
         ds = ({0: tokens}, {0: tokens}, {0: tokens}, {0: rows, 1: _dim("S", 2, cache.max_src_len)})
-        return _PrefillPacked(model, "prefill_packed"), inputs, ds
+        return _PrefillPacked(model), inputs, ds
     n, t, s = graph.hint, min(MIN_WINDOW + 1, cache.max_len), min(MIN_WINDOW + 1, cache.max_src_len)
     inputs = (  # views of the cache's buffers, as KVCache.step takes them
         cache.tokens[:n], cache.positions[:n], cache.kv[:, :, :n, :, :t], cache.cross_kv[:, :, :n, :, :s],
@@ -227,31 +225,34 @@ class CompiledStep:
     """A decoder step's graphs, each for a range of row counts; called by KVCache.step. A row count no graph
     covers runs the eager step (and is counted in `missed`)."""
 
+    rows_input = 0  # the input whose first dimension is the row count
+
     def __init__(self, model: Transformer, fn: str):
-        self.eager, self.graphs, self.missed = getattr(model, fn), [], 0
+        self.fn, self.eager, self.graphs, self.missed = fn, getattr(model, fn), [], 0
 
     def __call__(self, *inputs: torch.Tensor):
-        n = inputs[0].size(0)
+        n = inputs[self.rows_input].size(0)
         for lo, hi, run in self.graphs:
             if lo <= n <= hi:
-                return run(list(inputs))
+                return self.output(run(list(inputs)))
         if not self.missed:
-            log.warning("no compiled graph for a decoder step of %d rows; running it eagerly", n)
+            log.warning("no compiled %s graph for %d rows; running it eagerly", self.fn, n)
         self.missed += 1
         return self.eager(*inputs)
+
+    @staticmethod
+    def output(outputs: list[torch.Tensor]):
+        return outputs  # the step's tensors, as the eager step returns them
 
 
 class CompiledPrefill(CompiledStep):
-    """The padded or packed prefill's graph, for a range of sources; other batches run eagerly."""
+    """The padded or packed prefill's graphs, for a range of sources; other batches run eagerly."""
 
-    def __call__(self, *inputs: torch.Tensor):
-        b = inputs[-1].size(0) if len(inputs) == 4 else inputs[0].size(0)  # packed: index (B, S)
-        s = inputs[-1].size(1) if len(inputs) == 4 else inputs[0].size(1)
-        for lo, hi, run in self.graphs:
-            if lo <= b <= hi and (len(inputs) == 1 or s >= 2):
-                return run(list(inputs))[0]
-        self.missed += 1
-        return self.eager(*inputs)
+    rows_input = -1  # src (B, S) of the padded prefill, index (B, S) of the packed one
+
+    @staticmethod
+    def output(outputs: list[torch.Tensor]):
+        return outputs[0]  # cross_kv
 
 
 @dataclass
@@ -273,6 +274,7 @@ ATTRIBUTE = {
     "greedy_step": "compiled_step", "logprob_step": "compiled_logprob_step", "prefill": "compiled_prefill",
     "prefill_packed": "compiled_prefill_packed",
 }  # fmt: skip
+COMPILED = tuple(ATTRIBUTE.values())  # adopt sets them, uncompile removes them
 
 
 def _load(path: Path, expected: dict[str, str]):
@@ -345,22 +347,19 @@ def compile_graphs(
             raise Cancelled("compiling cancelled")
         screened = f"-screen{screen.min_rows}" if screen is not None and graph.fn == "greedy_step" else ""
         path = directory / f"{graph.name}-{shape}{screened}-{mode}.pt2"
-        run = _load(path, expected) if path.exists() else None
+        run, how = (_load(path, expected) if path.exists() else None), "loaded"
         if run is None:
             _build(model, cache, graph, path, {**expected, "graph": path.name}, mode)
-            run = _load(path, expected)
+            run, how = _load(path, expected), "built"
             if run is None:
                 raise RuntimeError(f"the compiled graph {path} does not load")
-            compiled.built.append(graph.name)
-        else:
-            compiled.loaded.append(graph.name)
+        getattr(compiled, how).append(graph.name)
         attribute = ATTRIBUTE[graph.fn]
         if attribute not in compiled.functions:
             kind = CompiledPrefill if graph.fn.startswith("prefill") else CompiledStep
             compiled.functions[attribute] = kind(model, graph.fn)
         compiled.functions[attribute].graphs.append((graph.lo, graph.hi, run))
         if log:
-            how = "built" if compiled.built and compiled.built[-1] == graph.name else "loaded"
             log(f"{how} the {graph.fn} graph for {graph.lo}-{graph.hi} rows ({time.perf_counter() - t0:.0f} s so far)")
     compiled.seconds = time.perf_counter() - t0
     return compiled
