@@ -319,7 +319,8 @@ def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadat
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp.pt2", dir=path.parent)
     os.close(fd)
     try:
-        torch._inductor.aoti_compile_and_package(exported, package_path=tmp, inductor_configs=configs)
+        with torch.no_grad():  # Inductor freezes the weights (packing them for oneDNN) only without autograd
+            torch._inductor.aoti_compile_and_package(exported, package_path=tmp, inductor_configs=configs)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the package from servers run as other users
         os.replace(tmp, path)  # whole or not at all, for another server starting on the same directory
     finally:

@@ -144,6 +144,16 @@ def packages(directory):
     return sorted(p for p in directory.glob("*/*.pt2") if not p.name.startswith("."))
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="oneDNN packs the frozen weights on CPU")
+def test_the_weights_are_frozen_into_the_package_as_packed_linears(one_row_packages):
+    """Inductor freezes only what is compiled without autograd: a package built with it on ran its Linears as
+    unpacked addmm calls, 1.5x slower at 32 rows than the packed ones (docs/performance.md, Start-up)."""
+    step = next(p for p in packages(one_row_packages[0]) if p.name.startswith("greedy_step"))
+    with zipfile.ZipFile(step) as z:
+        wrapper = next(z.read(n).decode() for n in z.namelist() if n.endswith("wrapper.cpp"))
+    assert "aoti_torch_cpu__linear_pointwise" in wrapper and "aoti_torch_cpu_addmm_out" not in wrapper
+
+
 def test_a_corrupt_or_truncated_package_is_ignored_with_a_warning_and_built_again(one_row, tmp_path, caplog):
     model, cache, built = one_row
     step, prefill = packages(tmp_path)  # greedy_step-..., prefill-...
