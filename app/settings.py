@@ -73,8 +73,9 @@ class Settings(BaseSettings):
     )
     compile_mode: CompileKernels = Field(
         "max-autotune",
-        description="how the graphs are compiled: `max-autotune` benchmarks candidate GEMM kernels and keeps the "
-        "fastest (longer to compile, faster to serve); `default` does not",
+        description="how the graphs are compiled: `max-autotune` benchmarks candidate GEMM kernels for the decoder "
+        "steps of fewer than 16 rows and keeps the fastest (longer to compile, faster small batches); `default` does "
+        "not",
     )
     compile_cache_dir: Path | None = Field(
         None,

@@ -2,12 +2,12 @@
 
 Eager PyTorch spends most of a small decoder step on per-op overhead (about 150 ops for a 3-layer decoder).
 Each graph here is exported (`torch.export`) with dynamic row counts, key windows and source windows, compiled by
-Inductor with frozen weights (pre-packed and folded into the kernels) and max-autotune into an AOTInductor package
-(one shared library with its kernels and its packed weights), and loaded from that package. A growing cache and a
-batch that changes size every step never recompile: the greedy step has one graph for 1 row, one for 2 rows up to the
-logit screen's minimum (model/screen.py), one from there, and one from LARGE_ROWS rows on, tuned at the cache's full
-row count; the full step (beam search, sampling) the same without the screen's; the prefill one graph padded and one
-packed.
+Inductor with frozen weights (pre-packed and folded into the kernels; max-autotune for the small-row steps:
+graph_mode) into an AOTInductor package (one shared library with its kernels and its packed weights), and loaded
+from that package. A growing cache and a batch that changes size every step never recompile: the greedy step has
+one graph for 1 row, one for 2 rows up to the logit screen's minimum (model/screen.py), one from there, and one from
+LARGE_ROWS rows on, tuned at the cache's full row count; the full step (beam search, sampling) the same without the
+screen's; the prefill one graph padded and one packed.
 
     compiled = compile_graphs(model, cache)   # builds what the package directory lacks, loads the rest
     adopt(model, compiled)                    # between two decoder steps: KVCache steps with the graphs from now on
@@ -34,7 +34,9 @@ import json
 import logging
 import os
 import platform
+import shutil
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -49,8 +51,10 @@ from model.decoding import MIN_WINDOW, PACK_MAX_TOKENS, KVCache
 from model.transformer import Transformer
 
 log = logging.getLogger(__name__)
-# torch's own pickling of export specs warns once per graph about its own deprecated API: not the user's business
+# torch's own pickling of export specs and its autotuner warn once per graph about torch's own deprecated APIs: not
+# the user's business
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+warnings.filterwarnings("ignore", message="TypedStorage is deprecated", module="torch._inductor.select_algorithm")
 PACKAGE_DIR = "nmt-serve-graphs"  # under Inductor's cache directory (NMT_COMPILE_CACHE_DIR)
 FORMAT = "1"  # of the packages' metadata: a package of another format is built again
 SOURCES = ("transformer.py", "screen.py", "compile.py")  # the code the graphs are traced from
@@ -59,6 +63,14 @@ SOURCES = ("transformer.py", "screen.py", "compile.py")  # the code the graphs a
 # graphs tuned at 1, 2 (and the screen's minimum) rows. Kernels tuned at 2 rows ran a 128-row beam step ~1.4x
 # slower than kernels tuned at 128 rows, and those ran a 4-row step ~1.5x slower.
 LARGE_ROWS = 16
+
+
+def graph_mode(graph: Graph, mode: str) -> str:
+    """The mode `graph` is built in: `mode` for the decoder steps of fewer than LARGE_ROWS rows, "default" for the
+    rest. Max-autotune's C++ GEMM kernels ran a 1-row step in 0.3-0.5 ms against oneDNN's 1.8 ms (4 rows: 0.6
+    against 0.8-1.2 ms); from LARGE_ROWS rows on it picked oneDNN's packed GEMMs anyway (32 rows: 3.5-3.7 ms, the
+    default mode's 3.2-3.3 ms), as for the prefill's rows x source tokens, so there it only doubled the build."""
+    return mode if graph.fn.endswith("_step") and graph.hi < LARGE_ROWS else "default"
 
 
 class Cancelled(Exception):
@@ -277,12 +289,41 @@ ATTRIBUTE = {
 COMPILED = tuple(ATTRIBUTE.values())  # adopt sets them, uncompile removes them
 
 
+_loading = threading.Lock()  # one load at a time in this process: what a load newly maps is its own
+
+
+def _extracted() -> set[str]:
+    """The directories AOTInductor unpacked a package into (TMPDIR/aotinductor_XXXXXX) whose shared libraries this
+    process has mapped, read from /proc/self/maps (empty where there is none)."""
+    try:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in maps:
+        path = line.split(maxsplit=5)[-1]
+        at = path.find("/aotinductor_")
+        if at >= 0 and path.startswith("/"):
+            found.add(path[: path.find("/", at + 1)])
+    return found
+
+
 def _load(path: Path, expected: dict[str, str]):
-    """The package's runner when it was built for `expected`, else None (with a warning saying why)."""
+    """The package's runner when it was built for `expected`, else None (with a warning saying why).
+
+    AOTInductor unpacks a package into a fresh directory under TMPDIR and removes it only when the runner is
+    destroyed, which a server that is stopped or killed never does: every start left its graphs' libraries there
+    (hundreds of MB for an OPUS-MT-sized model, in RAM where /tmp is a tmpfs). On CPU the library and its packed
+    weights are all the runner needs once mapped, so the directory goes right after loading."""
     from torch._inductor import aoti_load_package
 
     try:
-        runner = aoti_load_package(str(path))
+        with _loading:
+            before = _extracted()
+            runner = aoti_load_package(str(path))
+            if expected["device"].startswith("cpu"):  # CUDA runners may load kernel binaries later
+                for directory in _extracted() - before:
+                    shutil.rmtree(directory, ignore_errors=True)
         found = runner.get_metadata()
     except Exception as e:  # noqa: BLE001 - a corrupt or partial package is built again
         log.warning("ignoring the compiled graph %s: it cannot be loaded (%s); compiling it again", path, e)
@@ -335,8 +376,8 @@ def compile_graphs(
 ) -> Compiled:  # fmt: skip
     """Every graph the cache's steps (and admissions) run, loaded from `directory` (default_dir()) or built into it;
     `model` and `cache` are only read. `cancelled` is asked before each graph: True raises Cancelled. `steps`: which
-    steps to compile, the greedy one and the full one (log-probabilities) by default. mode: "max-autotune" (GEMMs
-    benchmarked, the results cached) or "default"."""
+    steps to compile, the greedy one and the full one (log-probabilities) by default. mode: "max-autotune" (the GEMMs
+    of the small-row steps benchmarked, the results cached: graph_mode) or "default"."""
     t0, device = time.perf_counter(), cache.kv.device
     directory = Path(directory or default_dir()) / weights_digest(model)
     expected = environment(device)
@@ -347,10 +388,11 @@ def compile_graphs(
         if cancelled is not None and cancelled():
             raise Cancelled("compiling cancelled")
         screened = f"-screen{screen.min_rows}" if screen is not None and graph.fn == "greedy_step" else ""
-        path = directory / f"{graph.name}-{shape}{screened}-{mode}.pt2"
+        built_as = graph_mode(graph, mode)
+        path = directory / f"{graph.name}-{shape}{screened}-{built_as}.pt2"
         run, how = (_load(path, expected) if path.exists() else None), "loaded"
         if run is None:
-            _build(model, cache, graph, path, {**expected, "graph": path.name}, mode)
+            _build(model, cache, graph, path, {**expected, "graph": path.name}, built_as)
             run, how = _load(path, expected), "built"
             if run is None:
                 raise RuntimeError(f"the compiled graph {path} does not load")

@@ -34,6 +34,9 @@ async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_resta
     graphs = info["compile"]["built"]  # the greedy and the full step for 1 row, and the prefill
     assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0 and graphs == 3
     assert info["compile"]["loaded"] == 0
+    # NMT_COMPILE_MODE=max-autotune tunes the one-row steps' GEMMs; the prefill's go to oneDNN untuned
+    autotuned = {p.name.split("-")[0]: p.name.endswith("-max-autotune.pt2") for p in tmp_path.glob("*/*/*.pt2")}
+    assert autotuned == {"greedy_step": True, "logprob_step": True, "prefill": False}
     assert [t["text"] for t in compiled] == [t["text"] for t in eager]
     assert [t["score"] for t in compiled] == pytest.approx([t["score"] for t in eager], abs=1e-4)
 

@@ -129,6 +129,19 @@ def test_a_restart_loads_the_graphs_the_first_start_built(one_row, trained_check
     assert graphs.missed == 0
 
 
+def test_loading_leaves_nothing_unpacked_behind(one_row, trained_checkpoint, tmp_path, tmp_path_factory, monkeypatch):
+    """AOTInductor unpacks each package under TMPDIR and removes it only when the runner is destroyed, which a
+    stopped or killed server never does: each start left its graphs' libraries behind."""
+    model, cache, built = one_row
+    unpacked = tmp_path_factory.mktemp("tmpdir")
+    monkeypatch.setenv("TMPDIR", str(unpacked))
+    graphs = compile_one_row(model, cache, tmp_path)
+    assert graphs.loaded == built and list(unpacked.iterdir()) == []
+    eager = load_checkpoint(trained_checkpoint)[0]
+    got, want = greedy_decode(model, batch([SOURCES[0]]), 30, cache), greedy_decode(eager, batch([SOURCES[0]]), 30)
+    assert got[0].tokens == want[0].tokens and graphs.missed == 0
+
+
 def test_packages_are_found_by_the_weights_and_say_what_they_were_built_for(trained_checkpoint, tiny_model):
     model, again = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
     assert weights_digest(model) == weights_digest(again) != weights_digest(tiny_model)
