@@ -236,6 +236,7 @@ class CompileInfo(BaseModel):
     seconds: float | None = Field(description="from the start of compiling to the compiled graphs serving")
     built: int | None = Field(description="graphs compiled at this start (NMT_COMPILE_CACHE_DIR had no package)")
     loaded: int | None = Field(description="graphs loaded from the packages an earlier start built")
+    serving: int = Field(0, description="graphs serving now: in the background they serve one by one as they are ready")
 
 
 class InfoResponse(BaseModel):

@@ -29,6 +29,7 @@ one directory each find a whole package or none.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -100,19 +101,20 @@ def row_ranges(max_rows: int, screen_rows: int | None) -> list[tuple[int, int, i
 
 
 def graphs_for(model: Transformer, cache: KVCache, steps: Iterable[str] = ("greedy", "logprobs")) -> list[Graph]:
-    """Every graph a cache's steps and admissions run. steps: "greedy" (greedy_step), "logprobs" (logprob_step)."""
+    """Every graph a cache's steps and admissions run, in the order they are built: the first step's (what most
+    requests run), the prefill's, the other steps'. steps: "greedy" (greedy_step), "logprobs" (logprob_step)."""
     screen = getattr(model, "screen", None)
-    out = []
+    per_step = []
     for step in steps:
         fn = {"greedy": "greedy_step", "logprobs": "logprob_step"}[step]
         screened = screen.min_rows if screen is not None and step == "greedy" else None
-        out += [Graph(fn, lo, hi, hint) for lo, hi, hint in row_ranges(cache.max_batch, screened)]
-    out.append(Graph("prefill", 1, 1, 1))  # one source (a dynamic batch would not take size 1: export specializes it)
+        per_step.append([Graph(fn, lo, hi, hint) for lo, hi, hint in row_ranges(cache.max_batch, screened)])
+    prefill = [Graph("prefill", 1, 1, 1)]  # one source (a dynamic batch would not take size 1: export specializes it)
     if cache.max_batch > 1:
-        out.append(Graph("prefill", 2, cache.max_batch, 2))
+        prefill.append(Graph("prefill", 2, cache.max_batch, 2))
     if cache.max_batch > 1 and cache.max_src_len > 2:  # KVCache.add packs sources of different lengths
-        out.append(Graph("prefill_packed", 2, cache.max_batch, 2))
-    return out
+        prefill.append(Graph("prefill_packed", 2, cache.max_batch, 2))
+    return [*per_step[0], *prefill, *(g for graphs in per_step[1:] for g in graphs)] if per_step else prefill
 
 
 class _Fn(torch.nn.Module):
@@ -235,18 +237,20 @@ def use_cache_dir(path: str | os.PathLike) -> None:
 
 class CompiledStep:
     """A decoder step's graphs, each for a range of row counts; called by KVCache.step. A row count no graph
-    covers runs the eager step (and is counted in `missed`)."""
+    covers runs the eager step (and is counted in `missed`, unless the graphs are `partial`: still being built)."""
 
     rows_input = 0  # the input whose first dimension is the row count
 
     def __init__(self, model: Transformer, fn: str):
-        self.fn, self.eager, self.graphs, self.missed = fn, getattr(model, fn), [], 0
+        self.fn, self.eager, self.graphs, self.missed, self.partial = fn, getattr(model, fn), [], 0, False
 
     def __call__(self, *inputs: torch.Tensor):
         n = inputs[self.rows_input].size(0)
         for lo, hi, run in self.graphs:
             if lo <= n <= hi:
                 return self.output(run(list(inputs)))
+        if self.partial:
+            return self.eager(*inputs)
         if not self.missed:
             log.warning("no compiled %s graph for %d rows; running it eagerly", self.fn, n)
         self.missed += 1
@@ -276,10 +280,21 @@ class Compiled:
     seconds: float = 0.0
     built: list[str] = field(default_factory=list)  # graphs compiled now
     loaded: list[str] = field(default_factory=list)  # graphs read from packages
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def missed(self) -> int:
         return sum(f.missed for f in self.functions.values())
+
+    def so_far(self) -> Compiled:
+        """A copy of the graphs built or loaded so far, to adopt while compile_graphs goes on: the rows and steps
+        they do not cover yet run eagerly, without a warning."""
+        functions = {}
+        for name, f in self.functions.items():
+            functions[name] = copy.copy(f)
+            functions[name].graphs, functions[name].partial = list(f.graphs), True
+        return Compiled(self.directory, functions, time.perf_counter() - self.started, list(self.built),
+                        list(self.loaded))  # fmt: skip
 
 
 ATTRIBUTE = {
@@ -372,19 +387,21 @@ def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadat
 def compile_graphs(
     model: Transformer, cache: KVCache, log: Callable[[str], None] | None = None,
     cancelled: Callable[[], bool] | None = None, steps: Iterable[str] = ("greedy", "logprobs"),
-    directory: Path | None = None, mode: str = "max-autotune",
+    directory: Path | None = None, mode: str = "max-autotune", ready: Callable[[Compiled], None] | None = None,
 ) -> Compiled:  # fmt: skip
     """Every graph the cache's steps (and admissions) run, loaded from `directory` (default_dir()) or built into it;
     `model` and `cache` are only read. `cancelled` is asked before each graph: True raises Cancelled. `steps`: which
     steps to compile, the greedy one and the full one (log-probabilities) by default. mode: "max-autotune" (the GEMMs
-    of the small-row steps benchmarked, the results cached: graph_mode) or "default"."""
-    t0, device = time.perf_counter(), cache.kv.device
+    of the small-row steps benchmarked, the results cached: graph_mode) or "default". `ready`, when given, is handed
+    Compiled.so_far() after each graph but the last (the server adopts them one by one)."""
+    device = cache.kv.device
     directory = Path(directory or default_dir()) / weights_digest(model)
     expected = environment(device)
     shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
     screen = getattr(model, "screen", None)
-    compiled = Compiled(directory)
-    for graph in graphs_for(model, cache, steps):
+    compiled, graphs = Compiled(directory), graphs_for(model, cache, steps)
+    t0 = compiled.started
+    for i, graph in enumerate(graphs):
         if cancelled is not None and cancelled():
             raise Cancelled("compiling cancelled")
         screened = f"-screen{screen.min_rows}" if screen is not None and graph.fn == "greedy_step" else ""
@@ -404,6 +421,8 @@ def compile_graphs(
         compiled.functions[attribute].graphs.append((graph.lo, graph.hi, run))
         if log:
             log(f"{how} the {graph.fn} graph for {graph.lo}-{graph.hi} rows ({time.perf_counter() - t0:.0f} s so far)")
+        if ready is not None and i < len(graphs) - 1:
+            ready(compiled.so_far())
     compiled.seconds = time.perf_counter() - t0
     return compiled
 

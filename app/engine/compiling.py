@@ -1,9 +1,10 @@
 """How an engine gets its compiled graphs (NMT_COMPILE): in the background while it serves, before it serves, or never.
 
 In the background (the default) the eager model answers from the first second. The graphs for the serving cache's
-shape are loaded from the package directory or compiled into it (model/compile.py) on a thread of their own; when
-every graph is ready the worker adopts them between two decoder steps. The cache holds the same keys and values
-either way, so sequences in flight go on, and decode the same tokens. A restart finds the packages and is compiled
+shape are loaded from the package directory or compiled into it (model/compile.py) on a thread of their own, and the
+worker adopts them one by one as they are ready, between two decoder steps (the greedy steps first; until its graph
+is there, a step runs eagerly). The cache holds the same keys and values either way, so sequences in flight go on,
+and decode the same tokens. A restart finds the packages and is compiled
 within seconds.
 """
 
@@ -47,6 +48,7 @@ class Compiler:
         self.state: State = "off" if mode == "off" else "pending"
         self.seconds: float | None = None  # from the start of compiling to the graphs serving
         self.graphs: Compiled | None = None
+        self.serving = 0  # graphs the worker has adopted
         self.built = threading.Event()  # background mode: the graphs are compiled, for the worker to adopt
         self._stop = threading.Event()
         self._task: asyncio.Task | None = None
@@ -58,7 +60,10 @@ class Compiler:
     def info(self) -> dict[str, Any]:
         seconds = None if self.seconds is None else round(self.seconds, 1)
         built, loaded = (None, None) if self.graphs is None else (len(self.graphs.built), len(self.graphs.loaded))
-        return {"mode": self.mode, "state": self.state, "seconds": seconds, "built": built, "loaded": loaded}
+        return {
+            "mode": self.mode, "state": self.state, "seconds": seconds, "built": built, "loaded": loaded,
+            "serving": self.serving,
+        }  # fmt: skip
 
     async def before_ready(self) -> None:
         """Blocking mode: compile (or load) every graph on the worker, before any request."""
@@ -93,6 +98,7 @@ class Compiler:
         try:
             self.graphs = self._graphs()
             adopt(self.model, self.graphs)
+            self.serving = len(self.graphs.built) + len(self.graphs.loaded)
         except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
             _failed(e)
             uncompile(self.model)
@@ -102,9 +108,10 @@ class Compiler:
     async def _compile_beside(self) -> None:
         self.state, t0 = "compiling", time.perf_counter()
         log.info("serving the eager model while compiling in the background")
+        loop = asyncio.get_running_loop()
         try:
-            self.graphs = await on_own_thread(self._compile_graphs, "nmt-compile")
-            await self.batcher.call(adopt, self.model, self.graphs)  # between two decoder steps
+            self.graphs = await on_own_thread(lambda: self._compile_graphs(loop), "nmt-compile")
+            await self.batcher.call(self._adopt, self.graphs)  # between two decoder steps
         except (Cancelled, EngineUnavailable):  # the server is stopping
             self.state = "pending"
             return
@@ -114,19 +121,33 @@ class Compiler:
             return
         self._finished(True, time.perf_counter() - t0)
 
-    def _compile_graphs(self) -> Compiled:
+    def _compile_graphs(self, loop: asyncio.AbstractEventLoop) -> Compiled:
         # As many threads as the worker: Inductor writes the compiling thread's thread count into its C++ kernels
         # (one thread here made the compiled graphs decode at eager speed; docs/performance.md, Start-up)
         torch.set_num_threads(self.batcher.threads)
         lower_priority()
-        graphs = self._graphs(self._stop.is_set)
+
+        def ready(so_far: Compiled) -> None:  # each graph serves as soon as it is there: the worker adopts it
+            try:  # between two steps, in order; compiling goes on meanwhile
+                asyncio.run_coroutine_threadsafe(self.batcher.call(self._adopt, so_far), loop)
+            except RuntimeError as e:  # the event loop has closed: the server has stopped
+                raise Cancelled("the server has stopped") from e
+
+        graphs = self._graphs(self._stop.is_set, ready)
         self.built.set()
         return graphs
 
-    def _graphs(self, cancelled: Callable[[], bool] | None = None) -> Compiled:
+    def _adopt(self, graphs: Compiled) -> None:
+        if len(graphs.built) + len(graphs.loaded) >= self.serving:  # never fewer graphs than serve already
+            adopt(self.model, graphs)
+            self.serving = len(graphs.built) + len(graphs.loaded)
+
+    def _graphs(
+        self, cancelled: Callable[[], bool] | None = None, ready: Callable[[Compiled], None] | None = None
+    ) -> Compiled:
         directory = None if self.cache_dir is None else Path(self.cache_dir) / PACKAGE_DIR
         return compile_graphs(
-            self.model, self.batcher.cache, log.info, cancelled, directory=directory, mode=self.kernels
+            self.model, self.batcher.cache, log.info, cancelled, directory=directory, mode=self.kernels, ready=ready
         )
 
     def _finished(self, ok: bool, seconds: float) -> None:

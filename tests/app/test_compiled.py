@@ -74,7 +74,8 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         engine = app.state.engine
         info = (await client.get("/info")).json()
         assert info["compiled"] is False and info["compile"] == {"mode": "background", "state": "compiling",
-                                                                 "seconds": None, "built": None, "loaded": None}  # fmt: skip
+                                                                 "seconds": None, "built": None, "loaded": None,
+                                                                 "serving": 0}  # fmt: skip
         gate = StepGate(engine.model, monkeypatch, timeout=600)
         gate.hold(lambda sizes: len(sizes) == 3)  # the stream's third step waits for the compiled graphs
         stream = asyncio.create_task(client.post("/translate", json={**body, "stream": True}))
@@ -86,6 +87,7 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         assert engine.compiled and engine.model.compiled_step.missed == 0
         info = (await client.get("/info")).json()
         assert info["compiled"] is True and info["compile"]["state"] == "compiled" and info["compile"]["seconds"] > 0
+        assert info["compile"]["serving"] == 3  # the greedy step's graph, the prefill's, the full step's
         metrics = (await client.get("/metrics")).text
         assert "nmt_compiled 1.0" in metrics and "nmt_compile_duration_seconds 0.0" not in metrics
         again = (await client.post("/translate", json={**body, "return_tokens": True})).json()

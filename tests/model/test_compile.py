@@ -142,6 +142,26 @@ def test_loading_leaves_nothing_unpacked_behind(one_row, trained_checkpoint, tmp
     assert got[0].tokens == want[0].tokens and graphs.missed == 0
 
 
+def test_the_graphs_so_far_can_serve_while_the_others_are_built(one_row, trained_checkpoint, tmp_path, caplog):
+    """`ready` gets each partial result (the server adopts them one by one): the rows and steps without a graph yet
+    run eagerly, decode the same tokens, and are not counted as missed."""
+    model, cache, built = one_row
+    so_far = []
+    graphs = compile_graphs(model, cache, steps=("greedy",), directory=tmp_path, mode="default", ready=so_far.append)
+    assert graphs.loaded == built == ["greedy_step-1-1", "prefill-1-1"] and len(so_far) == 1
+    (first,) = so_far
+    assert first.loaded == ["greedy_step-1-1"] and list(first.functions) == ["compiled_step"]
+    assert first.functions["compiled_step"].partial and not graphs.functions["compiled_step"].partial
+    eager = load_checkpoint(trained_checkpoint)[0]
+    with caplog.at_level(logging.WARNING, logger="model.compile"):
+        model_compile.adopt(model, first)  # the greedy step compiled, the prefill still eager
+        for source in SOURCES:
+            got, want = greedy_decode(model, batch([source]), 30, cache), greedy_decode(eager, batch([source]), 30)
+            assert got[0].tokens == want[0].tokens
+    assert first.missed == 0 and not caplog.records
+    assert len(graphs.functions["compiled_step"].graphs) == 1 and graphs.seconds >= first.seconds
+
+
 def test_packages_are_found_by_the_weights_and_say_what_they_were_built_for(trained_checkpoint, tiny_model):
     model, again = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
     assert weights_digest(model) == weights_digest(again) != weights_digest(tiny_model)
