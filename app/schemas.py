@@ -236,7 +236,11 @@ class CompileInfo(BaseModel):
     seconds: float | None = Field(description="from the start of compiling to the compiled graphs serving")
     built: int | None = Field(description="graphs compiled at this start (NMT_COMPILE_CACHE_DIR had no package)")
     loaded: int | None = Field(description="graphs loaded from the packages an earlier start built")
-    serving: int = Field(0, description="graphs serving now: in the background they serve one by one as they are ready")
+    serving: list[str] = Field(
+        default_factory=list,
+        description="the compiled graphs serving now, by name (step, rows): in the background they serve one by one "
+        "as they are ready, the greedy step's first",
+    )
 
 
 class InfoResponse(BaseModel):

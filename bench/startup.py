@@ -17,9 +17,10 @@ first) for the last three.
 From the moment the process starts, a client POSTs /translate in a loop (--texts test sentences per request, one
 request at a time, 503s retried), polls /ready and /info, and records each answered request. A run ends --after
 seconds after the compiled graphs serve (at once for `off`, which runs --after seconds from its first answer). It
-prints, per run: seconds from the start to the first 200 from /translate, to /ready, and to the compiled graphs
-serving (/info's compile state), sentences/s while compiling and after, and the server's resident memory at the
-end (rss_mb); then one JSON line. The client shares
+prints, per run: seconds from the start to the first 200 from /translate, to /ready, to the first compiled graph
+serving, to the greedy step's and the prefill's all serving (what these greedy requests run; in the background the
+graphs serve one by one, /info's compile.serving), and to every graph serving (compile state `compiled`),
+sentences/s while compiling and after, and the server's resident memory at the end (rss_mb); then one JSON line. The client shares
 the cores with the server, as real clients on the same machine would.
 """
 
@@ -64,6 +65,7 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
     server = subprocess.Popen(["nmt-serve", "--model-dir", args.model_dir, "--port", str(port)], env=env)
     marks: dict[str, float] = {}
     answered: list[tuple[float, int]] = []  # (seconds since start, sentences) per 200
+    serving: list[tuple[float, set[str]]] = []  # (seconds since start, the graphs serving), from /info
     stop = asyncio.Event()
 
     async def translate(client: httpx.AsyncClient) -> None:
@@ -94,9 +96,12 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
                 if "ready" not in marks and (await client.get(f"{url}/ready", timeout=5)).status_code == 200:
                     marks["ready"] = time.monotonic() - t0
                 if "ready" in marks and "compiled" not in marks:
-                    state = (await client.get(f"{url}/info", timeout=5)).json()["compile"]["state"]
+                    compiling = (await client.get(f"{url}/info", timeout=5)).json()["compile"]
+                    state, now = compiling["state"], time.monotonic() - t0
+                    if compiling["serving"]:
+                        serving.append((now, set(compiling["serving"])))
                     if state == "compiled" or (mode == "off" and "first_translation" in marks):
-                        marks["compiled"] = time.monotonic() - t0
+                        marks["compiled"] = now
                     elif state == "failed":
                         sys.exit(f"{name}: compiling failed (see the server's log)")
             except httpx.HTTPError:
@@ -120,6 +125,10 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
             return None
         return round(sum(n for _, n in done[1:]) / (done[-1][0] - done[0][0]), 1)
 
+    if serving:  # the first graph, and the greedy step's and the prefill's: what these requests run
+        greedy = {g for g in serving[-1][1] if not g.startswith("logprob_step")}
+        marks["first_graph"] = serving[0][0]
+        marks["greedy_compiled"] = next(t for t, graphs in serving if greedy <= graphs)
     row = {"run": name, "compile": mode, **{f"{k}_s": round(v, 1) for k, v in marks.items()}}
     row["sent_s_while_compiling"] = rate(marks["ready"], marks["compiled"]) if mode == "background" else None
     row["sent_s_after"] = rate(marks["compiled"], marks["compiled"] + args.after + 1)

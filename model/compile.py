@@ -281,6 +281,7 @@ class Compiled:
     built: list[str] = field(default_factory=list)  # graphs compiled now
     loaded: list[str] = field(default_factory=list)  # graphs read from packages
     started: float = field(default_factory=time.perf_counter)
+    order: list[str] = field(default_factory=list)  # every graph's name, in the order they are built or loaded
 
     @property
     def missed(self) -> int:
@@ -294,7 +295,7 @@ class Compiled:
             functions[name] = copy.copy(f)
             functions[name].graphs, functions[name].partial = list(f.graphs), True
         return Compiled(self.directory, functions, time.perf_counter() - self.started, list(self.built),
-                        list(self.loaded))  # fmt: skip
+                        list(self.loaded), self.started, self.order)  # fmt: skip
 
 
 ATTRIBUTE = {
@@ -399,7 +400,8 @@ def compile_graphs(
     expected = environment(device)
     shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
     screen = getattr(model, "screen", None)
-    compiled, graphs = Compiled(directory), graphs_for(model, cache, steps)
+    graphs = graphs_for(model, cache, steps)
+    compiled = Compiled(directory, order=[g.name for g in graphs])
     t0 = compiled.started
     for i, graph in enumerate(graphs):
         if cancelled is not None and cancelled():

@@ -48,7 +48,7 @@ class Compiler:
         self.state: State = "off" if mode == "off" else "pending"
         self.seconds: float | None = None  # from the start of compiling to the graphs serving
         self.graphs: Compiled | None = None
-        self.serving = 0  # graphs the worker has adopted
+        self.serving: list[str] = []  # the graphs the worker has adopted
         self.built = threading.Event()  # background mode: the graphs are compiled, for the worker to adopt
         self._stop = threading.Event()
         self._task: asyncio.Task | None = None
@@ -98,7 +98,7 @@ class Compiler:
         try:
             self.graphs = self._graphs()
             adopt(self.model, self.graphs)
-            self.serving = len(self.graphs.built) + len(self.graphs.loaded)
+            self.serving = serving(self.graphs)
         except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
             _failed(e)
             uncompile(self.model)
@@ -138,9 +138,9 @@ class Compiler:
         return graphs
 
     def _adopt(self, graphs: Compiled) -> None:
-        if len(graphs.built) + len(graphs.loaded) >= self.serving:  # never fewer graphs than serve already
+        if len(serving(graphs)) >= len(self.serving):  # never fewer graphs than serve already
             adopt(self.model, graphs)
-            self.serving = len(graphs.built) + len(graphs.loaded)
+            self.serving = serving(graphs)
 
     def _graphs(
         self, cancelled: Callable[[], bool] | None = None, ready: Callable[[Compiled], None] | None = None
@@ -158,6 +158,11 @@ class Compiler:
             g = self.graphs
             log.info("compiled the encoder and the decoder steps in %.0f s (%d graphs built, %d loaded from %s); the "
                      "compiled graphs serve", seconds, len(g.built), len(g.loaded), g.directory)  # fmt: skip
+
+
+def serving(graphs: Compiled) -> list[str]:
+    """The graphs' names, in the order they were built or loaded."""
+    return sorted(graphs.built + graphs.loaded, key=graphs.order.index)
 
 
 def lower_priority(nice: int = 10) -> None:

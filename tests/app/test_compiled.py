@@ -33,7 +33,8 @@ async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_resta
     assert info["compiled"] is True and eager_info["compiled"] is False
     graphs = info["compile"]["built"]  # the greedy and the full step for 1 row, and the prefill
     assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0 and graphs == 3
-    assert info["compile"]["loaded"] == 0
+    assert info["compile"]["loaded"] == 0 and info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1",
+                                                                            "logprob_step-1-1"]  # fmt: skip
     # NMT_COMPILE_MODE=max-autotune tunes the one-row steps' GEMMs; the prefill's go to oneDNN untuned
     autotuned = {p.name.split("-")[0]: p.name.endswith("-max-autotune.pt2") for p in tmp_path.glob("*/*/*.pt2")}
     assert autotuned == {"greedy_step": True, "logprob_step": True, "prefill": False}
@@ -75,7 +76,7 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         info = (await client.get("/info")).json()
         assert info["compiled"] is False and info["compile"] == {"mode": "background", "state": "compiling",
                                                                  "seconds": None, "built": None, "loaded": None,
-                                                                 "serving": 0}  # fmt: skip
+                                                                 "serving": []}  # fmt: skip
         gate = StepGate(engine.model, monkeypatch, timeout=600)
         gate.hold(lambda sizes: len(sizes) == 3)  # the stream's third step waits for the compiled graphs
         stream = asyncio.create_task(client.post("/translate", json={**body, "stream": True}))
@@ -87,7 +88,7 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         assert engine.compiled and engine.model.compiled_step.missed == 0
         info = (await client.get("/info")).json()
         assert info["compiled"] is True and info["compile"]["state"] == "compiled" and info["compile"]["seconds"] > 0
-        assert info["compile"]["serving"] == 3  # the greedy step's graph, the prefill's, the full step's
+        assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]
         metrics = (await client.get("/metrics")).text
         assert "nmt_compiled 1.0" in metrics and "nmt_compile_duration_seconds 0.0" not in metrics
         again = (await client.post("/translate", json={**body, "return_tokens": True})).json()
