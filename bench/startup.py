@@ -12,7 +12,7 @@ Runs `nmt-serve` as a child process five times, one after another, each with OMP
     blocking-warm    NMT_COMPILE=blocking, the same packages: ready once they are loaded
 
 Each run gets NMT_COMPILE_CACHE_DIR: a new empty directory for the first two, one shared directory (empty at
-first) for the last three.
+first, or --cache-dir) for the last three.
 
 From the moment the process starts, a client POSTs /translate in a loop (--texts test sentences per request, one
 request at a time, 503s retried), polls /ready and /info, and records each answered request. A run ends --after
@@ -155,13 +155,15 @@ def main() -> None:
     p.add_argument("--texts", type=int, default=8, help="sentences per request")
     p.add_argument("--after", type=float, default=20, help="seconds to keep translating once compiled")
     p.add_argument("--timeout", type=float, default=900, help="give up on a run after this many seconds")
+    p.add_argument("--cache-dir", help="the shared runs' compile cache directory, kept (default: a temporary one)")
     p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {list(RUNS)}, in order")
     args = p.parse_args()
     texts = list(read_lines(args.src))[:200]
     print(f"CPU: {cpu_description()}", flush=True)
     print(f"model: {args.model_dir}, {args.threads} threads, {args.texts} sentences a request", flush=True)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="nmt-compile-cache-") as shared:
+    with tempfile.TemporaryDirectory(prefix="nmt-compile-cache-") as temporary:
+        shared = args.cache_dir or temporary
         for name in args.runs.split(","):
             with tempfile.TemporaryDirectory(prefix="nmt-compile-cache-") as fresh:
                 row = asyncio.run(run_one(name, args, texts, shared if RUNS[name][1] == "shared" else fresh))

@@ -389,12 +389,14 @@ def compile_graphs(
     model: Transformer, cache: KVCache, log: Callable[[str], None] | None = None,
     cancelled: Callable[[], bool] | None = None, steps: Iterable[str] = ("greedy", "logprobs"),
     directory: Path | None = None, mode: str = "max-autotune", ready: Callable[[Compiled], None] | None = None,
+    building: Callable[[], None] | None = None,
 ) -> Compiled:  # fmt: skip
     """Every graph the cache's steps (and admissions) run, loaded from `directory` (default_dir()) or built into it;
     `model` and `cache` are only read. `cancelled` is asked before each graph: True raises Cancelled. `steps`: which
     steps to compile, the greedy one and the full one (log-probabilities) by default. mode: "max-autotune" (the GEMMs
     of the small-row steps benchmarked, the results cached: graph_mode) or "default". `ready`, when given, is handed
-    Compiled.so_far() after each graph but the last (the server adopts them one by one)."""
+    Compiled.so_far() after each graph but the last (the server adopts them one by one); `building` is called before
+    each graph that has to be built rather than loaded."""
     device = cache.kv.device
     directory = Path(directory or default_dir()) / weights_digest(model)
     expected = environment(device)
@@ -411,6 +413,8 @@ def compile_graphs(
         path = directory / f"{graph.name}-{shape}{screened}-{built_as}.pt2"
         run, how = (_load(path, expected) if path.exists() else None), "loaded"
         if run is None:
+            if building is not None:
+                building()
             _build(model, cache, graph, path, {**expected, "graph": path.name}, built_as)
             run, how = _load(path, expected), "built"
             if run is None:

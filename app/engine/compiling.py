@@ -125,7 +125,6 @@ class Compiler:
         # As many threads as the worker: Inductor writes the compiling thread's thread count into its C++ kernels
         # (one thread here made the compiled graphs decode at eager speed; docs/performance.md, Start-up)
         torch.set_num_threads(self.batcher.threads)
-        lower_priority()
 
         def ready(so_far: Compiled) -> None:  # each graph serves as soon as it is there: the worker adopts it
             try:  # between two steps, in order; compiling goes on meanwhile
@@ -133,7 +132,7 @@ class Compiler:
             except RuntimeError as e:  # the event loop has closed: the server has stopped
                 raise Cancelled("the server has stopped") from e
 
-        graphs = self._graphs(self._stop.is_set, ready)
+        graphs = self._graphs(self._stop.is_set, ready, building=lower_priority)  # loading packages is quick
         self.built.set()
         return graphs
 
@@ -142,13 +141,10 @@ class Compiler:
             adopt(self.model, graphs)
             self.serving = serving(graphs)
 
-    def _graphs(
-        self, cancelled: Callable[[], bool] | None = None, ready: Callable[[Compiled], None] | None = None
-    ) -> Compiled:
+    def _graphs(self, cancelled: Callable[[], bool] | None = None, ready=None, building=None) -> Compiled:
         directory = None if self.cache_dir is None else Path(self.cache_dir) / PACKAGE_DIR
-        return compile_graphs(
-            self.model, self.batcher.cache, log.info, cancelled, directory=directory, mode=self.kernels, ready=ready
-        )
+        return compile_graphs(self.model, self.batcher.cache, log.info, cancelled, directory=directory,
+                              mode=self.kernels, ready=ready, building=building)  # fmt: skip
 
     def _finished(self, ok: bool, seconds: float) -> None:
         self.state, self.seconds = ("compiled" if ok else "failed"), seconds

@@ -110,8 +110,8 @@ def one_row(one_row_packages, trained_checkpoint, tmp_path):
     return model, one_row_cache(model), one_row_packages[1]
 
 
-def compile_one_row(model, cache, directory):
-    return compile_model(model, cache, steps=("greedy",), directory=directory, mode="default")
+def compile_one_row(model, cache, directory, **options):
+    return compile_model(model, cache, steps=("greedy",), directory=directory, mode="default", **options)
 
 
 def test_a_restart_loads_the_graphs_the_first_start_built(one_row, trained_checkpoint, tmp_path, caplog):
@@ -146,9 +146,10 @@ def test_the_graphs_so_far_can_serve_while_the_others_are_built(one_row, trained
     """`ready` gets each partial result (the server adopts them one by one): the rows and steps without a graph yet
     run eagerly, decode the same tokens, and are not counted as missed."""
     model, cache, built = one_row
-    so_far = []
-    graphs = compile_graphs(model, cache, steps=("greedy",), directory=tmp_path, mode="default", ready=so_far.append)
-    assert graphs.loaded == built == ["greedy_step-1-1", "prefill-1-1"] and len(so_far) == 1
+    so_far, building = [], []  # building: called before each graph built (the server lowers its priority then)
+    graphs = compile_graphs(model, cache, steps=("greedy",), directory=tmp_path, mode="default", ready=so_far.append,
+                            building=lambda: building.append(1))  # fmt: skip
+    assert graphs.loaded == built == ["greedy_step-1-1", "prefill-1-1"] and len(so_far) == 1 and building == []
     (first,) = so_far
     assert first.loaded == ["greedy_step-1-1"] and list(first.functions) == ["compiled_step"]
     assert first.functions["compiled_step"].partial and not graphs.functions["compiled_step"].partial
@@ -192,9 +193,10 @@ def test_a_corrupt_or_truncated_package_is_ignored_with_a_warning_and_built_agai
     step, prefill = packages(tmp_path)  # greedy_step-..., prefill-...
     step.write_bytes(b"not a package")
     prefill.write_bytes(prefill.read_bytes()[: prefill.stat().st_size // 2])  # a copy cut short
+    building = []
     with caplog.at_level(logging.WARNING, logger="model.compile"):
-        graphs = compile_one_row(model, cache, tmp_path)
-    assert graphs.built == built and graphs.loaded == []
+        graphs = compile_one_row(model, cache, tmp_path, building=lambda: building.append(1))
+    assert graphs.built == built and graphs.loaded == [] and len(building) == 2
     warnings = [r.getMessage() for r in caplog.records if r.name == "model.compile"]
     assert len(warnings) == 2 and all("cannot be loaded" in w and "compiling it again" in w for w in warnings)
     assert zipfile.is_zipfile(step) and zipfile.is_zipfile(prefill), "the rebuilt packages replace the broken ones"
