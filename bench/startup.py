@@ -20,8 +20,8 @@ seconds after the compiled graphs serve (at once for `off`, which runs --after s
 prints, per run: seconds from the start to the first 200 from /translate, to /ready, to the first compiled graph
 serving, to the greedy step's and the prefill's all serving (what these greedy requests run; in the background the
 graphs serve one by one, /info's compile.serving), and to every graph serving (compile state `compiled`),
-sentences/s while compiling and after, and the server's resident memory at the end (rss_mb); then one JSON line. The client shares
-the cores with the server, as real clients on the same machine would.
+sentences/s while compiling and after, and the server's resident memory at the end (rss_mb); then one JSON line.
+The client shares the cores with the server, as real clients on the same machine would.
 """
 
 from __future__ import annotations

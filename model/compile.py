@@ -319,8 +319,9 @@ def _extracted() -> set[str]:
     for line in maps:
         path = line.split(maxsplit=5)[-1]
         at = path.find("/aotinductor_")
-        if at >= 0 and path.startswith("/"):
-            found.add(path[: path.find("/", at + 1)])
+        end = path.find("/", at + 1)
+        if at >= 0 and end > at and path.startswith("/"):
+            found.add(path[:end])
     return found
 
 

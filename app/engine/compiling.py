@@ -4,8 +4,7 @@ In the background (the default) the eager model answers from the first second. T
 shape are loaded from the package directory or compiled into it (model/compile.py) on a thread of their own, and the
 worker adopts them one by one as they are ready, between two decoder steps (the greedy steps first; until its graph
 is there, a step runs eagerly). The cache holds the same keys and values either way, so sequences in flight go on,
-and decode the same tokens. A restart finds the packages and is compiled
-within seconds.
+and decode the same tokens. A restart finds the packages and is compiled within seconds.
 """
 
 from __future__ import annotations
@@ -141,7 +140,10 @@ class Compiler:
             adopt(self.model, graphs)
             self.serving = serving(graphs)
 
-    def _graphs(self, cancelled: Callable[[], bool] | None = None, ready=None, building=None) -> Compiled:
+    def _graphs(
+        self, cancelled: Callable[[], bool] | None = None, ready: Callable[[Compiled], None] | None = None,
+        building: Callable[[], None] | None = None,
+    ) -> Compiled:  # fmt: skip
         directory = None if self.cache_dir is None else Path(self.cache_dir) / PACKAGE_DIR
         return compile_graphs(self.model, self.batcher.cache, log.info, cancelled, directory=directory,
                               mode=self.kernels, ready=ready, building=building)  # fmt: skip
