@@ -1,0 +1,91 @@
+"""Texts of any shape into the segments a sentence-level model translates, and the translations back into the
+text's shape.
+
+A model trained on single sentences garbles a paragraph (and drops its later sentences), so /translate splits each
+text into segments, translates every segment as a sequence of its own in the running batch, and puts the
+translations back between the text's own whitespace: paragraph breaks, line breaks, indentation and the leading and
+trailing whitespace come back exactly as they were. A segment is a span of the text without whitespace at either end.
+
+- `sentences` (the default): each line is split into sentences by sentencex (Wikimedia's rule-based splitter,
+  ~250 languages with fallbacks, no dependencies). A sentence never spans lines: a line break is kept where it
+  was, so hard-wrapped prose is translated line by line.
+- `lines`: one segment a line (subtitles, lists, tables pasted as text).
+- `none`: the whole text, trimmed, as one segment (what the model sees when the caller has split it already).
+
+bench/splitters.py compares the splitters that were considered on hard cases (abbreviations, decimals, quotes,
+ellipses, lines without a full stop) and on speed: docs/performance.md has the figures, the README why sentencex.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import sentencex
+
+Split = Literal["sentences", "lines", "none"]
+_CONTENT = re.compile(r"\S(?:.*\S)?", re.DOTALL)  # a span's text without the whitespace at its ends
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: int  # [start, end) characters of the text
+    end: int
+
+
+def _trimmed(text: str, start: int, end: int) -> Segment | None:
+    m = _CONTENT.search(text, start, end)
+    return None if m is None else Segment(m.start(), m.end())
+
+
+def _lines(text: str) -> list[tuple[int, int]]:
+    """[start, end) of each line, without its line break."""
+    spans, start = [], 0
+    for m in re.finditer(r"\r\n|\r|\n", text):
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(text)))
+    return spans
+
+
+def _sentences(text: str, start: int, end: int, language: str) -> list[tuple[int, int]]:
+    """sentencex's sentences of text[start:end], as spans: its pieces are consecutive slices of the line (each with
+    the whitespace after it); where they are not, the line is one sentence."""
+    spans, at = [], start
+    for piece in sentencex.segment(language, text[start:end]):
+        if text.startswith(piece, at):
+            spans.append((at, at + len(piece)))
+            at += len(piece)
+        else:  # never seen; a line translated whole is safer than text lost
+            return [(start, end)]
+    return spans if at == end else [(start, end)]
+
+
+def segment(text: str, split: Split = "sentences", language: str = "en") -> list[Segment]:
+    """The segments of `text` to translate, in order, none overlapping; the text outside them is whitespace."""
+    if split == "none":
+        spans = [(0, len(text))]
+    elif split == "lines":
+        spans = _lines(text)
+    elif split == "sentences":
+        spans = [s for a, b in _lines(text) if a < b for s in _sentences(text, a, b, language)]
+    else:
+        raise ValueError(f"split={split!r}: one of sentences, lines, none")
+    return [s for a, b in spans if (s := _trimmed(text, a, b)) is not None]
+
+
+def assemble(text: str, segments: list[Segment], translations: list[str]) -> tuple[str, list[tuple[int, int]]]:
+    """The text with each segment replaced by its translation -> (the result, each translation's [start, end) in it).
+    Everything between the segments is kept as it was."""
+    if len(segments) != len(translations):
+        raise ValueError(f"{len(segments)} segments, {len(translations)} translations")
+    out, spans, at, length = [], [], 0, 0
+    for s, t in zip(segments, translations, strict=True):
+        out += [text[at : s.start], t]
+        length += s.start - at
+        spans.append((length, length + len(t)))
+        length += len(t)
+        at = s.end
+    out.append(text[at:])
+    return "".join(out), spans
