@@ -1,10 +1,11 @@
 """Texts of any shape into the segments a sentence-level model translates, and the translations back into the
 text's shape.
 
-A model trained on single sentences garbles a paragraph (and drops its later sentences), so /translate splits each
-text into segments, translates every segment as a sequence of its own in the running batch, and puts the
-translations back between the text's own whitespace: paragraph breaks, line breaks, indentation and the leading and
-trailing whitespace come back exactly as they were. A segment is a span of the text without whitespace at either end.
+A model trained on single sentences garbles a paragraph (and drops its later sentences), so a document is to be
+split into segments, each translated as a sequence of its own in the running batch, and the translations put back
+between the text's own whitespace: paragraph breaks, line breaks, indentation and the leading and trailing
+whitespace come back exactly as they were. A segment is a span of the text without whitespace at either end.
+(/translate does not use this yet.)
 
 - `sentences` (the default): each line is split into sentences by sentencex (Wikimedia's rule-based splitter,
   ~250 languages with fallbacks, no dependencies). A sentence never spans lines: a line break is kept where it
