@@ -287,6 +287,11 @@ class Compiled:
     def missed(self) -> int:
         return sum(f.missed for f in self.functions.values())
 
+    @property
+    def names(self) -> list[str]:
+        """The graphs built or loaded, in the order compile_graphs took them."""
+        return sorted(self.built + self.loaded, key=self.order.index)
+
     def so_far(self) -> Compiled:
         """A copy of the graphs built or loaded so far, to adopt while compile_graphs goes on: the rows and steps
         they do not cover yet run eagerly, without a warning."""

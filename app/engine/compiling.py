@@ -97,7 +97,7 @@ class Compiler:
         try:
             self.graphs = self._graphs()
             adopt(self.model, self.graphs)
-            self.serving = serving(self.graphs)
+            self.serving = self.graphs.names
         except Exception as e:  # noqa: BLE001 - a compiler problem must not keep the model from serving
             _failed(e)
             uncompile(self.model)
@@ -136,9 +136,10 @@ class Compiler:
         return graphs
 
     def _adopt(self, graphs: Compiled) -> None:
-        if len(serving(graphs)) >= len(self.serving):  # never fewer graphs than serve already
+        names = graphs.names
+        if len(names) >= len(self.serving):  # never fewer graphs than serve already
             adopt(self.model, graphs)
-            self.serving = serving(graphs)
+            self.serving = names
 
     def _graphs(
         self, cancelled: Callable[[], bool] | None = None, ready: Callable[[Compiled], None] | None = None,
@@ -156,11 +157,6 @@ class Compiler:
             g = self.graphs
             log.info("compiled the encoder and the decoder steps in %.0f s (%d graphs built, %d loaded from %s); the "
                      "compiled graphs serve", seconds, len(g.built), len(g.loaded), g.directory)  # fmt: skip
-
-
-def serving(graphs: Compiled) -> list[str]:
-    """The graphs' names, in the order they were built or loaded."""
-    return sorted(graphs.built + graphs.loaded, key=graphs.order.index)
 
 
 def lower_priority(nice: int = 10) -> None:
