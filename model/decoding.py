@@ -165,17 +165,23 @@ class KVCache:
         longest = position = self.steps - self._oldest  # the furthest position of any live row
         if longest >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
-        src_len = self._longest_src
+        src_len, rows, live = self._longest_src, n, {}
         compiled = getattr(model, COMPILED_STEPS.get(output, ""), None)
         if compiled is not None:
             longest = min(max(longest, MIN_WINDOW), self.max_len)
             src_len = min(max(src_len, MIN_WINDOW), self.max_src_len)
+            padded = getattr(compiled, "padded", None)  # CUDA graphs (model/cuda_graphs.py) run padded shapes
+            shape = padded(n, longest, src_len) if padded is not None else None
+            if shape is not None:
+                (rows, longest, src_len), live = shape, {"live": n}
+                if rows > n:
+                    self.positions[n:rows] = 0  # the padding rows' outputs are never read: any valid position
             self.tokens[:n] = tokens  # always a view of one buffer: the same strides, the same guards
-            tokens = self.tokens[:n]
+            tokens = self.tokens[:rows]
         fn = compiled or getattr(model, STEPS[output])
         *out, kv = fn(
-            tokens, self.positions[:n], self.kv[:, :, :n, :, :longest],  # (2, L, N, H, T, Dh)
-            self.cross_kv[:, :, :n, :, :src_len], self.src_keep[:n, :src_len],
+            tokens, self.positions[:rows], self.kv[:, :, :rows, :, :longest],  # (2, L, N, H, T, Dh)
+            self.cross_kv[:, :, :rows, :, :src_len], self.src_keep[:rows, :src_len], **live,
         )  # fmt: skip
         if self._oldest == self._newest:  # every row at one position (always at batch 1): a plain strided copy
             self.kv[:, :, :n, :, position] = kv
