@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 @dataclass
@@ -91,6 +92,10 @@ def greedy_pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+# Fused attention on CUDA without cuDNN's kernel: it builds an execution plan for every new shape (in half precision
+# on an H100 a prefill of a new source length took tens of milliseconds), and the sources change length with every
+# admission. The memory-efficient kernel takes the padding mask and needs no plan.
+CUDA_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
@@ -178,6 +183,9 @@ class MultiHeadAttention(nn.Module):
             scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(self.head_dim)  # (B, H, T, S)
             weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             out = F.dropout(weights, dropout, self.training).to(v.dtype) @ v  # (B, H, T, Dh)
+        elif q.is_cuda:
+            with sdpa_kernel(CUDA_ATTENTION):
+                out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
         else:
             out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
         B, H, T, Dh = out.shape
