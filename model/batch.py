@@ -39,15 +39,17 @@ class RowBatch:
         """Prefill src (B, S) for B searches (which need sum(s.rows) free rows)."""
         first = self.cache.add(self.model, src)
         copies = [row for search, row in zip(searches, first) for _ in range(search.rows - 1)]
-        try:
+        try:  # nothing changes unless all of it is done (an out-of-memory error retries the searches later)
             self.cache.duplicate(copies)
+            bos = torch.full((len(first) + len(copies),), self.model.config.bos_id, dtype=torch.long,
+                             device=self.device)  # fmt: skip
+            tokens = torch.cat([self.tokens, bos])
         except BaseException:
-            self.cache.remove(first)
+            self.cache.remove(range(first.start, self.cache.n))
             raise
         self.rows += [(s, 0) for s in searches] + [(s, j) for s in searches for j in range(1, s.rows)]
         self.other += sum(s.rows for s in searches if not s.greedy)
-        bos = torch.full((len(first) + len(copies),), self.model.config.bos_id, dtype=torch.long, device=self.device)
-        self.tokens = torch.cat([self.tokens, bos])
+        self.tokens = tokens
 
     def clear(self) -> list[Search]:
         """Free every row; returns the searches that held them."""
