@@ -83,6 +83,10 @@ def run_precompile(settings: Settings) -> int:
     except (CheckpointError, OSError, ValueError) as e:
         print(f"nmt-serve: could not load the model from {settings.model_dir}: {e}", file=sys.stderr)
         return 1
+    if engine.compiler.cuda:
+        print("nmt-serve: nothing to precompile on CUDA: the decoder step's CUDA graphs are captured at start-up, in "
+              "seconds")  # fmt: skip
+        return 0
     graphs = engine.compiler.precompile()
     print(
         f"nmt-serve: {len(graphs.built)} graphs compiled and {len(graphs.loaded)} already there, in "

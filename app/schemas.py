@@ -236,11 +236,32 @@ class CompileInfo(BaseModel):
     seconds: float | None = Field(description="from the start of compiling to the compiled graphs serving")
     built: int | None = Field(description="graphs compiled at this start (NMT_COMPILE_CACHE_DIR had no package)")
     loaded: int | None = Field(description="graphs loaded from the packages an earlier start built")
+    graphs: Literal["aotinductor", "cuda"] = Field(
+        "aotinductor",
+        description="`aotinductor`: compiled packages (CPU); `cuda`: the decoder step captured as CUDA graphs for row "
+        "and key-window buckets (GPU)",
+    )
     serving: list[str] = Field(
         default_factory=list,
         description="the compiled graphs serving now, by name (step, rows): in the background they serve one by one "
         "as they are ready, the greedy step's first",
     )
+
+
+class MemoryInfo(BaseModel):
+    """The KV cache the engine decodes in, and how its rows were chosen (NMT_MAX_BATCH_SIZE)."""
+
+    rows: int = Field(description="decoder rows (sequences decoding together; a beam search takes `beam_size`)")
+    max_len: int = Field(description="target positions per row")
+    max_src_len: int = Field(description="source tokens per row")
+    kv_cache_bytes: int = Field(description="the cache's keys, values and source masks")
+    rows_from: Literal["setting", "cpu", "gpu memory"] = Field(
+        description="`setting`: NMT_MAX_BATCH_SIZE; `cpu`: the CPU default; `gpu memory`: NMT_GPU_MEMORY_FRACTION"
+    )
+    gpu_memory_fraction: float | None = Field(description="on a GPU: the share of its memory the server may fill")
+    gpu_total_bytes: int | None = None
+    gpu_free_bytes: int | None = None
+    allocated_bytes: int | None = Field(None, description="on a GPU: what PyTorch has allocated on it now")
 
 
 class InfoResponse(BaseModel):
@@ -259,5 +280,6 @@ class InfoResponse(BaseModel):
     )
     threads: int = Field(description="CPU threads the model's work runs on (NMT_THREADS)")
     limits: dict[str, int]
+    memory: MemoryInfo
     languages: dict[str, str] = Field(description='the language pair, e.g. {"source": "en", "target": "de"}')
     metadata: dict[str, Any]

@@ -38,7 +38,20 @@ class Settings(BaseSettings):
         "`min(this, 2 × its source tokens + 10)`",
     )
     max_batch_texts: int = Field(64, ge=1, description="texts (or id lists) per request")
-    max_batch_size: int = Field(32, ge=1, description="sequences the engine decodes together (KV-cache rows)")
+    max_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="rows the engine decodes together (KV-cache rows; a beam search takes `beam_size`). Unset: 32 on "
+        "a CPU; on a GPU as many as `gpu_memory_fraction` of its memory holds after the weights, up to 1024. `/info` "
+        "reports the rows and bytes chosen (`memory`)",
+    )
+    gpu_memory_fraction: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="share of the GPU's memory this server may fill (weights, KV cache, workspaces), as vLLM's "
+        "`gpu_memory_utilization`: sizes the KV cache when `max_batch_size` is unset",
+    )
     prefill_tokens: int = Field(
         2048, ge=1, description="source tokens admitted into the running batch per decoder step"
     )
@@ -55,11 +68,11 @@ class Settings(BaseSettings):
         description="decoder steps a new sequence waits at most to be admitted with others "
         "(as TGI's `--max-waiting-tokens`)",
     )
-    max_queue: int = Field(
-        256,
+    max_queue: int | None = Field(
+        None,
         ge=1,
         description="sequences waiting or decoding; a request whose texts do not fit gets 429 with "
-        "`Retry-After` (must be ≥ `max_batch_texts`)",
+        "`Retry-After` (must be ≥ `max_batch_texts`). Unset: 256, or the decoder rows where more fit (a GPU's)",
     )
     request_timeout_s: float = Field(
         60.0, gt=0, description="seconds before an unanswered request gets 504; its sequences leave the batch"
@@ -111,6 +124,11 @@ class Settings(BaseSettings):
         if isinstance(v, bool) or str(v).lower() in ("true", "false", "1", "0", "yes", "no"):
             return "blocking" if str(v).lower() in ("true", "1", "yes") else "off"
         return v
+
+    @field_validator("max_batch_size", "max_queue", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v):  # NMT_MAX_BATCH_SIZE= (as docker-compose.yml passes it when unset): automatic
+        return None if v == "" else v
 
     @field_validator("api_key", mode="before")
     @classmethod

@@ -5,6 +5,9 @@ shape are loaded from the package directory or compiled into it (model/compile.p
 worker adopts them one by one as they are ready, between two decoder steps (the greedy steps first; until its graph
 is there, a step runs eagerly). The cache holds the same keys and values either way, so sequences in flight go on,
 and decode the same tokens. A restart finds the packages and is compiled within seconds.
+
+On CUDA the decoder step is captured as CUDA graphs instead (model/cuda_graphs.py): in seconds, on the worker itself,
+one graph per hop between two steps in the background, all of them before `/ready` when blocking.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from app.engine.errors import EngineUnavailable
 from app.engine.scheduler import Batcher
 from app.metrics import Metrics
 from model.compile import PACKAGE_DIR, Cancelled, Compiled, adopt, compile_graphs, uncompile, use_cache_dir
+from model.cuda_graphs import GraphedSteps, capture_graphs, graph_name
+from model.cuda_graphs import compiled as captured_so_far
 from model.transformer import Transformer
 
 log = logging.getLogger("nmt_serve.compile")
@@ -41,6 +46,7 @@ class Compiler:
         if mode not in get_args(Mode):
             raise ValueError(f"compile={mode!r}: one of {', '.join(get_args(Mode))}")
         self.model, self.batcher, self.mode, self.metrics, self.kernels = model, batcher, mode, metrics, kernels
+        self.cuda = batcher.cache.kv.device.type == "cuda"  # CUDA graphs rather than AOTInductor packages
         self.cache_dir = cache_dir  # None: Inductor's cache directory
         if cache_dir is not None and mode != "off":
             use_cache_dir(cache_dir)
@@ -61,7 +67,7 @@ class Compiler:
         built, loaded = (None, None) if self.graphs is None else (len(self.graphs.built), len(self.graphs.loaded))
         return {
             "mode": self.mode, "state": self.state, "seconds": seconds, "built": built, "loaded": loaded,
-            "serving": self.serving,
+            "serving": self.serving, "graphs": "cuda" if self.cuda else "aotinductor",
         }  # fmt: skip
 
     async def before_ready(self) -> None:
@@ -109,7 +115,10 @@ class Compiler:
         log.info("serving the eager model while compiling in the background")
         loop = asyncio.get_running_loop()
         try:
-            self.graphs = await on_own_thread(lambda: self._compile_graphs(loop), "nmt-compile")
+            if self.cuda:
+                self.graphs = await self._capture_beside()
+            else:
+                self.graphs = await on_own_thread(lambda: self._compile_graphs(loop), "nmt-compile")
             await self.batcher.call(self._adopt, self.graphs)  # between two decoder steps
         except (Cancelled, EngineUnavailable):  # the server is stopping
             self.state = "pending"
@@ -135,6 +144,24 @@ class Compiler:
         self.built.set()
         return graphs
 
+    async def _capture_beside(self) -> Compiled:
+        """CUDA: each graph captured on the worker between two steps, and serving from the next."""
+        steps = GraphedSteps(self.model, self.batcher.cache)
+        plan, t0 = steps.plan(), time.perf_counter()
+        order = [graph_name(*key) for key in plan]
+
+        def capture(key: tuple[str, int, int]) -> None:
+            steps.capture(*key)
+            self._adopt(captured_so_far(steps, t0, order))
+
+        for key in plan:
+            if self._stop.is_set():
+                raise Cancelled("capturing cancelled")
+            await self.batcher.call(capture, key)
+        self.built.set()
+        log.info("captured %d CUDA graphs of the decoder step in %.1f s", len(plan), time.perf_counter() - t0)
+        return captured_so_far(steps, t0, order)
+
     def _adopt(self, graphs: Compiled) -> None:
         names = graphs.names
         if len(names) >= len(self.serving):  # never fewer graphs than serve already
@@ -145,6 +172,8 @@ class Compiler:
         self, cancelled: Callable[[], bool] | None = None, ready: Callable[[Compiled], None] | None = None,
         building: Callable[[], None] | None = None,
     ) -> Compiled:  # fmt: skip
+        if self.cuda:  # on the thread that steps the cache
+            return capture_graphs(self.model, self.batcher.cache, log.info, cancelled, ready)
         directory = None if self.cache_dir is None else Path(self.cache_dir) / PACKAGE_DIR
         return compile_graphs(self.model, self.batcher.cache, log.info, cancelled, directory=directory,
                               mode=self.kernels, ready=ready, building=building)  # fmt: skip
@@ -155,6 +184,9 @@ class Compiler:
             self.metrics.compiled.set(1)
             self.metrics.compile_duration.set(seconds)
             g = self.graphs
+            if self.cuda:
+                log.info("%d CUDA graphs of the decoder step serve, captured in %.1f s", len(g.built), seconds)
+                return
             log.info("compiled the encoder and the decoder steps in %.0f s (%d graphs built, %d loaded from %s); the "
                      "compiled graphs serve", seconds, len(g.built), len(g.loaded), g.directory)  # fmt: skip
 

@@ -16,6 +16,7 @@ from app.device import device_name, resolve_device
 from app.engine.compiling import Compiler, Mode
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.limits import GREEDY, Decoding, Limits
+from app.engine.memory import Sizing, decoder_rows
 from app.engine.results import Attention, Translation, attention_weights, translations
 from app.engine.scheduler import Batcher
 from app.metrics import Metrics
@@ -36,6 +37,7 @@ WARM_UP_TEXT = "A man is riding a bike."
 # that takes tens of microseconds, less than a hop to a thread and back, which also passes the GIL to and fro
 # while the batcher's worker needs it. Longer requests are tokenized on a thread.
 INLINE_CHARS = 2_000
+DEFAULT_QUEUE = 256  # NMT_MAX_QUEUE unset: this, or the decoder rows where more fit
 
 
 class Engine:
@@ -48,7 +50,7 @@ class Engine:
         max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
         metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0, waiting_served_ratio: float = 0.3,
         max_waiting_steps: int = 4, screen_logits: bool = False, compile_cache_dir: Path | None = None,
-        compile_mode: str = "max-autotune",
+        compile_mode: str = "max-autotune", sizing: Sizing | None = None, gpu_memory_fraction: float | None = None,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -73,6 +75,8 @@ class Engine:
             waiting_served_ratio, max_waiting_steps,
         )  # fmt: skip
         self.byte_ids = tokenizer.byte_ids
+        self.sizing = sizing or Sizing(max_batch_size, "setting")
+        self.gpu_memory_fraction = gpu_memory_fraction
         self.compiler = Compiler(model, self.batcher, compile, self.batcher.metrics, compile_cache_dir, compile_mode)
         self.ready = False
 
@@ -84,10 +88,16 @@ class Engine:
         torch.set_num_threads(1)  # before any parallel work here: see Batcher.threads
         device, dtype = resolve_device(s.device, s.dtype)
         model, tokenizer, metadata = load_checkpoint(s.model_dir, device=device, dtype=dtype)
+        sizing = decoder_rows(
+            model.config, device, dtype, s.max_new_tokens + 1, s.max_input_tokens, s.max_batch_size,
+            s.gpu_memory_fraction, s.prefill_tokens,
+        )  # fmt: skip
         return cls(
             model, tokenizer, name=metadata.get("name") or Path(s.model_dir).name, metadata=metadata,
             max_input_tokens=s.max_input_tokens, max_new_tokens=s.max_new_tokens, max_batch_texts=s.max_batch_texts,
-            max_batch_size=s.max_batch_size, prefill_tokens=s.prefill_tokens, max_queue=s.max_queue,
+            max_batch_size=sizing.rows, prefill_tokens=s.prefill_tokens,
+            max_queue=s.max_queue or max(DEFAULT_QUEUE, sizing.rows), sizing=sizing,
+            gpu_memory_fraction=s.gpu_memory_fraction if device.type == "cuda" else None,
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
             screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
@@ -135,7 +145,22 @@ class Engine:
                 "max_batch_texts": self.limits.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
                 "max_queue": self.batcher.max_queue,
             },
+            "memory": self.memory(),
         }  # fmt: skip
+
+    def memory(self) -> dict[str, Any]:
+        """The KV cache the engine decodes in: its rows, lengths and bytes, and how the rows were chosen."""
+        cache = self.batcher.cache
+        kv_bytes = sum(t.numel() * t.element_size() for t in (cache.kv, cache.cross_kv, cache.src_keep))
+        out = {
+            "rows": cache.max_batch, "max_len": cache.max_len, "max_src_len": cache.max_src_len,
+            "kv_cache_bytes": kv_bytes, "rows_from": self.sizing.how, "gpu_memory_fraction": self.gpu_memory_fraction,
+        }  # fmt: skip
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            out |= {"gpu_total_bytes": total, "gpu_free_bytes": free,
+                    "allocated_bytes": torch.cuda.memory_allocated(self.device)}  # fmt: skip
+        return out
 
     # ---- requests (called from the event loop) ----------------------------------------------------
 

@@ -25,7 +25,7 @@ def test_defaults_point_at_the_bundled_checkpoint(monkeypatch, tmp_path):
         64,
     )
     assert s.api_key is None and s.compile == "background"  # a server compiles unless told not to, beside serving
-    assert (s.max_queue, s.request_timeout_s) == (256, 60.0)  # 64 single-text clients always fit
+    assert (s.max_queue, s.max_batch_size, s.request_timeout_s) == (None, None, 60.0)  # the engine sizes them
 
 
 def test_environment_variables_with_the_nmt_prefix(monkeypatch):
