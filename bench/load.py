@@ -15,6 +15,14 @@ server's are while a response travels. Last, the service at concurrency 32 and 1
 float32 decoding the same sentences in process at batch 32 and 1 (the peer bench/peers.py times), and the
 medians of the per-round ratios are printed: ours at concurrency 32 over CTranslate2 at batch 32, and what
 batching pays each of the two (ours: concurrency 32 over 1 over HTTP; CTranslate2: batch 32 over 1 in process).
+
+    python bench/load.py --device cuda [--dtype float16] --levels 1,32,256 --src ...
+
+On a GPU (--device cuda; the server gets NMT_DEVICE and NMT_DTYPE, and sizes its batch from GPU memory) in-process
+decoding runs there too, on CUDA graphs captured as the server captures them (model/cuda_graphs.py), and the
+corpus is also decoded in process in batches of the largest level (--in-process-batch): the service at that
+concurrency over that is what serving costs against batched decoding with no server in between. The CTranslate2
+rounds are left out there (they time CTranslate2 on the CPU; bench/peers.py --device cuda races on the GPU).
 """
 
 from __future__ import annotations
@@ -44,23 +52,46 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
-def in_process_decoder(model_dir: str, threads: int, compile: bool) -> Callable[[list[str], float], list[float]]:
-    """A function giving the seconds to tokenize, greedy-decode (batch 1, KV cache) and detokenize each of some
-    sentences alone, compiled as the server compiles (model/compile.py) unless compile is False, with the cores
-    left idle for `pause` seconds before each sentence (as a server at concurrency 1 leaves them while a response
-    travels and the next request comes in) or back to back (pause 0)."""
+def prepared_model(model_dir: str, threads: int, compile: bool, rows: int, device: str = "cpu", dtype: str = "float32"):
+    """The model on `device` in `dtype`, its tokenizer and a KVCache of `rows` rows shaped as the server's
+    (max_new_tokens + 1 positions, max_input_tokens sources), compiled as the server compiles unless compile is
+    False: AOTInductor graphs on the CPU (model/compile.py), CUDA graphs on a GPU (model/cuda_graphs.py)."""
     import torch
 
+    from app.device import resolve_device
     from model.checkpoint import load_checkpoint
-    from model.compile import compile_model
-    from model.decoding import KVCache, greedy_decode
-    from model.evaluate import max_new_tokens_for
+    from model.decoding import KVCache
 
     torch.set_num_threads(threads)
-    model, tok, _ = load_checkpoint(model_dir)
-    cache = KVCache(model, 1, 257, 256)  # the server's cache with one row: max_new_tokens + 1, max_input_tokens
-    if compile:
+    dev, dt = resolve_device(device, dtype)
+    model, tok, _ = load_checkpoint(model_dir, dev, dt)
+    cache = KVCache(model, rows, 257, 256)
+    if compile and dev.type == "cuda":
+        from model.cuda_graphs import capture_model
+
+        print(f"in-process, {rows} rows: CUDA graphs captured in {capture_model(model, cache).seconds:.1f} s",
+              flush=True)  # fmt: skip
+    elif compile:
+        from model.compile import compile_model
+
         print(f"in-process: compiled in {compile_model(model, cache).seconds:.0f} s", flush=True)
+    return model, tok, cache
+
+
+def in_process_decoder(
+    model_dir: str, threads: int, compile: bool, device: str = "cpu", dtype: str = "float32"
+) -> Callable[[list[str], float], list[float]]:
+    """A function giving the seconds to tokenize, greedy-decode (batch 1, KV cache) and detokenize each of some
+    sentences alone, compiled as the server compiles unless compile is False, with the cores left idle for `pause`
+    seconds before each sentence (as a server at concurrency 1 leaves them while a response travels and the next
+    request comes in) or back to back (pause 0)."""
+    import torch
+
+    from model.decoding import greedy_decode
+    from model.evaluate import max_new_tokens_for
+
+    model, tok, cache = prepared_model(model_dir, threads, compile, 1, device, dtype)
+    where = cache.kv.device
 
     def timed(sentences: list[str], pause: float) -> list[float]:
         out = []
@@ -69,12 +100,53 @@ def in_process_decoder(model_dir: str, threads: int, compile: bool) -> Callable[
                 time.sleep(pause)
             t0 = time.perf_counter()
             ids = tok.encode(s)
-            hyp = greedy_decode(model, torch.tensor([ids]), max_new_tokens_for(len(ids)), cache)[0]
+            hyp = greedy_decode(model, torch.tensor([ids], device=where), max_new_tokens_for(len(ids)), cache)[0]
             tok.decode(hyp.tokens)
             out.append(time.perf_counter() - t0)
         return out[3:]
 
     return timed
+
+
+def in_process_batched(
+    model_dir: str, threads: int, compile: bool, batch: int, sentences: list[str], device: str, dtype: str
+) -> float:
+    """Sentences/s tokenizing, greedy-decoding and detokenizing all the sentences in process, length-sorted in
+    batches of `batch` (KV cache of `batch` rows; compiled as the server compiles), after one warm-up pass of the
+    first batch. The model and its cache are freed before it returns, so a server started next has the memory."""
+    import gc
+
+    import torch
+
+    rate = _batched_rate(*prepared_model(model_dir, threads, compile, batch, device, dtype), batch, sentences)
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return rate
+
+
+def _batched_rate(model, tok, cache, batch: int, sentences: list[str]) -> float:
+    import torch
+
+    from model.decoding import greedy_decode
+    from model.evaluate import max_new_tokens_for
+
+    pad, where = model.config.source_pad_id, cache.kv.device
+
+    def decode(part: list[str]) -> None:
+        ids = sorted(tok.encode_batch(part), key=len)
+        for i in range(0, len(ids), batch):
+            rows = ids[i : i + batch]
+            src = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)
+            for r, x in enumerate(rows):
+                src[r, : len(x)] = torch.tensor(x)
+            hyps = greedy_decode(model, src.to(where), max_new_tokens_for(src.size(1)), cache)
+            tok.decode_batch([h.tokens for h in hyps])
+
+    decode(sentences[:batch])
+    t0 = time.perf_counter()
+    decode(sentences)
+    return len(sentences) / (time.perf_counter() - t0)
 
 
 def free_port() -> int:
@@ -85,11 +157,13 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(
-    model_dir: str, threads: int, server_args: Sequence[str] = (), compile: bool = True
+    model_dir: str, threads: int, server_args: Sequence[str] = (), compile: bool = True, settings: dict | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """Start `nmt-serve` on a free port, wait for /ready, yield (base URL, process); SIGTERM it afterwards."""
+    """Start `nmt-serve` on a free port, wait for /ready, yield (base URL, process); SIGTERM it afterwards.
+    `settings`: more NMT_* variables for it (NMT_DEVICE, NMT_DTYPE, NMT_MAX_QUEUE)."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NMT_LOG_LEVEL": "warning", "NMT_COMPILE": str(compile)}
+    env.update(settings or {})
     cmd = ["nmt-serve", "--model-dir", model_dir, "--port", str(port), *server_args]
     server = subprocess.Popen(cmd, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -218,7 +292,8 @@ def ct2_in_process(args: argparse.Namespace) -> Iterator[Callable[[int], float]]
             stop_worker(child)
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[int], int, dict[str, str]]:
+    """The arguments, the levels, the in-process batch (0 = none) and the NMT_* settings the server gets."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
     p.add_argument("--src", required=True)
@@ -233,19 +308,49 @@ def main() -> None:
                    "with CTranslate2 in process at batch 32 and 1 (0 = skip; needs the ctranslate2 package)")  # fmt: skip
     p.add_argument("--client", choices=["raw", "httpx"], default="raw", help="raw: keep-alive HTTP/1.1 on asyncio "
                    "streams, 0.14 ms of CPU a request; httpx: 1.2 ms, taken from the server's two cores")  # fmt: skip
-    args = p.parse_args()
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]: the server's NMT_DEVICE and in-process decoding's")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="the server's NMT_DTYPE and in-process decoding's (half precision on CUDA only)")  # fmt: skip
+    p.add_argument("--in-process-batch", type=int, default=None, help="also decode the corpus in process in batches "
+                   "of N, for the service at concurrency N over it (default: the largest level on CUDA; 0 = not, the "
+                   "CPU's default: compiling for a second cache shape takes minutes there)")  # fmt: skip
+    args = p.parse_args(argv)
+    levels = [int(x) for x in args.levels.split(",")]
+    cuda = args.device.startswith("cuda")
+    batch = max(levels) if args.in_process_batch is None and cuda else args.in_process_batch or 0
+    if cuda and args.ct2_rounds:
+        print("CTranslate2 rounds skipped on --device cuda: they time CTranslate2 on the CPU "
+              "(bench/peers.py --device cuda races on the GPU)", flush=True)  # fmt: skip
+        args.ct2_rounds = 0
+    if args.dtype != "float32" and not cuda:
+        p.error(f"--dtype {args.dtype} needs --device cuda; on the CPU use float32")
+    # NMT_MAX_QUEUE: every request of the highest level is in flight at once and must not get 429
+    settings = {"NMT_DEVICE": args.device, "NMT_DTYPE": args.dtype, "NMT_MAX_QUEUE": str(max(256, *levels))}
+    return args, levels, batch, settings
+
+
+def main() -> None:
+    args, levels, batch, settings = parse_args()
 
     from model.tokenizer import read_lines
 
     sentences = [s for s in read_lines(args.src) if s.strip()]
     sentences = sentences[: args.limit] if args.limit else sentences
 
-    decode = in_process_decoder(args.model_dir, args.threads, args.compile)
+    in_process_batch = None
+    if batch:  # before the server starts: its batch is sized from the GPU memory it finds free
+        in_process_batch = in_process_batched(
+            args.model_dir, args.threads, args.compile, batch, sentences, args.device, args.dtype
+        )
+        print(f"in process, batch {batch}: {in_process_batch:.1f} sent/s", flush=True)
+    decode = in_process_decoder(args.model_dir, args.threads, args.compile, args.device, args.dtype)
     with ExitStack() as stack:
         ct2 = stack.enter_context(ct2_in_process(args)) if args.ct2_rounds else None
-        url, _ = stack.enter_context(running_server(args.model_dir, args.threads, args.server_arg, args.compile))
+        url, _ = stack.enter_context(
+            running_server(args.model_dir, args.threads, args.server_arg, args.compile, settings)
+        )
         results = []
-        for level in map(int, args.levels.split(",")):
+        for level in levels:
             row = asyncio.run(drive(url, sentences, level, args.client))
             del row["latencies"]
             results.append(row)
@@ -279,6 +384,12 @@ def main() -> None:
         summary["sent_s_c32_over_c1"] = round(by[32]["sent_s"] / by[1]["sent_s"], 2)
         print(f"batching pays: concurrency 32 / concurrency 1 sentences/s = {summary['sent_s_c32_over_c1']}x "
               "(target >= 4)")  # fmt: skip
+    if in_process_batch and batch in by:
+        summary["in_process_batch"] = {"batch": batch, "sent_s": round(in_process_batch, 1)}
+        key = f"c{batch}_over_in_process_b{batch}"
+        summary[key] = round(by[batch]["sent_s"] / in_process_batch, 2)
+        print(f"served at concurrency {batch} / in-process batch {batch}: {by[batch]['sent_s']} / "
+              f"{in_process_batch:.1f} sent/s = {summary[key]}x")  # fmt: skip
     p50 = {name: round(1000 * statistics.median(x), 1) for name, x in (("in_process", alone), ("http_c1", served))}
     summary["p50_ms"] = p50
     summary["p50_c1_over_in_process"] = round(p50["http_c1"] / p50["in_process"], 2)

@@ -31,18 +31,40 @@ engines are then ct2_fp32, ct2_fp32_dnnl, ours_compiled and ours_eager by defaul
 ours_int8 on request; ours_compiled_fp32 does not apply: the logit screen is greedy's). Both score a finished hypothesis
 as its summed log-probabilities / length ** P with </s> counted in the length (CT2 drops </s> from the returned tokens
 only after scoring), so at any P the two should pick the same tokens; "same tokens" counts the sentences where they do.
+
+    python bench/peers.py --device cuda --src ../shared/data/multi30k/test_2016_flickr.en.gz [--model opus-shape]
+
+With --device cuda the race is greedy on the GPU, batch sizes 1, 32, 128 and 512 by default, over the first 1000
+sentences (--limit) and the first 50 at batch 1 (--limit-batch1). Ours loads the checkpoint in float32 (TF32
+matmuls off: ours_fp32 is the reference every engine's tokens are compared with), float16 and bfloat16, each with a
+KVCache for the largest batch and its decoder step captured as CUDA graphs (model/cuda_graphs.py); ours_eager_fp16
+is float16 without the graphs, to show what they give. CT2 runs float32, float16 and int8_float16 on the GPU; where it
+cannot (its wheels load CUDA 12's libraries) the error is printed and recorded, and a model imported from Marian
+races transformers' MarianMTModel.generate instead (hf_fp32, hf_fp16: greedy, on the directory it was imported from,
+with our source ids and the same budgets: max_new_tokens is ours, its last token the forced </s> as in ours).
+Every engine has a process of its own; a GPU's speed does not drift as a shared CPU's does, so one round is the
+default. Prints the GPU, its driver and torch's CUDA beside the figures, and one JSON line at the end:
+{"device", "gpu", "model", "results": {batch size: {engine: {...}}}, "ratios": {batch size: {...}}, "unavailable"}.
+
+--model opus-shape races a Marian model of OPUS-MT's shape with random weights (bench/make_marian.py's), built and
+imported with nmt-import's importer into --opus-dir once; its SentencePiece models are trained on Multi30k's
+training text when it is beside --src. Random weights never end a sentence early: every engine decodes to the budget.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,7 +72,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import corpus_arguments, cpu_description  # noqa: E402
+from common import corpus_arguments, cpu_description, read_sentences  # noqa: E402
 
 from model.evaluate import max_new_tokens_for  # noqa: E402 - imports torch, runs nothing in it
 
@@ -63,18 +85,39 @@ NO_BEAM = ("ours_compiled_fp32",)  # the logit screen is greedy's: with beam sea
 # CTranslate2 runs its GEMMs with MKL by default and with oneDNN under CT2_USE_MKL=0 (the *_dnnl engines); which is
 # faster depends on the CPU (MKL ran 10x slower at batch 1 on one AMX Xeon), so both are timed and the faster counts.
 BACKEND = {False: "MKL", True: "oneDNN"}
+# With --device cuda: ours in three dtypes with CUDA graphs and one without, CT2 in three compute types; and where
+# CT2 cannot run, transformers' Marian on a model imported from Marian (HF_ENGINES)
+CUDA_ENGINES = ["ours_fp32", "ours_fp16", "ours_bf16", "ours_eager_fp16", "ct2_fp32", "ct2_fp16", "ct2_int8_fp16"]
+HF_ENGINES = ["hf_fp32", "hf_fp16"]
+CT2_COMPUTE = {"ct2_fp32": "float32", "ct2_fp16": "float16", "ct2_int8_fp16": "int8_float16"}
+REFERENCE = "ours_fp32"  # on CUDA, the tokens every engine is compared with
+# (ours, its peers in order of preference): the first peer that ran is the one the ratio is taken against
+CUDA_PAIRS = [
+    ("ours_fp32", ("ct2_fp32", "hf_fp32")), ("ours_fp16", ("ct2_fp16", "hf_fp16")), ("ours_bf16", ("ct2_fp16", "hf_fp16")),
+    ("ours_fp16", ("ct2_int8_fp16",)), ("ours_fp16", ("ours_eager_fp16",)),
+]  # fmt: skip
+# what a flag left out means on each device: the GPU race runs more sentences at larger batches, fewer at batch 1
+DEFAULTS = {
+    "cpu": {"batch_sizes": "1,32", "limit": 0, "limit_batch1": 0, "rounds": 3},
+    "cuda": {"batch_sizes": "1,32,128,512", "limit": 1000, "limit_batch1": 50, "rounds": 1},
+}
 # An engine decodes one batch of source id lists (each ending in </s>) with a budget of new tokens
 # and returns, per sentence, the generated ids without </s> and how many tokens it generated (</s> included).
 Engine = Callable[[list[list[int]], int], list[tuple[list[int], int]]]
 
 
-def ours(model, pad_id: int, cache=None) -> Engine:
+class Unavailable(RuntimeError):
+    """An engine that could not load or decode here; the message is its error."""
+
+
+def ours(model, pad_id: int, cache=None, device=None) -> Engine:
     from common import pad_batch
 
     from model.decoding import greedy_decode
 
     def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
-        hyps = greedy_decode(model, pad_batch(batch, pad_id), budget, cache)
+        src = pad_batch(batch, pad_id)
+        hyps = greedy_decode(model, src if device is None else src.to(device), budget, cache)
         return [(h.tokens, len(h.logprobs)) for h in hyps]
 
     return decode
@@ -149,55 +192,214 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     return ours(model, pad, cache), encoded
 
 
-def run(engine: Engine, batches: list[list[list[int]]]) -> tuple[float, int, list[list[int]]]:
-    """Seconds, generated tokens (</s> included) and the outputs in order."""
+def torch_dtype(name: str):
+    """The dtype an engine's name ends in: fp32, fp16 or bf16."""
+    import torch
+
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name.rsplit("_", 1)[-1]]
+
+
+def exact_float32() -> None:
+    """float32 matmuls in float32 on the GPU, not TF32: the reference's tokens."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def ours_on(
+    model_dir: str, device, dtype, max_batch: int, longest: int, graphs: bool, log=print, emulate: bool = False
+) -> Engine:
+    """Our greedy decoding of the checkpoint loaded on `device` in `dtype`, every batch in one KVCache for up to
+    max_batch sources of up to `longest` tokens; graphs: its decoder step captured as CUDA graphs first
+    (model/cuda_graphs.py; emulate: its eager stand-in, on any device)."""
+    from model.checkpoint import load_checkpoint
+    from model.decoding import KVCache
+
+    model, _, _ = load_checkpoint(model_dir, device=device, dtype=dtype)
+    cache = KVCache(model, max_batch, max_new_tokens_for(longest) + 1, longest)
+    if graphs:
+        from model.cuda_graphs import capture_model
+
+        capture_model(model, cache, log=log, emulate=emulate)
+    return ours(model, model.config.source_pad_id, cache, device)
+
+
+def marian_source(model_dir: str) -> Path | None:
+    """The local Marian directory a model was imported from (metadata.json's imported_from), else None."""
+    from model.checkpoint import read_metadata
+
+    meta = read_metadata(model_dir)
+    source = meta.get("imported_from", {}).get("path")
+    return Path(source) if meta.get("architecture") == "marian" and source and Path(source).is_dir() else None
+
+
+def hf_generate(model, pad_id: int, forced_eos: int, device) -> Engine:
+    """transformers' greedy generate on our source ids (a Marian import's ids are Marian's): max_new_tokens is our
+    budget, whose last token transformers forces to </s> as ours does (forced_eos_token_id); counted as ours counts."""
+    import torch
+    from common import pad_batch
+
+    eos = model.config.eos_token_id
+
+    def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
+        src = pad_batch(batch, pad_id)  # (B, S)
+        mask = torch.arange(src.size(1))[None, :] < torch.tensor(list(map(len, batch)))[:, None]  # (B, S)
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=src.to(device), attention_mask=mask.long().to(device), num_beams=1, do_sample=False,
+                max_new_tokens=budget,
+            )  # fmt: skip
+        results = []
+        for row in out[:, 1:].tolist():  # without the decoder start; a row that ended early is padded after </s>
+            ids = row[: row.index(eos)] if eos in row else row
+            results.append((ids, len(ids) + (len(ids) < budget - forced_eos)))  # short = ended by </s>
+        return results
+
+    return decode
+
+
+def hf_engine(model_dir: str, device, dtype) -> Engine:
+    """MarianMTModel.generate on the directory the checkpoint was imported from: the same weights as ours."""
+    from transformers import MarianMTModel
+
+    from model.transformer import TransformerConfig
+
+    source = marian_source(model_dir)
+    if source is None:
+        raise Unavailable(f"{model_dir} was not imported from a local Marian directory: transformers has no weights")
+    config = TransformerConfig.from_dict(json.loads((Path(model_dir) / "config.json").read_text()))
+    model = MarianMTModel.from_pretrained(source).to(device=device, dtype=dtype).eval()
+    return hf_generate(model, config.source_pad_id, int(config.force_eos), device)
+
+
+def cuda_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]], Callable[[], None] | None]:
+    """One engine on the GPU, the corpus as ids in the file's order, and what waits for the GPU (None for CT2,
+    whose results are on the host)."""
+    import torch
+
+    from model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(args.model_dir)
+    encoded = tok.encode_batch(read_sentences(args))
+    if name.startswith("ct2_"):
+        from bench.ct2_translator import GreedyTranslator
+
+        forced_eos = int(json.loads((Path(args.model_dir) / "config.json").read_text()).get("force_eos", False))
+        translator = GreedyTranslator(args.ct2_dir, tok, device="cuda", compute_type=CT2_COMPUTE[name])
+        return ct2(translator, forced_eos), encoded, None
+    dtype = torch_dtype(name)
+    if dtype == torch.float32:
+        exact_float32()
+    if name.startswith("hf_"):
+        return hf_engine(args.model_dir, "cuda", dtype), encoded, torch.cuda.synchronize
+
+    def log(message: str) -> None:
+        print(f"  {name}: {message}", file=sys.stderr, flush=True)
+
+    graphs = name != "ours_eager_fp16"
+    engine = ours_on(args.model_dir, "cuda", dtype, max_batch, max(map(len, encoded)), graphs, log)
+    return engine, encoded, torch.cuda.synchronize
+
+
+def run(
+    engine: Engine, batches: list[list[list[int]]], sync: Callable[[], None] | None = None
+) -> tuple[float, int, list[list[int]]]:
+    """Seconds, generated tokens (</s> included) and the outputs in order. sync: waits for the device's queued work
+    (torch.cuda.synchronize), before either clock is read."""
     out, tokens = [], 0
+    if sync:
+        sync()
     t0 = time.perf_counter()
     for batch in batches:
         for ids, n in engine(batch, max_new_tokens_for(max(map(len, batch)))):
             out.append(ids)
             tokens += n
+    if sync:
+        sync()
     return time.perf_counter() - t0, tokens, out
+
+
+def corpus_for(encoded: list[list[int]], batch_size: int, first_at_batch1: int = 0) -> list[list[int]]:
+    """The sentences decoded at `batch_size`, length-sorted as a server batches them: at batch 1 only the first
+    `first_at_batch1` of them when it is set (batch 1 is slow)."""
+    return sorted(encoded[:first_at_batch1] if batch_size == 1 and first_at_batch1 else encoded, key=len)
 
 
 def worker(args) -> None:
     """In a child process: load one engine, warm it up, print {"ready": true}; then for each batch size read from
-    stdin, decode the whole corpus once and print {seconds, tokens, outputs} as one JSON line."""
+    stdin, decode the whole corpus once and print {seconds, tokens, outputs} as one JSON line. On CUDA an engine that
+    cannot load or warm up prints {"error": ...} instead, for the race to record and go on without it."""
     sizes = list(map(int, args.batch_sizes.split(",")))
-    if args.worker.startswith("ct2_"):
-        engine, encoded = ct2_engine(args.worker, args)
-    else:
-        engine, encoded = our_engine(args.worker, args, max(sizes))
-    batches = {bs: [encoded[i : i + bs] for i in range(0, len(encoded), bs)] for bs in sizes}
-    for bs in sizes:
-        run(engine, batches[bs][:2])  # warm-up
+    sync = None
+    try:
+        if args.device == "cuda":
+            engine, encoded, sync = cuda_engine(args.worker, args, max(sizes))
+        elif args.worker.startswith("ct2_"):
+            engine, encoded = ct2_engine(args.worker, args)
+        else:
+            engine, encoded = our_engine(args.worker, args, max(sizes))
+        batches = {}
+        for bs in sizes:
+            corpus = corpus_for(encoded, bs, args.limit_batch1)
+            batches[bs] = [corpus[i : i + bs] for i in range(0, len(corpus), bs)]
+        for bs in sizes:
+            run(engine, batches[bs][:2], sync)  # warm-up
+    except Exception as e:  # noqa: BLE001 - on CUDA: reported to the parent, which goes on without this engine
+        if args.device != "cuda":
+            raise
+        traceback.print_exc()
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+        sys.exit(1)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        seconds, tokens, out = run(engine, batches[int(line)])
+        seconds, tokens, out = run(engine, batches[int(line)], sync)
         print(json.dumps({"seconds": seconds, "tokens": tokens, "outputs": out}), flush=True)
 
 
 def answer(child: subprocess.Popen) -> dict:
-    """The child's next JSON line (libraries may print other lines to stdout)."""
+    """The child's next JSON line (libraries may print other lines to stdout); its error raises Unavailable."""
     for line in child.stdout:
         if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError(f"the benchmark process exited with {child.wait()}")
+            reply = json.loads(line)
+            if "error" in reply:
+                raise Unavailable(reply["error"])
+            return reply
+    code = child.wait()
+    tail = " | ".join(getattr(child, "stderr_tail", ()))  # a crash in native code leaves no JSON: its last words
+    raise Unavailable(f"the benchmark process exited with {code}" + (f": {tail}" if tail else ""))
 
 
 def same(a: list[list[int]], b: list[list[int]]) -> float:
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
+def forward_stderr(child: subprocess.Popen) -> None:
+    """Pass the child's stderr on as it comes, keeping its last lines (child.stderr_tail) for when it dies."""
+    child.stderr_tail = deque(maxlen=3)
+
+    def pump() -> None:
+        for line in child.stderr:
+            sys.stderr.write(line)
+            if line.strip():
+                child.stderr_tail.append(line.strip())
+
+    threading.Thread(target=pump, daemon=True).start()
+
+
 def start_worker(args, name: str, ct2_dir: str) -> subprocess.Popen:
     """One engine in a process of its own (see `worker`), loaded and warmed up for args.batch_sizes."""
     env = {**os.environ, "CT2_USE_MKL": "0"} if name.endswith("_dnnl") else None
+    cuda = args.device == "cuda"
     child = subprocess.Popen(
         [sys.executable, __file__, "--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit),
          "--threads", str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir", ct2_dir, "--worker", name,
-         "--beam", str(args.beam), "--length-penalty", str(args.length_penalty)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+         "--beam", str(args.beam), "--length-penalty", str(args.length_penalty), "--device", args.device,
+         "--limit-batch1", str(args.limit_batch1)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE if cuda else None, text=True, env=env,
     )  # fmt: skip
+    if cuda:
+        forward_stderr(child)
     try:
         answer(child)  # {"ready": true}
     except BaseException:
@@ -214,23 +416,49 @@ def decode_once(child: subprocess.Popen, batch_size: int) -> dict:
 
 
 def stop_worker(child: subprocess.Popen) -> None:
-    child.stdin.close()
+    with contextlib.suppress(BrokenPipeError):  # a child that died
+        child.stdin.close()
     child.wait(timeout=60)
 
 
-def measure(args, names: list[str], sizes: list[int], ct2_dir: str) -> dict[int, dict[str, list[dict]]]:
-    """{batch size: {engine: one result per round}}, the engines taking turns in rotating order."""
+def measure(
+    args, names: list[str], sizes: list[int], ct2_dir: str, unavailable: dict[str, str] | None = None,
+    fallback: Callable[[dict[str, str]], list[str]] | None = None,
+) -> dict[int, dict[str, list[dict]]]:  # fmt: skip
+    """{batch size: {engine: one result per round}}, the engines taking turns in rotating order.
+
+    With `unavailable` (a dict), an engine that fails to start or to decode is recorded there with its error and the
+    race goes on without it; `fallback`, given those, names engines to start in their place."""
     children: dict[str, subprocess.Popen] = {}
+
+    def start(name: str) -> None:
+        print(f"starting {name} ...", file=sys.stderr, flush=True)
+        try:
+            children[name] = start_worker(args, name, ct2_dir)
+        except Unavailable as e:
+            if unavailable is None:
+                raise
+            unavailable[name] = str(e)
+
     try:
         for name in names:  # one at a time: a compile must not share the cores with another engine
-            print(f"starting {name} ...", file=sys.stderr, flush=True)
-            children[name] = start_worker(args, name, ct2_dir)
-        results: dict[int, dict[str, list[dict]]] = {bs: {name: [] for name in names} for bs in sizes}
+            start(name)
+        for name in fallback(unavailable) if fallback else []:
+            start(name)
+        live = list(children)
+        results: dict[int, dict[str, list[dict]]] = {bs: {name: [] for name in live} for bs in sizes}
         for r in range(args.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
+            order = live[r % len(live) :] + live[: r % len(live)] if live else []
             for bs in sizes:
                 for name in order:
-                    results[bs][name].append(decode_once(children[name], bs))
+                    if unavailable is not None and name in unavailable:
+                        continue
+                    try:
+                        results[bs][name].append(decode_once(children[name], bs))
+                    except Unavailable as e:
+                        if unavailable is None:
+                            raise
+                        unavailable[name] = f"at batch {bs}: {e}"
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         return results
     finally:
@@ -265,24 +493,194 @@ def fastest(passes: dict[str, list[dict]], base: str) -> str | None:
     return min(variants, key=lambda n: min(x["seconds"] for x in passes[n])) if variants else None
 
 
+def speed_ratios(passes: dict[str, list[dict]], batch_size: int) -> dict[str, float]:
+    """Each of ours against the first of its peers that ran (CUDA_PAIRS), on the same sentences: the median over
+    rounds of their seconds / ours (ours' sentences/s over theirs), under "ours/theirs"; at batch 1 also ours' time
+    per sentence over theirs (the best passes'), under "ours/theirs_time_per_sentence"."""
+    out = {}
+    for mine, peers in CUDA_PAIRS:
+        theirs = next((p for p in peers if passes.get(p)), None)
+        if not passes.get(mine) or theirs is None:
+            continue
+        per_round = [t["seconds"] / m["seconds"] for m, t in zip(passes[mine], passes[theirs])]
+        out[f"{mine}/{theirs}"] = round(statistics.median(per_round), 3)
+        if batch_size == 1:
+            best = {n: min(x["seconds"] / len(x["outputs"]) for x in passes[n]) for n in (mine, theirs)}
+            out[f"{mine}/{theirs}_time_per_sentence"] = round(best[mine] / best[theirs], 3)
+    return out
+
+
+def summarize(results: dict[int, dict[str, list[dict]]], rounds: int) -> tuple[dict, dict]:
+    """Per batch size, each engine's best pass ({sentences, seconds, tokens, sent_s, tok_s, ms_per_sentence,
+    same_as_ours_fp32: the fraction of sentences with ours_fp32's tokens}) and the speed ratios. An engine that did
+    not decode every round at a batch size is left out there."""
+    figures, ratios = {}, {}
+    for bs, by_engine in results.items():
+        passes = {name: rs for name, rs in by_engine.items() if rs and len(rs) == rounds}
+        best = {name: min(rs, key=lambda x: x["seconds"]) for name, rs in passes.items()}
+        ref = best.get(REFERENCE)
+        figures[bs] = {}
+        for name, x in best.items():
+            n = len(x["outputs"])
+            f = {
+                "sentences": n, "seconds": round(x["seconds"], 4), "tokens": x["tokens"],
+                "sent_s": round(n / x["seconds"], 1), "tok_s": round(x["tokens"] / x["seconds"], 1),
+                "ms_per_sentence": round(1000 * x["seconds"] / n, 3),
+            }  # fmt: skip
+            if ref is not None:
+                f[f"same_as_{REFERENCE}"] = round(same(x["outputs"], ref["outputs"]), 4)
+            figures[bs][name] = f
+        ratios[bs] = speed_ratios(passes, bs)
+    return figures, ratios
+
+
+def gpu_description() -> dict[str, str]:
+    """The GPU's name, its driver (nvidia-smi), and the torch and CUDA it runs with."""
+    import torch
+
+    info = {
+        "gpu": torch.cuda.get_device_name(0), "driver": "unknown", "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none", "cudnn": str(torch.backends.cudnn.version()),
+    }  # fmt: skip
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+        first = subprocess.run(query, capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()[0]
+        info["gpu"], info["driver"] = (x.strip() for x in first.rsplit(",", 1))
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError) as e:
+        info["driver"] = f"unknown (nvidia-smi: {e})"
+    return info
+
+
+def opus_shape(directory: Path, src: str) -> tuple[str, str]:
+    """A Marian model of OPUS-MT's shape with random weights, as bench/make_marian.py builds it, imported as ours into
+    directory/imported (built the first time; reused after): its directory, and what its tokenizer was trained on."""
+    marian, imported, note = directory / "marian", directory / "imported", directory / "trained_on.txt"
+    if (imported / "metadata.json").is_file() and note.is_file():  # metadata.json is the import's last file
+        return str(imported), note.read_text().strip()
+    data = Path(src).resolve().parent
+    if "NMT_TEST_DATA" not in os.environ and (data / "train.en.gz").is_file():
+        os.environ["NMT_TEST_DATA"] = str(data)  # the SentencePiece models learn Multi30k's training text
+    from model.importers.marian import import_marian
+    from tests.importers.marian_fixture import DATA, build_marian
+
+    trained_on = "Multi30k's training text" if (DATA / "train.en.gz").is_file() else "synthetic sentences"
+    print(f"building a random Marian model of OPUS-MT's shape in {marian} ...", file=sys.stderr, flush=True)
+    build_marian(
+        marian, shared=True, seed=0, d_model=512, layers=6, heads=8, ffn=2048, spm_vocab=6000, init_std=0.1,
+        vocab_size=58101, lines=29000,
+    )  # fmt: skip
+    import_marian(marian, imported, {"name": "opus-shape-random", "path": str(marian.resolve())})
+    note.write_text(trained_on + "\n")
+    return str(imported), trained_on
+
+
+def race_cuda(args, names: list[str], sizes: list[int], sentences_note: str) -> None:
+    """The GPU race: every engine started (those that cannot run recorded), decoding in turns; figures and JSON."""
+    from model.checkpoint import read_metadata
+    from model.transformer import TransformerConfig
+
+    gpu = gpu_description()
+    config = TransformerConfig.from_dict(json.loads((Path(args.model_dir) / "config.json").read_text()))
+    meta = read_metadata(args.model_dir)
+    model = (
+        f"{meta.get('name', Path(args.model_dir).name)}: d_model {config.d_model}, {config.n_encoder_layers}+"
+        f"{config.n_decoder_layers} layers, {config.n_heads} heads, FFN {config.d_ff}, vocabulary {config.tgt_vocab_size}"
+    )
+    print(f"GPU: {gpu['gpu']}, driver {gpu['driver']}; torch {gpu['torch']}, CUDA {gpu['cuda']}, cuDNN {gpu['cudnn']}")
+    print(f"model: {model} ({args.model_dir})")
+    print(f"sentences: {sentences_note}", flush=True)
+    unavailable: dict[str, str] = {}
+    source = marian_source(args.model_dir)
+
+    def instead_of_ct2(failed: dict[str, str]) -> list[str]:
+        """transformers' Marian on the same weights, when every CT2 engine asked for failed on a Marian import."""
+        ct2s = [n for n in names if n.startswith("ct2_")]
+        if not ct2s or any(n not in failed for n in ct2s) or any(n.startswith("hf_") for n in names):
+            return []
+        if source is None:
+            print("no transformers fallback: the model was not imported from a local Marian directory", flush=True)
+            return []
+        print(f"racing transformers' MarianMTModel.generate on {source} instead", flush=True)
+        return HF_ENGINES
+
+    with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
+        wanted = list(names)
+        if any(n.startswith("ct2_") for n in names):
+            try:
+                convert_for_ct2(args.model_dir, ct2_dir)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - recorded; the race goes on without CT2
+                for n in names:
+                    if n.startswith("ct2_"):
+                        unavailable[n] = f"converting: {type(e).__name__}: {e}"
+                wanted = [n for n in names if n not in unavailable]
+        results = measure(args, wanted, sizes, ct2_dir, unavailable, instead_of_ct2)
+    for error in dict.fromkeys(e for n, e in unavailable.items() if n.startswith("ct2_")):
+        which = ", ".join(n for n, e in unavailable.items() if e == error)
+        print(f"ct2 on cuda: unavailable: {error} ({which})", flush=True)
+    for name, error in unavailable.items():
+        if not name.startswith("ct2_"):
+            print(f"{name} on cuda: unavailable: {error}", flush=True)
+
+    figures, ratios = summarize(results, args.rounds)
+    for bs in sizes:
+        if not figures[bs]:
+            continue
+        n = max(f["sentences"] for f in figures[bs].values())
+        print(f"batch {bs} ({n} sentences, greedy, each engine in its own process, best of {args.rounds} "
+              f"round{'s' * (args.rounds > 1)})", flush=True)  # fmt: skip
+        for name, f in figures[bs].items():
+            match = (
+                f" same tokens as {REFERENCE} {f[f'same_as_{REFERENCE}']:.1%}" if f"same_as_{REFERENCE}" in f else ""
+            )
+            per = f" {f['ms_per_sentence']:>8.2f} ms/sentence" if bs == 1 else ""
+            print(f"  {name:<16} {f['sent_s']:>9} sent/s {f['tok_s']:>10} tok/s{per}{match}")
+        if ratios[bs]:
+            print("  " + " | ".join(f"{k} = {v}x" for k, v in ratios[bs].items()), flush=True)
+    print("  (ours/theirs: ours' sentences/s over theirs, median of the rounds; _time_per_sentence: ours' time per "
+          "sentence over theirs)")  # fmt: skip
+    print(json.dumps({
+        "device": "cuda", **gpu, "model": model, "model_dir": args.model_dir, "sentences": sentences_note,
+        "rounds": args.rounds, "results": figures, "ratios": ratios, "unavailable": unavailable,
+    }))  # fmt: skip
+
+
 def main() -> None:
     p = corpus_arguments(__doc__)
-    p.add_argument("--rounds", type=int, default=3, help="passes per engine and batch size, the engines taking turns")
+    p.add_argument("--rounds", type=int, help="passes per engine and batch size, the engines taking turns (default: "
+                   "3; with --device cuda, 1)")  # fmt: skip
     p.add_argument(
-        "--engines", help=f"comma-separated subset of {ENGINES} (default: all; with --beam, {','.join(BEAM_ENGINES)})"
+        "--engines",
+        help=f"comma-separated subset of {ENGINES} (default: all; with --beam, {','.join(BEAM_ENGINES)}); with "
+        f"--device cuda of {CUDA_ENGINES + HF_ENGINES} (default: {','.join(CUDA_ENGINES)}, then {','.join(HF_ENGINES)} "
+        "where CT2 fails on a model imported from Marian)",
     )
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the greedy race on the GPU")
+    p.add_argument("--limit-batch1", type=int, help="with --device cuda: batch 1 decodes only the first N of the "
+                   "--limit sentences (default 50; 0 = all)")  # fmt: skip
+    p.add_argument("--model", choices=("checkpoint", "opus-shape"), default="checkpoint",
+                   help="checkpoint: --model-dir; opus-shape: a random Marian model of OPUS-MT's shape")  # fmt: skip
+    p.add_argument("--opus-dir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-opus-shape",
+                   help="with --model opus-shape: where it is built and imported once, and reused")  # fmt: skip
     p.add_argument("--beam", type=int, default=1, help="beam size: 1 races greedy decoding, N > 1 beam search")
     p.add_argument(
         "--length-penalty", type=float, default=1.0, help="with --beam N > 1: score = log-probability / length ** P"
     )
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one engine in this process
     p.add_argument("--ct2-dir", help=argparse.SUPPRESS)  # internal: the converted model
+    p.set_defaults(batch_sizes=None, limit=None)  # by device (DEFAULTS)
     args = p.parse_args()
+    for key, value in DEFAULTS[args.device].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if args.worker:
         return worker(args)
 
     if args.beam < 1:
         p.error("--beam must be at least 1")
+    if args.device == "cuda":
+        return main_cuda(p, args)
+    if args.model == "opus-shape":
+        args.model_dir = opus_shape(args.opus_dir, args.src)[0]
     names = args.engines.split(",") if args.engines else BEAM_ENGINES if args.beam > 1 else ENGINES
     if unknown := [n for n in names if n not in ENGINES]:
         p.error(f"unknown engines {unknown}: choose from {ENGINES}")
@@ -343,6 +741,31 @@ def main() -> None:
         matches = [f"{name}_vs_ours_fp32 {count / n:.1%} ({count}/{n})" for name, count in identical.items()]
         print("  same tokens: " + ", ".join(matches), flush=True)
     print(json.dumps(rows))
+
+
+def main_cuda(p: argparse.ArgumentParser, args) -> None:
+    """--device cuda: check what was asked, then race_cuda."""
+    import torch
+
+    if args.beam != 1:
+        p.error("--device cuda races greedy decoding only: leave out --beam")
+    names = args.engines.split(",") if args.engines else CUDA_ENGINES
+    if unknown := [n for n in names if n not in CUDA_ENGINES + HF_ENGINES]:
+        p.error(f"unknown engines {unknown} for --device cuda: choose from {CUDA_ENGINES + HF_ENGINES}")
+    if not torch.cuda.is_available():
+        built = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a build without CUDA"
+        p.error(f"--device cuda: PyTorch finds no CUDA device here (torch {torch.__version__}, {built}); run it on a "
+                "machine with an NVIDIA GPU, or leave out --device for the CPU race")  # fmt: skip
+    sizes = list(map(int, args.batch_sizes.split(",")))
+    note = f"first {args.limit or 'all'} of {args.src}"
+    if 1 in sizes and args.limit_batch1:
+        note += f" (first {args.limit_batch1} at batch 1)"
+    if args.model == "opus-shape":
+        args.model_dir, trained_on = opus_shape(args.opus_dir, args.src)
+        note += f", tokenized by the random model's SentencePiece models (trained on {trained_on})"
+    else:
+        note += ", tokenized by the model's tokenizer"
+    race_cuda(args, names, sizes, note)
 
 
 if __name__ == "__main__":

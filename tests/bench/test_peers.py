@@ -1,0 +1,205 @@
+"""bench/peers.py's GPU race, as far as it runs without a GPU: its refusal, its engines on the CPU, its arithmetic."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.evaluate import max_new_tokens_for
+from tests.importers.marian_fixture import held_out_sentences
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+_spec = importlib.util.spec_from_file_location("peers", BENCH / "peers.py")
+peers = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
+_spec.loader.exec_module(peers)
+
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no CUDA device")
+
+
+@no_gpu
+def test_device_cuda_is_refused_with_a_clear_message_where_there_is_no_gpu(tmp_path):
+    src = tmp_path / "src.en"
+    src.write_text("A dog runs.\n")
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "peers.py"), "--device", "cuda", "--src", str(src)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--device cuda: PyTorch finds no CUDA device here" in done.stderr
+    assert "leave out --device" in done.stderr
+    assert not done.stdout  # refused before anything was built or printed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--engines", "ours_fp32,ct2_int8"], "unknown engines ['ct2_int8'] for --device cuda"),
+    (["--beam", "4"], "--device cuda races greedy decoding only"),
+])  # fmt: skip
+def test_device_cuda_refuses_what_it_does_not_race(tmp_path, args, message):
+    src = tmp_path / "src.en"
+    src.write_text("A dog runs.\n")
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "peers.py"), "--device", "cuda", "--src", str(src), *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr
+
+
+def batches_of(encoded: list[list[int]], size: int) -> list[list[list[int]]]:
+    corpus = peers.corpus_for(encoded, size)
+    return [corpus[i : i + size] for i in range(0, len(corpus), size)]
+
+
+@pytest.mark.parametrize("layout", ["shared", "separate"])
+def test_transformers_generate_gives_our_greedy_tokens_and_counts(marian_models, layout):
+    """hf_engine on the Marian directory and ours on its import: the same tokens and token counts per sentence, at
+    batch 1 and in padded batches, with the race's budgets and with one short enough to end sentences."""
+    hf_dir, ours_dir = marian_models[layout]
+    _, tok, _ = load_checkpoint(ours_dir)
+    encoded = tok.encode_batch(held_out_sentences("en")[:48])
+    longest = max(map(len, encoded))
+    theirs = peers.hf_engine(str(ours_dir), "cpu", torch.float32)
+    ours = peers.ours_on(str(ours_dir), "cpu", torch.float32, 16, longest, graphs=False)
+    for size in (1, 16):
+        batches = batches_of(encoded, size)
+        _, ours_tokens, ours_out = peers.run(ours, batches)
+        _, their_tokens, their_out = peers.run(theirs, batches)
+        assert their_out == ours_out
+        assert their_tokens == ours_tokens
+    short = 5  # the forced </s> is the 5th token: at most 4 of the model's own
+    ours_short, theirs_short = ours(encoded[:16], short), theirs(encoded[:16], short)
+    assert theirs_short == ours_short
+    assert any(len(ids) == short - 1 and n == short - 1 for ids, n in ours_short)  # reached the budget
+    assert all(len(ids) < short for ids, _ in ours_short)
+
+
+def test_a_checkpoint_not_imported_from_marian_has_no_transformers_engine(tiny_checkpoint):
+    assert peers.marian_source(str(tiny_checkpoint)) is None
+    with pytest.raises(peers.Unavailable, match="not imported from a local Marian directory"):
+        peers.hf_engine(str(tiny_checkpoint), "cpu", torch.float32)
+
+
+def test_emulated_graphs_decode_as_the_eager_step(tiny_checkpoint, tokenizer):
+    from tests.synthetic import synthetic_pairs
+
+    encoded = tokenizer.encode_batch([en for en, _ in synthetic_pairs(12, seed=3)])
+    longest = max(map(len, encoded))
+    args = (str(tiny_checkpoint), "cpu", torch.float32, 4, longest)
+    eager = peers.ours_on(*args, graphs=False)
+    graphed = peers.ours_on(*args, graphs=True, log=lambda m: None, emulate=True)
+    batches = batches_of(encoded, 4)
+    assert peers.run(graphed, batches)[1:] == peers.run(eager, batches)[1:]
+
+
+def test_batch_1_takes_the_first_sentences_of_the_file_and_every_corpus_is_length_sorted():
+    encoded = [[1] * n for n in (5, 2, 9, 3, 7, 1)]
+    assert peers.corpus_for(encoded, 1, 3) == [[1] * 2, [1] * 5, [1] * 9]
+    assert peers.corpus_for(encoded, 32, 3) == sorted(encoded, key=len)
+    assert peers.corpus_for(encoded, 1) == sorted(encoded, key=len)
+
+
+def passes(seconds: list[float], outputs: list[list[int]], tokens: int = 10) -> list[dict]:
+    return [{"seconds": s, "tokens": tokens, "outputs": outputs} for s in seconds]
+
+
+def test_ratios_are_the_median_over_rounds_against_the_first_peer_that_ran():
+    out = [[1], [2], [3], [4]]
+    results = {
+        1: {
+            "ours_fp32": passes([2.0, 2.0], out), "ours_fp16": passes([1.0, 2.0], out),
+            "hf_fp16": passes([3.0, 4.0], [[1], [2], [0], [0]]), "hf_fp32": passes([4.0, 8.0], out),
+            "ours_eager_fp16": passes([5.0, 5.0], out),
+        },
+        32: {
+            "ours_fp32": passes([1.0, 1.0], out), "ours_fp16": passes([1.0, 1.0], out),
+            "ct2_fp16": passes([2.0, 2.0], out), "hf_fp16": passes([9.0, 9.0], out),
+            "ct2_int8_fp16": passes([0.5], out),  # one round of two: left out
+        },
+    }  # fmt: skip
+    figures, ratios = peers.summarize(results, rounds=2)
+    assert ratios[1]["ours_fp16/hf_fp16"] == 2.5  # rounds: 3/1 and 4/2
+    assert ratios[1]["ours_fp32/hf_fp32"] == 3.0  # rounds: 4/2 and 8/2
+    assert ratios[1]["ours_fp16/ours_eager_fp16"] == 3.75  # rounds: 5/1 and 5/2
+    assert ratios[1]["ours_fp16/hf_fp16_time_per_sentence"] == round(0.25 / 0.75, 3)  # the best passes': 1 s, 3 s
+    assert "ours_bf16/hf_fp16" not in ratios[1]
+    assert ratios[32]["ours_fp16/ct2_fp16"] == 2.0  # CT2 where it ran, not transformers
+    assert not any(k.endswith("_time_per_sentence") for k in ratios[32])
+    assert "ct2_int8_fp16" not in figures[32] and not any("ct2_int8_fp16" in k for k in ratios[32])
+    hf = figures[1]["hf_fp16"]
+    assert hf["same_as_ours_fp32"] == 0.5 and figures[1]["ours_fp16"]["same_as_ours_fp32"] == 1.0
+    assert (hf["sentences"], hf["seconds"], hf["sent_s"], hf["tok_s"], hf["ms_per_sentence"]) == (4, 3.0, 1.3, 3.3, 750)
+
+
+def test_without_the_reference_there_is_no_agreement_but_there_are_figures():
+    figures, _ = peers.summarize({1: {"ours_fp16": passes([1.0], [[1]])}}, rounds=1)
+    assert figures[1]["ours_fp16"]["sent_s"] == 1.0 and "same_as_ours_fp32" not in figures[1]["ours_fp16"]
+
+
+class FakeChild:
+    def __init__(self, stdout: str, code: int = 1, tail: tuple[str, ...] = ()):
+        self.stdout, self.code, self.stderr_tail = io.StringIO(stdout), code, tail
+
+    def wait(self):
+        return self.code
+
+
+def test_an_engine_error_or_a_crash_reads_as_unavailable_with_its_message():
+    child = FakeChild('loading\n{"error": "RuntimeError: Library libcublas.so.12 is not found or cannot be loaded"}\n')
+    with pytest.raises(peers.Unavailable, match=r"^RuntimeError: Library libcublas\.so\.12 is not found"):
+        peers.answer(child)
+    crashed = FakeChild("", -6, ("what():  cuda error", "Aborted"))
+    with pytest.raises(peers.Unavailable, match=r"exited with -6: what\(\):  cuda error \| Aborted"):
+        peers.answer(crashed)
+    assert peers.answer(FakeChild('noise\n{"ready": true}\n')) == {"ready": True}
+
+
+def test_the_race_goes_on_without_an_engine_that_fails_and_starts_the_fallback(monkeypatch):
+    """measure with `unavailable`: a failed start is recorded, the fallback is asked with the failures, and an engine
+    failing at one batch size keeps its earlier figures."""
+    monkeypatch.setattr(peers, "stop_worker", lambda child: None)
+
+    def start_worker(args, name, ct2_dir):
+        if name.startswith("ct2_"):
+            raise peers.Unavailable("RuntimeError: no libcublas.so.12")
+        return name
+
+    def decode_once(child, bs):
+        if child == "hf_fp32" and bs == 32:
+            raise peers.Unavailable("CUDA out of memory")
+        return {"seconds": 1.0, "tokens": 1, "outputs": [[bs]]}
+
+    monkeypatch.setattr(peers, "start_worker", start_worker)
+    monkeypatch.setattr(peers, "decode_once", decode_once)
+    asked = []
+
+    def fallback(failed):
+        asked.append(dict(failed))
+        return peers.HF_ENGINES
+
+    class Args:
+        rounds = 1
+
+    unavailable = {}
+    results = peers.measure(Args, ["ours_fp32", "ct2_fp16"], [1, 32], "", unavailable, fallback)
+    assert asked == [{"ct2_fp16": "RuntimeError: no libcublas.so.12"}]
+    assert unavailable == {"ct2_fp16": "RuntimeError: no libcublas.so.12", "hf_fp32": "at batch 32: CUDA out of memory"}
+    assert set(results[1]) == {"ours_fp32", "hf_fp32", "hf_fp16"} and len(results[1]["hf_fp32"]) == 1
+    figures, _ = peers.summarize(results, rounds=1)
+    assert set(figures[32]) == {"ours_fp32", "hf_fp16"}
+
+
+def test_budgets_are_the_same_rule_for_every_engine():
+    seen = []
+
+    def engine(batch, budget):
+        seen.append(budget)
+        return [([], 1) for _ in batch]
+
+    peers.run(engine, [[[1] * 3, [1] * 7], [[1] * 20]])
+    assert seen == [max_new_tokens_for(7), max_new_tokens_for(20)]
