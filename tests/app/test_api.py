@@ -243,13 +243,15 @@ async def test_a_stream_of_a_list_is_refused(client):
     assert "stream needs a single text, got a list of 2" in body["error"]
 
 
-async def test_attention_shapes_rows_and_tokens(client, tiny_model, tokenizer):
-    c = tiny_model.config
-    body = (await client.post("/attention", json={"text": SENTENCES[0]})).json()
+async def assert_attention_of_the_served_translation(client, config, tokenizer, text: str) -> None:
+    """/attention on `text`: its tokens, the served translation, every layer's (heads, queries, keys) weights with
+    rows summing to one, and <s> seeing no later token."""
+    c = config
+    body = (await client.post("/attention", json={"text": text})).json()
     S, T = len(body["encoder_tokens"]), len(body["decoder_tokens"])
-    assert body["encoder_tokens"] == [tokenizer.id_to_token(i) for i in tokenizer.encode(SENTENCES[0])]
+    assert body["encoder_tokens"] == [tokenizer.id_to_token(i) for i in tokenizer.encode(text)]
     assert body["decoder_tokens"][0] == "<s>" and "</s>" not in body["decoder_tokens"]
-    served = (await client.post("/translate", json={"text": SENTENCES[0]})).json()["translations"][0]["text"]
+    served = (await client.post("/translate", json={"text": text})).json()["translations"][0]["text"]
     assert body["translation"] == served
     for key, (L, Q, K) in {
         "encoder_attention": (c.n_encoder_layers, S, S),
@@ -263,6 +265,10 @@ async def test_attention_shapes_rows_and_tokens(client, tiny_model, tokenizer):
                 assert all(abs(sum(row) - 1) < 1e-3 for row in head)
     future = body["decoder_attention"][0][0][0][1:]
     assert all(x == 0 for x in future)  # <s> cannot see later tokens
+
+
+async def test_attention_shapes_rows_and_tokens(client, tiny_model, tokenizer):
+    await assert_attention_of_the_served_translation(client, tiny_model.config, tokenizer, SENTENCES[0])
 
 
 async def test_attention_teacher_forces_target_and_selects_layers_heads(client, tokenizer):

@@ -16,7 +16,12 @@ from app.main import create_app
 from app.settings import Settings
 from model.cuda_graphs import FAMILIES, graph_name, row_buckets, window_buckets
 from tests.app.conftest import serve
-from tests.app.test_api import SENTENCES, assert_stream_matches, stream_and_plain
+from tests.app.test_api import (
+    SENTENCES,
+    assert_attention_of_the_served_translation,
+    assert_stream_matches,
+    stream_and_plain,
+)
 from tests.cuda.conftest import CUDA, DEVICE, ON_CUDA, cuda_only
 
 pytestmark = [*CUDA, pytest.mark.anyio]
@@ -143,22 +148,8 @@ async def test_tokenize_gives_the_tokenizers_ids_and_offsets(served):
 
 async def test_attention_has_a_row_per_query_that_sums_to_one(served):
     app, client, _ = served
-    c, tokenizer = app.state.engine.model.config, app.state.engine.tokenizer
-    body = (await client.post("/attention", json={"text": SENTENCES[0]})).json()
-    S, T = len(body["encoder_tokens"]), len(body["decoder_tokens"])
-    assert body["encoder_tokens"] == [tokenizer.id_to_token(i) for i in tokenizer.encode(SENTENCES[0])]
-    assert body["decoder_tokens"][0] == "<s>" and "</s>" not in body["decoder_tokens"]
-    served_text = (await client.post("/translate", json={"text": SENTENCES[0]})).json()["translations"][0]["text"]
-    assert body["translation"] == served_text
-    for key, (L, Q, K) in {
-        "encoder_attention": (c.n_encoder_layers, S, S),
-        "decoder_attention": (c.n_decoder_layers, T, T),
-        "cross_attention": (c.n_decoder_layers, T, S),
-    }.items():
-        w = body[key]
-        assert (len(w), len(w[0]), len(w[0][0]), len(w[0][0][0])) == (L, c.n_heads, Q, K)
-        assert all(abs(sum(row) - 1) < 1e-3 for layer in w for head in layer for row in head)
-    assert all(x == 0 for x in body["decoder_attention"][0][0][0][1:])  # <s> cannot see later tokens
+    engine = app.state.engine
+    await assert_attention_of_the_served_translation(client, engine.model.config, engine.tokenizer, SENTENCES[0])
 
 
 async def test_what_the_viewer_loads(served):
