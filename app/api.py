@@ -184,12 +184,22 @@ def decoding(body: s.TranslateRequest) -> Decoding:
 
 def run_translate(engine: Engine, body: s.TranslateRequest) -> Awaitable[list[Translation]]:
     """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py)."""
-    return engine.translate(body.text, body.max_new_tokens, body.truncate, decoding(body))
+    return engine.translate(body.text, body.max_new_tokens, body.truncate, decoding(body), body.split)
 
 
 def translation_response(body: s.TranslateRequest, out: list[Translation], model: str) -> s.TranslateResponse:
     """The answer to a `/translate` request that was not streamed (also used by app/fastpath.py)."""
     tokens = body.return_tokens
+    texts = [body.text] if isinstance(body.text, str) else body.text
+
+    def segments(source: str, t: Translation) -> list[s.SegmentOut] | None:
+        if not body.return_segments:
+            return None
+        if t.segments is None:  # translated whole
+            spans = [((0, len(source)), (0, len(t.text)))] if source.strip() else []
+        else:
+            spans = t.segments
+        return [s.SegmentOut(source_span=a, target_span=b) for a, b in spans]
 
     def alignment(t: Translation) -> list[s.AlignedOut] | None:
         return None if t.alignment is None else [s.AlignedOut(**a.__dict__) for a in t.alignment]
@@ -217,8 +227,9 @@ def translation_response(body: s.TranslateRequest, out: list[Translation], model
                 score=round(t.score, 4) if body.return_scores else None,
                 alignment=alignment(t),
                 hypotheses=hypotheses(t),
+                segments=segments(source, t),
             )
-            for t in out
+            for source, t in zip(texts, out, strict=True)
         ],
         usage=s.Usage(input_tokens=sum(t.input_tokens for t in out), output_tokens=sum(t.output_tokens for t in out)),
         model=model,
@@ -249,7 +260,7 @@ async def stream_translation(body: s.TranslateRequest, engine: Engine) -> Stream
             f"stream needs a single text, got a list of {len(body.text)}; send one request per text, or leave out "
             '"stream" to translate the list in one response'
         )
-    events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate, decoding(body))
+    events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate, decoding(body), body.split)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering (deploy/nginx.conf)
     return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)
 

@@ -148,6 +148,15 @@ class TranslateRequest(Request):
         None, ge=0, le=2**63 - 1,
         description="seeds each text's sampling: the same seed gives the same text, alone or in a busy batch",
     )  # fmt: skip
+    split: Literal["sentences", "lines", "none"] = Field(
+        "sentences",
+        description="how a text is cut into what the model translates, each piece a sequence of the running batch and "
+        "the translations put back between the text's own whitespace: `sentences` (sentencex, within each line), "
+        "`lines` (one line each: subtitles, lists) or `none` (the text whole)",
+    )
+    return_segments: bool = Field(
+        False, description="add `segments`: each piece's [start, end) characters in the text and in the translation"
+    )
     stream: bool = Field(
         False,
         description="one text only: answer with server-sent events, one per generated token "
@@ -164,6 +173,11 @@ class AlignedOut(BaseModel):
     source_token: int = Field(description="index of the source token it aligns to (as /tokenize numbers them)")
     target_span: tuple[int, int] = Field(description="[start, end) characters of the token in the translation")
     source_span: tuple[int, int] = Field(description="[start, end) characters of the source token in the text")
+
+
+class SegmentOut(BaseModel):
+    source_span: tuple[int, int] = Field(description="[start, end) characters of the piece in the text")
+    target_span: tuple[int, int] = Field(description="[start, end) characters of its translation in the translation")
 
 
 class HypothesisOut(BaseModel):
@@ -186,6 +200,7 @@ class TranslationOut(BaseModel):
     hypotheses: list[HypothesisOut] | None = Field(
         None, description="with num_hypotheses > 1: the n-best list, best first (the first is this translation)"
     )
+    segments: list[SegmentOut] | None = Field(None, description="with return_segments: the pieces, in order")
 
 
 class Usage(BaseModel):

@@ -38,6 +38,12 @@ class Settings(BaseSettings):
         "`min(this, 2 × its source tokens + 10)`",
     )
     max_batch_texts: int = Field(64, ge=1, description="texts (or id lists) per request")
+    max_request_chars: int = Field(
+        20_000,
+        ge=1,
+        description="characters of all of a `/translate` request's texts together; more gets 413. A text is split "
+        "into sentences (`split`), each one a sequence of the running batch, so this bounds a request's work",
+    )
     max_batch_size: int | None = Field(
         None,
         ge=1,

@@ -14,12 +14,14 @@ import torch
 from app.detokenize import IncrementalText
 from app.device import device_name, resolve_device
 from app.engine.compiling import Compiler, Mode
+from app.engine.documents import Documents, put_back, split_texts
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.memory import Sizing, decoder_rows
 from app.engine.results import Attention, Translation, attention_weights, translations
 from app.engine.scheduler import Batcher
 from app.metrics import Metrics
+from app.segment import Segment, Split
 from app.settings import Settings
 from model.checkpoint import load_checkpoint
 from model.decoding import Hypothesis
@@ -51,6 +53,7 @@ class Engine:
         metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0, waiting_served_ratio: float = 0.3,
         max_waiting_steps: int = 4, screen_logits: bool = False, compile_cache_dir: Path | None = None,
         compile_mode: str = "max-autotune", sizing: Sizing | None = None, gpu_memory_fraction: float | None = None,
+        max_request_chars: int = 20_000,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -67,7 +70,7 @@ class Engine:
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.limits = Limits(max_input_tokens, max_new_tokens, max_batch_texts, max_batch_size, c.tgt_vocab_size)
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens, self.max_request_chars = max_new_tokens, max_request_chars
         self.request_timeout_s = request_timeout_s
         self.screened = model.use_screen(screen_logits)  # before compiling: the step's graph includes it
         self.batcher = Batcher(
@@ -98,6 +101,7 @@ class Engine:
             max_batch_size=sizing.rows, prefill_tokens=s.prefill_tokens,
             max_queue=s.max_queue or max(DEFAULT_QUEUE, sizing.rows), sizing=sizing,
             gpu_memory_fraction=s.gpu_memory_fraction if device.type == "cuda" else None,
+            max_request_chars=s.max_request_chars,
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
             screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
@@ -166,11 +170,39 @@ class Engine:
 
     async def translate(
         self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False,
-        decoding: Decoding = GREEDY,
+        decoding: Decoding = GREEDY, split: Split = "sentences",
     ) -> list[Translation]:  # fmt: skip
-        """Translations in input order, greedy unless `decoding` asks otherwise. Blank texts translate to ""
-        without a model call."""
+        """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
+        (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
+        whitespace (app/engine/documents.py). Blank texts translate to "" without a model call."""
         texts = self.limits.texts(text, "text")
+        docs = await self._split(texts, split)
+        if docs.whole:  # a caption: the text as it is
+            return await self._translate(texts, isinstance(text, str), max_new_tokens, truncate, decoding)
+        self._one_sentence_prefix(docs, decoding)
+        names = docs.names(isinstance(text, str))
+        parts = await self._translate(docs.pieces, False, max_new_tokens, truncate, decoding, names)
+        return await _inline_or_on_thread(sum(map(len, texts)), put_back, docs, parts)
+
+    async def _split(self, texts: list[str], split: Split) -> Documents:
+        return await _inline_or_on_thread(
+            sum(map(len, texts)), split_texts, texts, split, self.languages["source"], self.max_request_chars,
+            self.batcher.max_queue,
+        )  # fmt: skip
+
+    @staticmethod
+    def _one_sentence_prefix(docs: Documents, decoding: Decoding) -> None:
+        if decoding.target_prefix and any(len(segs) > 1 for segs in docs.segments):
+            raise InvalidRequest(
+                f"target_prefix forces the start of one {docs.kind}, and a text has several: "
+                'send it with "split": "none", or its first sentence alone'
+            )
+
+    async def _translate(
+        self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
+        names: list[str] | None = None,
+    ) -> list[Translation]:  # fmt: skip
+        """Each text as one sequence."""
         self.limits.budget(max_new_tokens)
         options = None if decoding.greedy else self.limits.decoding(decoding)
         live = [i for i, t in enumerate(texts) if t.strip()]
@@ -178,8 +210,9 @@ class Engine:
         size = sum(map(len, texts))
         tokenizer, alignments = self.tokenizer, None
         async with self._deadline():
-            single = isinstance(text, str)
-            srcs, truncated = await _inline_or_on_thread(size, self.limits.sources, tokenizer, texts, truncate, single)
+            srcs, truncated = await _inline_or_on_thread(
+                size, self.limits.sources, tokenizer, texts, truncate, single, names
+            )
             if options is None:  # the plain greedy path
                 budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
                 hyps = [[h] for h in await self.batcher.generate([srcs[i] for i in live], budgets)]
@@ -210,48 +243,70 @@ class Engine:
         return options, default
 
     async def translate_stream(
-        self, text: str, max_new_tokens: int | None = None, truncate: bool = False, decoding: Decoding = GREEDY
-    ) -> AsyncIterator[dict[str, Any]]:
+        self, text: str, max_new_tokens: int | None = None, truncate: bool = False, decoding: Decoding = GREEDY,
+        split: Split = "sentences",
+    ) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
         """Validate, tokenize and queue `text` (raising here what `translate` would), then return its events: one
-        per generated token, and a last one with the whole translation. Closing the iterator drops the sequence."""
-        events = self._stream_events(text, max_new_tokens, truncate, decoding)
+        per generated token, and a last one with the whole translation. A text of several segments decodes them
+        together and sends their tokens one segment after another, the whitespace between two segments in the
+        `text` of the next one's first token. Closing the iterator drops the sequences."""
+        docs = await self._split([text], split)
+        pieces, segments = ([text], None) if docs.whole else (docs.pieces, docs.segments[0])
+        if segments is not None:
+            self._one_sentence_prefix(docs, decoding)
+        events = self._stream_events(text, pieces, segments, max_new_tokens, truncate, decoding, docs.names(True))
         await anext(events)  # started, so its `finally` runs however the iterator ends
         return events
 
-    async def _stream_events(self, text: str, max_new_tokens: int | None, truncate: bool, decoding: Decoding):
+    async def _stream_events(
+        self, text: str, pieces: list[str], segments: list[Segment] | None, max_new_tokens: int | None,
+        truncate: bool, decoding: Decoding, names: list[str],
+    ):  # fmt: skip
         self.limits.budget(max_new_tokens)
         options = SEARCH_GREEDY if decoding.greedy else self.limits.decoding(decoding, stream=True)
-        self.batcher.check_capacity(1)
+        self.batcher.check_capacity(len(pieces))
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         async with self._deadline(deadline):
-            (src,), truncated = await _inline_or_on_thread(
-                len(text), self.limits.sources, self.tokenizer, [text], truncate, True
+            srcs, truncated = await _inline_or_on_thread(
+                len(text), self.limits.sources, self.tokenizer, pieces, truncate, True, segments and names
             )
-            options, (budget,) = await self._options(options, decoding, max_new_tokens, [src])
+            options, budgets = await self._options(options, decoding, max_new_tokens, srcs)
         if not text.strip():
             yield None
             yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
                    "truncated": False}  # fmt: skip
             return
-        tokens = self.batcher.stream(src, budget, options)
+        streams = [self.batcher.stream(src, budget, options) for src, budget in zip(srcs, budgets)]  # decode together
+        gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
+            (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
+        ]  # fmt: skip
         try:
             yield None
-            detok = IncrementalText(self.tokenizer, self.byte_ids)
-            while True:
-                async with self._deadline(deadline):
-                    token = await anext(tokens, None)
-                if token is None:
-                    break
-                delta = detok.add(token)
-                yield {"index": len(detok.ids) - 1, "token": {"id": token, "text": delta}, "text_so_far": detok.text}
-            hyp = await tokens.result()
+            shown, pending, index, hyps, done = "", "", 0, [], []  # sent in events; text not sent yet
+            for (start, end), tokens in zip(gaps, streams):
+                pending += text[start:end]
+                detok = IncrementalText(self.tokenizer, self.byte_ids)
+                while True:
+                    async with self._deadline(deadline):
+                        token = await anext(tokens, None)
+                    if token is None:
+                        break
+                    delta = pending + detok.add(token)
+                    shown, pending = shown + delta, ""
+                    yield {"index": index, "token": {"id": token, "text": delta}, "text_so_far": shown}
+                    index += 1
+                hyps.append(await tokens.result())
+                done.append(text[start:end] + self.tokenizer.decode(hyps[-1].tokens))
+            steps = sum(len(h.logprobs) for h in hyps)
             yield {
-                "text": self.tokenizer.decode(hyp.tokens), "finish_reason": hyp.finish_reason,
-                "usage": {"input_tokens": len(src), "output_tokens": len(hyp.logprobs)},
-                "truncated": bool(truncated), "score": hyp.score,
+                "text": "".join(done) + (text[gaps[-1][0] :] if segments else ""),
+                "finish_reason": "length" if any(h.finish_reason == "length" for h in hyps) else "eos",
+                "usage": {"input_tokens": sum(map(len, srcs)), "output_tokens": steps},
+                "truncated": bool(truncated), "score": hyps[0].score if len(hyps) == 1 else sum(h.score * len(h.logprobs) for h in hyps) / steps,
             }  # fmt: skip
         finally:
-            tokens.close()
+            for tokens in streams:
+                tokens.close()
 
     async def tokenize(self, text: str | list[str], side: str, add_special_tokens: bool) -> list[list[Token]]:
         texts = self.limits.texts(text, "text")

@@ -69,15 +69,18 @@ class Limits:
         return picked
 
     def sources(
-        self, tokenizer: Tokenizer | SentencePieceTokenizer, texts: list[str], truncate: bool, single: bool
-    ) -> tuple[list[list[int]], set[int]]:
-        """Source ids of each text; over max_input_tokens a 413, or with `truncate` cut to the limit."""
+        self, tokenizer: Tokenizer | SentencePieceTokenizer, texts: list[str], truncate: bool, single: bool,
+        names: list[str] | None = None,
+    ) -> tuple[list[list[int]], set[int]]:  # fmt: skip
+        """Source ids of each text; over max_input_tokens a 413, or with `truncate` cut to the limit. `names`: what
+        the error calls each text (default "text", or "text[i]" when not `single`)."""
         srcs, truncated, limit = tokenizer.encode_batch(texts, side="source"), set(), self.max_input_tokens
         for i, ids in enumerate(srcs):
             if len(ids) > limit:
                 if not truncate:
+                    name = names[i] if names else "text" if single else f"text[{i}]"
                     raise InputTooLong(
-                        f"{'text' if single else f'text[{i}]'} has {len(ids)} tokens; the limit is {limit}. "
+                        f"{name} has {len(ids)} tokens; the limit is {limit}. "
                         'Shorten or split it, or send "truncate": true to cut it to the limit'
                     )
                 srcs[i] = ids[: limit - 1] + [tokenizer.eos_id]

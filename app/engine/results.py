@@ -37,6 +37,8 @@ class Translation:
     piece: Callable[[int], str] = field(repr=False, compare=False)  # a token id's piece
     hypotheses: list[Translation] = field(default_factory=list)  # the n-best list, this one first, when asked for
     alignment: list[Aligned] | None = None
+    # a text split into segments (app/engine/documents.py): each one's [start, end) in the text and in the translation
+    segments: list[tuple[tuple[int, int], tuple[int, int]]] | None = None
 
     @cached_property
     def tokens(self) -> list[str]:

@@ -50,7 +50,7 @@ async def test_large_requests_are_tokenized_on_a_thread_with_the_same_results(en
     assert threads == [], "a small request is tokenized on the event loop"
     filler = "a dog runs " * (INLINE_CHARS // 10)  # over the inline limit on its own: cut to 32 tokens
     large = await engine.translate([*TEXTS[:2], filler], truncate=True)
-    assert threads == ["sources", "translations"]
+    assert threads == ["split_texts", "sources", "translations", "put_back"]
     assert [t.text for t in large[:2]] == [t.text for t in small] and large[2].truncated
     with pytest.raises(InputTooLong, match=r"text\[2\] has \d+ tokens"):  # raised on the thread, as on the loop
         await engine.translate([*TEXTS[:2], filler])

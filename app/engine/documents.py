@@ -1,0 +1,107 @@
+"""Texts of any shape through a sentence-level model: each text split into segments (app/segment.py), every segment
+of every text a sequence of its own in the running batch, and each text's translations put back into its shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from app.engine.errors import InputTooLong
+from app.engine.results import Aligned, Translation
+from app.segment import Segment, Split, assemble, segment
+
+
+@dataclass(frozen=True)
+class Documents:
+    """The request's texts and their segments: `pieces` are what the model translates, in order."""
+
+    texts: list[str]
+    segments: list[list[Segment]]
+    split: Split = "sentences"
+
+    @property
+    def pieces(self) -> list[str]:
+        return [text[s.start : s.end] for text, segs in zip(self.texts, self.segments) for s in segs]
+
+    @property
+    def kind(self) -> str:
+        """What a piece is: a sentence, a line or a segment."""
+        return {"sentences": "sentence", "lines": "line"}.get(self.split, "segment")
+
+    def names(self, single: bool) -> list[str]:
+        """What an error calls each piece: "sentence 3 of text[1]" ("of the text" when the request sent one text;
+        "text[1]" itself when it is one piece)."""
+        names = []
+        for i, segs in enumerate(self.segments):
+            text = "text" if single else f"text[{i}]"
+            names += [text] if len(segs) == 1 else [f"{self.kind} {k + 1} of {text}" for k in range(len(segs))]
+        return names
+
+    @property
+    def whole(self) -> bool:
+        """Every text is one segment, the text itself (a caption): translated as it is, nothing to put back."""
+        return all(len(segs) <= 1 and (not segs or (segs[0].start, segs[0].end) == (0, len(text)))
+                   for text, segs in zip(self.texts, self.segments))  # fmt: skip
+
+
+def split_texts(texts: list[str], split: Split, language: str, max_chars: int, max_segments: int) -> Documents:
+    """Each text's segments; InputTooLong when the texts have more than max_chars characters in all, or more
+    segments than the server may hold at once."""
+    chars = sum(map(len, texts))
+    if chars > max_chars:
+        raise InputTooLong(
+            f"the texts have {chars} characters in all; the limit is {max_chars} a request (NMT_MAX_REQUEST_CHARS): "
+            "send the rest in another request"
+        )
+    segments = [segment(text, split, language) for text in texts]
+    count = sum(map(len, segments))
+    if count > max_segments:
+        raise InputTooLong(
+            f"the texts have {count} {'sentences' if split == 'sentences' else 'segments'} (split={split!r}); at most "
+            f"{max_segments} can be translated at once (NMT_MAX_QUEUE): send the rest in another request"
+        )
+    return Documents(texts, segments, split)
+
+
+def put_back(docs: Documents, parts: list[Translation]) -> list[Translation]:
+    """One Translation per text from its segments' translations (in `docs.pieces` order)."""
+    out, at = [], 0
+    for text, segs in zip(docs.texts, docs.segments):
+        out.append(combined(text, segs, parts[at : at + len(segs)]))
+        at += len(segs)
+    return out
+
+
+def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Translation:
+    """The text's translation: its segments' translations between its own whitespace. Token ids, counts and the
+    alignment run through the segments in order (alignment indices count the segments' tokens one after another,
+    its spans are the text's and the translation's); the score is the segments' scores weighted by their tokens
+    (their mean log-probability, with the default length penalty); the n-best list puts together the segments'
+    i-th hypotheses."""
+    if not parts:  # a blank text translates to "", as Engine.translate's texts do
+        return Translation("", "eos", [], 0.0, 0, 0, False, str, segments=[])
+    joined, spans = assemble(text, segments, [p.text for p in parts])
+    steps = sum(p.output_tokens for p in parts)
+    alignment = None
+    if all(p.alignment is not None for p in parts):
+        alignment, targets, sources = [], 0, 0
+        for p, s, (t_start, _) in zip(parts, segments, spans, strict=True):
+            alignment += [
+                Aligned(a.target_token + targets, a.source_token + sources,
+                        (a.target_span[0] + t_start, a.target_span[1] + t_start),
+                        (a.source_span[0] + s.start, a.source_span[1] + s.start))
+                for a in p.alignment
+            ]  # fmt: skip
+            targets, sources = targets + len(p.token_ids), sources + p.input_tokens
+    out = Translation(
+        text=joined, finish_reason="length" if any(p.finish_reason == "length" for p in parts) else "eos",
+        token_ids=[i for p in parts for i in p.token_ids],
+        score=sum(p.score * p.output_tokens for p in parts) / steps if steps else 0.0,
+        input_tokens=sum(p.input_tokens for p in parts), output_tokens=steps,
+        truncated=any(p.truncated for p in parts), piece=parts[0].piece, alignment=alignment,
+        segments=[((s.start, s.end), span) for s, span in zip(segments, spans, strict=True)],
+    )  # fmt: skip
+    n_best = min(len(p.hypotheses) for p in parts)
+    if n_best > 1:  # the first is this one (each part's best heads its own list)
+        others = [combined(text, segments, [p.hypotheses[i] for p in parts]) for i in range(1, n_best)]
+        out.hypotheses = [replace(out), *others]
+    return out
