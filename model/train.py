@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--valid-src", required=True)
     a("--valid-tgt", required=True)
     a("--out", required=True, help="checkpoint directory to write (best model + train_state/)")
+    a("--source-language", help="language code in the metadata (default: from --train-src, e.g. train.en.gz -> en)")
+    a("--target-language", help="language code in the metadata (default: from --train-tgt)")
     a("--vocab-size", type=int, default=8000, help="joint BPE vocabulary incl. 256 byte tokens")
     a("--d-model", type=int, default=256)
     a("--heads", type=int, default=4)
@@ -60,6 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--seed", type=int, default=1)
     a("--resume", action="store_true", help="continue from --out/train_state if it exists")
     return p.parse_args(argv)
+
+
+def language_of(path: str) -> str:
+    """The language code a corpus file's name ends with (train.fr.gz -> fr), or "unknown"."""
+    name = Path(path).name.removesuffix(".gz")
+    code = name.rsplit(".", 1)[-1] if "." in name else ""
+    return code if code.isalpha() and 2 <= len(code) <= 3 else "unknown"
 
 
 def make_batches(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, seed: int) -> list[list[int]]:
@@ -143,11 +152,17 @@ def validate(model, tokenizer, valid_pairs, valid_src, valid_ref, pad_id, device
         for idx in make_batches(valid_pairs, 8000, seed=0):
             src, tgt_in, tgt_out = (t.to(device) for t in collate(valid_pairs, idx, pad_id))
             logits = model(src, tgt_in)
-            total += F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad_id, reduction="sum").item()
+            total += F.cross_entropy(
+                logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad_id, reduction="sum"
+            ).item()
             count += (tgt_out != pad_id).sum().item()
     hyps = translate_corpus(model, tokenizer, valid_src)
     model.train()
-    return {"valid_loss": round(total / count, 4), **{f"valid_{k}": v for k, v in score(hyps, valid_ref).items()}, "samples": hyps[:3]}
+    return {
+        "valid_loss": round(total / count, 4),
+        **{f"valid_{k}": v for k, v in score(hyps, valid_ref).items()},
+        "samples": hyps[:3],
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -189,8 +204,18 @@ def main(argv: list[str] | None = None) -> None:
         pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, unk_id=tokenizer.unk_id,
     )  # fmt: skip
     model = Transformer(config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=args.weight_decay)
-    info = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "seconds": 0.0, "best_bleu": -1.0, "history": [], "snapshots": []}
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=args.weight_decay
+    )
+    info = {
+        "step": 0,
+        "epoch": 0,
+        "batch_in_epoch": 0,
+        "seconds": 0.0,
+        "best_bleu": -1.0,
+        "history": [],
+        "snapshots": [],
+    }
     if resuming:
         info = load_state(state_dir, model, optimizer)
         print(f"resumed at epoch {info['epoch'] + 1}, step {info['step']}", file=sys.stderr)
@@ -199,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     def save_best(metrics: dict) -> None:
         meta = {
             "name": out.name,
-            "source_language": "en", "target_language": "de",
+            "source_language": args.source_language or language_of(args.train_src),
+            "target_language": args.target_language or language_of(args.train_tgt),
             "training_data": {"train_src": args.train_src, "train_tgt": args.train_tgt,
                               "valid_src": args.valid_src, "valid_tgt": args.valid_tgt, "pairs": len(train_pairs)},
             "command": command, "steps": info.get("epoch_step", info["step"]), "epochs": info["epoch"],
@@ -225,7 +251,10 @@ def main(argv: list[str] | None = None) -> None:
             with autocast:
                 logits = model(src, tgt_in)
             loss = F.cross_entropy(
-                logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=config.pad_id, label_smoothing=args.label_smoothing
+                logits.flatten(0, 1).float(),
+                tgt_out.flatten(),
+                ignore_index=config.pad_id,
+                label_smoothing=args.label_smoothing,
             )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -235,7 +264,9 @@ def main(argv: list[str] | None = None) -> None:
             info["batch_in_epoch"] += 1
             tokens_seen += int((tgt_out != config.pad_id).sum())
             elapsed = time.perf_counter() - t0
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / elapsed:.0f}", refresh=False)
+            bar.set_postfix(
+                loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / elapsed:.0f}", refresh=False
+            )
             if time.monotonic() > deadline:
                 stopped = True
                 break
@@ -271,7 +302,10 @@ def main(argv: list[str] | None = None) -> None:
             for k, t in unique_state_dict(model).items():
                 t.copy_(avg[k])
         metrics = validate(model, tokenizer, valid_pairs, valid_src, valid_ref, config.pad_id, device)
-        print(json.dumps({"averaged": info["snapshots"], **{k: v for k, v in metrics.items() if k != "samples"}}), file=sys.stderr)
+        print(
+            json.dumps({"averaged": info["snapshots"], **{k: v for k, v in metrics.items() if k != "samples"}}),
+            file=sys.stderr,
+        )
         if metrics["valid_bleu"] > info["best_bleu"]:
             info["best_bleu"] = metrics["valid_bleu"]
             metrics["averaged_epochs"] = info["snapshots"]
@@ -279,7 +313,16 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             for k, t in unique_state_dict(model).items():
                 t.copy_(live[k])
-    print(json.dumps({"best_valid_bleu": info["best_bleu"], "steps": info["step"], "epochs": info["epoch"], "seconds": round(info["seconds"], 1)}))
+    print(
+        json.dumps(
+            {
+                "best_valid_bleu": info["best_bleu"],
+                "steps": info["step"],
+                "epochs": info["epoch"],
+                "seconds": round(info["seconds"], 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

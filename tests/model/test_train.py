@@ -4,6 +4,7 @@ import shutil
 from model.checkpoint import load_checkpoint
 from model.evaluate import main as eval_main
 from model.evaluate import translate_corpus
+from model.train import language_of
 from model.train import main as train_main
 from tests.conftest import train_args, write_corpus
 
@@ -40,3 +41,14 @@ def test_nmt_eval_prints_one_json_line(tmp_path, capsys, trained_checkpoint, pai
     assert len((tmp_path / "hyp").read_text().splitlines()) == 20
     recorded = json.loads((ck / "metadata.json").read_text())["scores"]["synthetic"]
     assert recorded["bleu"] == result["bleu"] and recorded["sentences"] == 20
+
+
+def test_the_language_pair_comes_from_the_corpus_file_names():
+    assert [language_of(p) for p in ("d/train.fr.gz", "val.en", "train.deu.gz", "corpus")] == [
+        "fr", "en", "deu", "unknown"
+    ]  # fmt: skip
+
+
+def test_a_checkpoint_records_its_language_pair(trained_checkpoint):
+    _, _, metadata = load_checkpoint(trained_checkpoint)
+    assert (metadata["source_language"], metadata["target_language"]) == ("en", "de")  # train.en / train.de
