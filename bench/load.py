@@ -23,6 +23,15 @@ decoding runs there too, on CUDA graphs captured as the server captures them (mo
 corpus is also decoded in process in batches of the largest level (--in-process-batch): the service at that
 concurrency over that is what serving costs against batched decoding with no server in between. The CTranslate2
 rounds are left out there (they time CTranslate2 on the CPU; bench/peers.py --device cuda races on the GPU).
+
+    python bench/load.py --src ... --documents 1,5,20 [--levels 1,32] [--paragraph 5]
+
+Documents instead (only this; the phases above are left out): consecutive sentences of --src, N to a document
+(joined by spaces, a paragraph break after every --paragraph of them), each document one /translate request that the
+server splits into its sentences, every one a sequence of the running batch. Prints per size and concurrency
+documents/s, sentences/s and p50/p99 latency, and the ratio a document is judged by: p50 latency of the largest
+documents over the smallest at concurrency 1 (20 sentences over 1: goal < 3x, its sentences decode side by side). At
+concurrency 1 the sizes take turns, the largest size's worth of sentences at a time, so that drift falls on all alike.
 """
 
 from __future__ import annotations
@@ -292,12 +301,111 @@ def ct2_in_process(args: argparse.Namespace) -> Iterator[Callable[[int], float]]
             stop_worker(child)
 
 
+def sizes(value: str) -> list[int]:
+    """--documents: "1,5,20" -> [1, 5, 20], each at least 1."""
+    out = [int(x) for x in value.split(",")]
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: sentences per document, each at least 1 (e.g. 1,5,20)")
+    return out
+
+
+def documents(sentences: list[str], size: int, paragraph: int = 0) -> list[str]:
+    """Consecutive runs of `size` sentences, one document each (a short last run is left out): joined by spaces, with
+    a paragraph break after every `paragraph` sentences (0: none). A sentence without a final . ! or ? gets a full
+    stop, so that the splitter finds each sentence where it ends."""
+    ended = [s if s.endswith((".", "!", "?")) else s + "." for s in map(str.strip, sentences)]
+    out = []
+    for i in range(0, len(ended) - size + 1, size):
+        run = ended[i : i + size]
+        out.append("".join(s + ("" if k == size - 1 else "\n\n" if paragraph and (k + 1) % paragraph == 0 else " ")
+                           for k, s in enumerate(run)))  # fmt: skip
+    return out
+
+
+async def document_turns(url: str, by_size: dict[int, list[str]], client: str = "raw") -> dict[int, dict]:
+    """Concurrency 1, the sizes taking turns, the largest size's worth of sentences at a time: per size its
+    latencies, documents sent and seconds spent."""
+    turn = max(by_size)
+    out = {size: {"latencies": [], "documents": 0, "seconds": 0.0, "errors": 0} for size in by_size}
+    for start in range(0, max(size * len(docs) for size, docs in by_size.items()), turn):
+        for size, docs in by_size.items():
+            part = docs[start // size : (start + turn) // size]
+            if part:
+                t0 = time.perf_counter()
+                row = await drive(url, part, 1, client)
+                out[size]["seconds"] += time.perf_counter() - t0
+                out[size]["latencies"] += row["latencies"]
+                out[size]["documents"] += len(part)
+                out[size]["errors"] += row["errors"]
+    return out
+
+
+def document_row(size: int, concurrency: int, sentences: int, documents: int, seconds: float, latencies: list[float],
+                 errors: int) -> dict:  # fmt: skip
+    """One line of the document table: `sentences` is what the server's splitter finds in the documents sent."""
+    return {
+        "sentences_per_document": size, "concurrency": concurrency, "documents": documents, "errors": errors,
+        "doc_s": round(documents / seconds, 2), "sent_s": round(sentences / seconds, 1),
+        "p50_ms": round(1000 * percentile(latencies, 50), 1), "p99_ms": round(1000 * percentile(latencies, 99), 1),
+    }  # fmt: skip
+
+
+def document_goal(rows: list[dict], goal: float = 3.0) -> tuple[float, str] | None:
+    """p50 latency at concurrency 1 of the largest documents over the smallest, and its line (with the goal when the
+    two are 20 and 1 sentences); None without two sizes at concurrency 1."""
+    c1 = {r["sentences_per_document"]: r["p50_ms"] for r in rows if r["concurrency"] == 1}
+    if len(c1) < 2:
+        return None
+    small, big = min(c1), max(c1)
+    ratio = round(c1[big] / c1[small], 2)
+    line = (f"a {big}-sentence document over a {small}-sentence one, p50 at concurrency 1: {c1[big]} / {c1[small]} ms "
+            f"= {ratio}x")  # fmt: skip
+    if (small, big) == (1, 20):
+        line += f" (goal < {goal:g}x: {'met' if ratio < goal else 'missed'})"
+    return ratio, line
+
+
+def run_documents(args: argparse.Namespace, levels: list[int], settings: dict, sentences: list[str]) -> dict:
+    """The document mode: per size, concurrency 1 (the sizes taking turns) and then every other level."""
+    from app.segment import segment
+
+    by_size = {size: documents(sentences, size, args.paragraph) for size in args.documents}
+    by_size = {size: docs for size, docs in by_size.items() if docs}
+    found = {size: sum(len(segment(d)) for d in docs) for size, docs in by_size.items()}  # what the server will split
+    for size, docs in by_size.items():
+        print(f"{len(docs)} documents of {size} sentences ({found[size]} as the server splits them)", flush=True)
+    rows = []
+    with running_server(args.model_dir, args.threads, args.server_arg, args.compile, settings) as (url, _):
+        asyncio.run(drive(url, [d for docs in by_size.values() for d in docs[:2]], 1, args.client))  # warm-up
+        for level in levels:
+            if level == 1:  # the sizes take turns
+                timed = asyncio.run(document_turns(url, by_size, args.client))
+            else:
+                timed = {}
+                for size, docs in by_size.items():
+                    t0 = time.perf_counter()
+                    row = asyncio.run(drive(url, docs, level, args.client))
+                    timed[size] = {**row, "documents": len(docs), "seconds": time.perf_counter() - t0}
+            level_rows = [document_row(size, level, found[size], t["documents"], t["seconds"], t["latencies"],
+                                       t["errors"]) for size, t in timed.items()]  # fmt: skip
+            for r in level_rows:
+                print(f"{r['sentences_per_document']:>3} sentences/document, concurrency {level:>3}: {r['doc_s']:>7} "
+                      f"docs/s {r['sent_s']:>7} sent/s | p50 {r['p50_ms']:>8} ms p99 {r['p99_ms']:>8} ms | "
+                      f"errors {r['errors']}", flush=True)  # fmt: skip
+            rows += level_rows
+    summary = {"documents": rows}
+    if (goal := document_goal(rows)) is not None:
+        summary["p50_c1_largest_over_smallest"] = goal[0]
+        print(goal[1])
+    return summary
+
+
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[int], int, dict[str, str]]:
     """The arguments, the levels, the in-process batch (0 = none) and the NMT_* settings the server gets."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
     p.add_argument("--src", required=True)
-    p.add_argument("--levels", default="1,8,32,64")
+    p.add_argument("--levels", default=None, help="concurrency levels (default 1,8,32,64; 1,32 with --documents)")
     p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, in-process and in the server")
     p.add_argument("--server-arg", action="append", default=[], help="extra nmt-serve argument (repeatable)")
@@ -314,28 +422,40 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     p.add_argument("--in-process-batch", type=int, default=None, help="also decode the corpus in process in batches "
                    "of N, for the service at concurrency N over it (default: the largest level on CUDA; 0 = not, the "
                    "CPU's default: compiling for a second cache shape takes minutes there)")  # fmt: skip
+    p.add_argument("--documents", type=sizes, default=[], metavar="N,N,...", help="document mode, and only it: "
+                   "documents of N consecutive sentences, one a request (e.g. 1,5,20)")  # fmt: skip
+    p.add_argument("--paragraph", type=int, default=5, help="--documents: a paragraph break after every N sentences "
+                   "of a document (0 = none)")  # fmt: skip
     args = p.parse_args(argv)
-    levels = [int(x) for x in args.levels.split(",")]
+    levels = [int(x) for x in (args.levels or ("1,32" if args.documents else "1,8,32,64")).split(",")]
     cuda = args.device.startswith("cuda")
     batch = max(levels) if args.in_process_batch is None and cuda else args.in_process_batch or 0
-    if cuda and args.ct2_rounds:
+    if cuda and args.ct2_rounds and not args.documents:
         print("CTranslate2 rounds skipped on --device cuda: they time CTranslate2 on the CPU "
               "(bench/peers.py --device cuda races on the GPU)", flush=True)  # fmt: skip
         args.ct2_rounds = 0
     if args.dtype != "float32" and not cuda:
         p.error(f"--dtype {args.dtype} needs --device cuda; on the CPU use float32")
-    # NMT_MAX_QUEUE: every request of the highest level is in flight at once and must not get 429
-    settings = {"NMT_DEVICE": args.device, "NMT_DTYPE": args.dtype, "NMT_MAX_QUEUE": str(max(256, *levels))}
+    # NMT_MAX_QUEUE: every request of the highest level (every sentence of its documents) is in flight at once and
+    # must not get 429
+    queue = max(levels) * max(args.documents, default=1)
+    settings = {"NMT_DEVICE": args.device, "NMT_DTYPE": args.dtype, "NMT_MAX_QUEUE": str(max(256, queue))}
     return args, levels, batch, settings
 
 
 def main() -> None:
     args, levels, batch, settings = parse_args()
 
+    from bench.common import cpu_description
     from model.tokenizer import read_lines
 
+    cpu = cpu_description()
+    print(f"CPU: {cpu}", flush=True)
     sentences = [s for s in read_lines(args.src) if s.strip()]
     sentences = sentences[: args.limit] if args.limit else sentences
+    if args.documents:
+        print(json.dumps({"cpu": cpu, **run_documents(args, levels, settings, sentences)}))
+        return
 
     in_process_batch = None
     if batch:  # before the server starts: its batch is sized from the GPU memory it finds free

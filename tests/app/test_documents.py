@@ -1,6 +1,10 @@
 """/translate on documents: split into sentences (or lines), translated together, put back with their whitespace."""
 
+import re
+
 import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from app.settings import Settings
 from tests.app.conftest import StepGate, serve
@@ -125,3 +129,79 @@ async def test_over_the_limits_a_document_gets_413_naming_them(small):
     )
     r = await client.post("/translate", json={"text": " ".join(["A dog runs."] * 9)})
     assert r.status_code == 413 and "9 sentences" in r.json()["error"] and "NMT_MAX_QUEUE" in r.json()["error"]
+
+
+# Generated documents: the sentences between random whitespace. The property: the translation is each sentence's
+# own translation between exactly the same whitespace (paragraph breaks, line breaks, indentation, blank and
+# whitespace-only lines, the text's leading and trailing whitespace).
+GENERATED = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+IN_LINE = " \t\u00a0"  # whitespace within a line: spaces, tabs, a no-break space
+indent = st.text(IN_LINE, max_size=3)
+line_break = st.tuples(indent, st.sampled_from(["\n", "\r\n"])).map("".join)  # maybe trailing whitespace before it
+broken = st.one_of(  # a paragraph break, or line breaks (maybe blank or whitespace-only lines) and an indent
+    st.sampled_from(["\n\n", "\r\n\r\n"]),
+    st.tuples(st.lists(line_break, min_size=1, max_size=3).map("".join), indent).map("".join),
+)
+between = {"sentences": st.one_of(st.text(IN_LINE, min_size=1, max_size=3), broken), "lines": broken}
+edge = st.one_of(st.just(""), indent, st.tuples(indent, broken).map("".join))
+
+
+@st.composite
+def documents(draw, split: str) -> tuple[list[str], list[str]]:
+    """(sentences, gaps) of a document: for split="lines", a line break between any two sentences."""
+    parts = draw(st.lists(st.sampled_from(SENTENCES), min_size=1, max_size=8))
+    inner = draw(st.lists(between[split], min_size=len(parts) - 1, max_size=len(parts) - 1))
+    return parts, [draw(edge), *inner, draw(edge)]
+
+
+def skeleton(text: str) -> tuple:
+    """The text's shape: its line breaks, which lines are blank, and its leading and trailing whitespace."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    ends = (text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :])
+    return re.findall(r"\r\n|\r|\n", text), [not line.strip() for line in lines], ends
+
+
+@pytest.fixture(scope="module")
+async def lone(trained) -> dict[str, str]:
+    """Each of the SENTENCES translated in a request of its own."""
+    return dict(zip(SENTENCES, await alone(trained[1], SENTENCES)))
+
+
+async def assert_whitespace_kept(client, lone: dict[str, str], doc: tuple[list[str], list[str]], split: str) -> None:
+    parts, gaps = doc
+    text = document(parts, gaps)
+    note(f"text={text!r}")  # anyio's wrapper hides the falsifying example's arguments
+    r = await client.post("/translate", json={"text": text, "split": split})
+    assert r.status_code == 200, r.text
+    out = r.json()["translations"][0]["text"]
+    assert skeleton(out) == skeleton(text)
+    assert out == document([lone[p] for p in parts], gaps)
+
+
+# Two tests rather than one parametrized: anyio's plugin runs the second parameter of an async @given test inside
+# the first one's wrapper (ClosedResourceError).
+@GENERATED
+@given(doc=documents("sentences"))
+async def test_a_generated_document_keeps_its_whitespace_and_each_sentence_translates_as_alone(client, lone, doc):
+    await assert_whitespace_kept(client, lone, doc, "sentences")
+
+
+@GENERATED
+@given(doc=documents("lines"))
+async def test_a_generated_document_split_by_lines_keeps_its_whitespace(client, lone, doc):
+    await assert_whitespace_kept(client, lone, doc, "lines")
+
+
+@GENERATED
+@given(doc=documents("sentences"))
+async def test_the_segments_of_a_generated_document_are_its_sentences_in_order(client, lone, doc):
+    parts, gaps = doc
+    text = document(parts, gaps)
+    note(f"text={text!r}")
+    t = (await client.post("/translate", json={"text": text, "return_segments": True})).json()["translations"][0]
+    for side, whole, pieces in (("source", text, parts), ("target", t["text"], [lone[p] for p in parts])):
+        spans = [s[f"{side}_span"] for s in t["segments"]]
+        ends = [0, *(i for span in spans for i in span), len(whole)]
+        assert ends == sorted(ends), f"{side} spans out of the text, out of order or overlapping: {spans}"
+        assert [whole[a:b] for a, b in spans] == pieces
+        assert [whole[a:b] for a, b in zip(ends[::2], ends[1::2])] == gaps  # between them, the text's whitespace

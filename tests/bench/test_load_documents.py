@@ -1,0 +1,72 @@
+"""bench/load.py --documents, the parts that need no server: the documents it builds, its arguments, its verdict."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from app.segment import segment
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+_spec = importlib.util.spec_from_file_location("load", BENCH / "load.py")
+load = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
+_spec.loader.exec_module(load)
+
+SENTENCES = ["A dog runs.", "Two men wearing black in a city", "Is it raining?", "  A child swims!  ", "A cat sits."]
+
+
+def test_documents_are_runs_of_consecutive_sentences_and_the_splitter_finds_each_one():
+    docs = load.documents(SENTENCES, 2)
+    assert docs == ["A dog runs. Two men wearing black in a city.", "Is it raining? A child swims!"]  # short tail out
+    assert [len(segment(d)) for d in docs] == [2, 2]  # the full stop added where there was none
+    assert load.documents(SENTENCES, 1) == [
+        "A dog runs.", "Two men wearing black in a city.", "Is it raining?", "A child swims!", "A cat sits."
+    ]  # fmt: skip
+    assert load.documents(SENTENCES, 6) == []
+
+
+def test_a_paragraph_break_comes_after_every_paragraph_sentences_never_at_the_end():
+    (doc,) = load.documents(SENTENCES[:4], 4, paragraph=2)
+    assert doc == "A dog runs. Two men wearing black in a city.\n\nIs it raining? A child swims!"
+    assert load.documents(SENTENCES[:4], 4, paragraph=4) == load.documents(SENTENCES[:4], 4, paragraph=0)
+    assert [len(segment(d)) for d in load.documents(SENTENCES, 5, paragraph=1)] == [5]
+
+
+def row(size: int, concurrency: int, p50: float) -> dict:
+    return load.document_row(size, concurrency, size * 10, 10, 2.0, [p50 / 1000] * 10, 0)
+
+
+def test_a_row_counts_documents_and_sentences_per_second():
+    r = load.document_row(5, 32, 48, 10, 4.0, [0.1, 0.2, 0.3], 1)
+    assert (r["doc_s"], r["sent_s"], r["p50_ms"], r["p99_ms"], r["errors"]) == (2.5, 12.0, 200.0, 300.0, 1)
+
+
+@pytest.mark.parametrize("big_p50, verdict", [(290.0, "met"), (300.0, "missed")])
+def test_the_goal_is_twenty_sentences_in_under_three_times_one_sentences_p50(big_p50, verdict):
+    rows = [row(1, 1, 100.0), row(5, 1, 150.0), row(20, 1, big_p50), row(1, 32, 5.0), row(20, 32, 9000.0)]
+    ratio, line = load.document_goal(rows)
+    assert ratio == big_p50 / 100
+    assert line == (f"a 20-sentence document over a 1-sentence one, p50 at concurrency 1: {big_p50} / 100.0 ms = "
+                    f"{ratio}x (goal < 3x: {verdict})")  # fmt: skip
+
+
+def test_other_sizes_get_the_ratio_without_the_goal_and_one_size_gets_none():
+    ratio, line = load.document_goal([row(2, 1, 100.0), row(10, 1, 250.0)])
+    assert ratio == 2.5 and "goal" not in line and line.startswith("a 10-sentence document over a 2-sentence one")
+    assert load.document_goal([row(20, 1, 100.0), row(1, 32, 10.0)]) is None
+
+
+def test_documents_switch_the_levels_and_the_queue_and_leave_the_default_as_it_was():
+    args, levels, _, settings = load.parse_args(["--src", "x", "--documents", "1,5,20"])
+    assert args.documents == [1, 5, 20] and levels == [1, 32] and settings["NMT_MAX_QUEUE"] == str(32 * 20)
+    args, levels, _, settings = load.parse_args(["--src", "x"])
+    assert args.documents == [] and levels == [1, 8, 32, 64] and settings["NMT_MAX_QUEUE"] == "256"
+    assert load.parse_args(["--src", "x", "--documents", "1,20", "--levels", "4"])[1] == [4]
+
+
+def test_a_size_below_one_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        load.parse_args(["--src", "x", "--documents", "1,0"])
+    assert "sentences per document, each at least 1" in capsys.readouterr().err
