@@ -29,6 +29,7 @@ from app.engine import (
 )
 from app.engine.limits import Decoding
 from app.metrics import CONTENT_TYPE_LATEST
+from app.models import Models
 from app.settings import Settings
 
 try:
@@ -77,11 +78,16 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_engine(request: Request) -> Engine:
-    engine = request.app.state.engine
-    if engine is None or not engine.ready:
-        raise EngineUnavailable(not_ready_reason(request))
-    return engine
+async def get_models(request: Request) -> Models:
+    return request.app.state.models
+
+
+ModelsDep = Annotated[Models, Depends(get_models)]
+
+
+async def get_engine(models: ModelsDep, model: str | None = None) -> Engine:
+    """The engine of the `model` query parameter, else the default model's."""
+    return models.pick(model)
 
 
 async def require_api_key(
@@ -98,18 +104,6 @@ async def require_api_key(
         )
 
 
-def not_ready_reason(request: Request) -> str:
-    error = request.app.state.load_error
-    if error:
-        return f"the model failed to load: {error}"
-    engine = request.app.state.engine
-    return (
-        "the server is shutting down"
-        if engine and engine.batcher.stopped
-        else "the model is still loading; poll GET /ready"
-    )
-
-
 EngineDep = Annotated[Engine, Depends(get_engine)]
 open_routes = APIRouter()
 router = APIRouter(responses=ERRORS)  # behind require_api_key when a key is set
@@ -121,25 +115,41 @@ async def health() -> s.StatusResponse:
     return s.StatusResponse(status="ok")
 
 
-@open_routes.get("/ready", response_model=s.StatusResponse, responses={503: {"model": s.ErrorResponse}})
-async def ready(request: Request):
-    """Readiness: 200 once the model is loaded and warmed up, 503 before (and while shutting down)."""
-    engine = request.app.state.engine
-    if engine is not None and engine.ready:
-        return s.StatusResponse(status="ready")
-    failed = request.app.state.load_error is not None
-    return JSONResponse({"error": not_ready_reason(request), "type": "load_failed" if failed else "not_ready"}, 503)
+@open_routes.get(
+    "/ready", response_model=s.ReadyResponse, response_model_exclude_none=True,
+    responses={503: {"model": s.ErrorResponse}},
+)  # fmt: skip
+async def ready(models: ModelsDep):
+    """Readiness: 200 once every model has loaded and warmed up (`partial` when some failed to load and the others
+    serve), 503 before, when none loaded, and while shutting down. `models` says each one's state."""
+    states = models.states()
+    if "loading" not in states.values() and "ready" in states.values():
+        status = "ready" if all(v == "ready" for v in states.values()) else "partial"
+        return s.ReadyResponse(status=status, models=states)
+    default = models.default
+    failed = all(v == "failed" for v in states.values())
+    reason = (
+        models.not_ready(default) if len(states) == 1 else f"models: {', '.join(f'{k} {v}' for k, v in states.items())}"
+    )
+    return JSONResponse({"error": reason, "type": "load_failed" if failed else "not_ready"}, 503)
 
 
 @router.get("/info", response_model=s.InfoResponse)
-async def info(engine: EngineDep) -> s.InfoResponse:
-    """The model, its config and size, the device, and the request limits."""
-    return s.InfoResponse(version=VERSION, **engine.info())
+async def info(engine: EngineDep, models: ModelsDep) -> s.InfoResponse:
+    """One model (`?model=`, default the first): its config and size, the device, and the request limits."""
+    return s.InfoResponse(version=VERSION, models=models.names, **engine.info())
+
+
+@router.get("/models", response_model=s.ModelsResponse, response_model_exclude_none=True)
+async def list_models(models: ModelsDep) -> s.ModelsResponse:
+    """The models this server serves: their languages, state, limits and metadata, the default first."""
+    return s.ModelsResponse(models=[s.ModelOut(**models.describe(name)) for name in models.names])
 
 
 @router.post("/tokenize", response_model=s.TokenizeResponse)
-async def tokenize(body: s.TokenizeRequest, engine: EngineDep) -> s.TokenizeResponse:
+async def tokenize(body: s.TokenizeRequest, models: ModelsDep) -> s.TokenizeResponse:
     """Split texts into tokens with ids and character offsets."""
+    engine = models.pick(body.model)
     results = await engine.tokenize(body.text, body.side, body.add_special_tokens)
     return s.TokenizeResponse(
         results=[s.TokenizeResult(tokens=[s.TokenOut(**t.__dict__) for t in toks], count=len(toks)) for toks in results]
@@ -147,8 +157,9 @@ async def tokenize(body: s.TokenizeRequest, engine: EngineDep) -> s.TokenizeResp
 
 
 @router.post("/detokenize", response_model=s.DetokenizeResponse)
-async def detokenize(body: s.DetokenizeRequest, engine: EngineDep) -> s.DetokenizeResponse:
+async def detokenize(body: s.DetokenizeRequest, models: ModelsDep) -> s.DetokenizeResponse:
     """Turn token ids back into text."""
+    engine = models.pick(body.model)
     texts = await engine.detokenize(body.ids, body.side, body.skip_special_tokens)
     return s.DetokenizeResponse(results=[s.TextOut(text=t) for t in texts])
 
@@ -165,9 +176,11 @@ async def detokenize(body: s.DetokenizeRequest, engine: EngineDep) -> s.Detokeni
         }
     },
 )
-async def translate(body: s.TranslateRequest, engine: EngineDep, request: Request):
-    """Translate: greedy by default, or beam search, sampling, a forced target prefix, n-best lists and alignments;
-    `"stream": true` sends the tokens as they come."""
+async def translate(body: s.TranslateRequest, models: ModelsDep, request: Request):
+    """Translate with the model named by `model`, or by `source`/`target`, or the default: greedy by default, or beam
+    search, sampling, a forced target prefix, n-best lists and alignments; `"stream": true` sends the tokens as they
+    come."""
+    engine = models.pick(body.model, body.source, body.target)
     if body.stream:
         return await stream_translation(body, engine)
     out = await unless_disconnected(request.receive, run_translate(engine, body))
@@ -184,7 +197,9 @@ def decoding(body: s.TranslateRequest) -> Decoding:
 
 def run_translate(engine: Engine, body: s.TranslateRequest) -> Awaitable[list[Translation]]:
     """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py)."""
-    return engine.translate(body.text, body.max_new_tokens, body.truncate, decoding(body), body.split)
+    if body.format == "html" and body.return_segments:
+        raise InvalidRequest('return_segments works on plain text only; send it with "format": "text"')
+    return engine.translate(body.text, body.max_new_tokens, body.truncate, decoding(body), body.split, body.format)
 
 
 def translation_response(body: s.TranslateRequest, out: list[Translation], model: str) -> s.TranslateResponse:
@@ -237,8 +252,9 @@ def translation_response(body: s.TranslateRequest, out: list[Translation], model
 
 
 @router.post("/attention", response_model=s.AttentionResponse)
-async def attention(body: s.AttentionRequest, engine: EngineDep, request: Request) -> s.AttentionResponse:
+async def attention(body: s.AttentionRequest, models: ModelsDep, request: Request) -> s.AttentionResponse:
     """Encoder self-, decoder self- and cross-attention weights for one text, in bertviz's layout."""
+    engine = models.pick(body.model)
     a = await unless_disconnected(
         request.receive, engine.attention(body.text, body.target, body.layers, body.heads, body.average_heads)
     )
@@ -260,6 +276,8 @@ async def stream_translation(body: s.TranslateRequest, engine: Engine) -> Stream
             f"stream needs a single text, got a list of {len(body.text)}; send one request per text, or leave out "
             '"stream" to translate the list in one response'
         )
+    if body.format == "html":
+        raise InvalidRequest('stream works on plain text only: leave out "stream" to translate HTML')
     events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate, decoding(body), body.split)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering (deploy/nginx.conf)
     return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)

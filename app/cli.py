@@ -68,30 +68,36 @@ def main(argv: list[str] | None = None) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if failure:
-        sys.exit(f"nmt-serve: could not load the model from {settings.model_dir}: {failure[0]}")
+        where = f"the models ({settings.models})" if settings.models else f"the model from {settings.model_dir}"
+        sys.exit(f"nmt-serve: could not load {where}: {failure[0]}")
     if not server.started:
         sys.exit(1)  # uvicorn has said why (e.g. the port is taken)
 
 
 def run_precompile(settings: Settings) -> int:
-    """nmt-serve --precompile: the engine the server would build, its graphs compiled into the package directory."""
+    """nmt-serve --precompile: each engine the server would build, its graphs compiled into the package directory."""
+    import torch
+
     from app.engine import Engine
+    from app.models import threads_each
     from model.checkpoint import CheckpointError
 
-    try:
-        engine = Engine.from_settings(settings)
-    except (CheckpointError, OSError, ValueError) as e:
-        print(f"nmt-serve: could not load the model from {settings.model_dir}: {e}", file=sys.stderr)
-        return 1
-    if engine.compiler.cuda:
-        print("nmt-serve: nothing to precompile on CUDA: the decoder step's CUDA graphs are captured at start-up, in "
-              "seconds")  # fmt: skip
-        return 0
-    graphs = engine.compiler.precompile()
-    print(
-        f"nmt-serve: {len(graphs.built)} graphs compiled and {len(graphs.loaded)} already there, in "
-        f"{graphs.seconds:.0f} s, in {graphs.directory}"
-    )
+    threads = threads_each(settings, torch.get_num_threads())  # as the server shares the cores out
+    for name, directory in settings.model_dirs().items():
+        try:
+            engine = Engine.from_settings(settings, model_dir=directory, name=name or None, threads=threads)
+        except (CheckpointError, OSError, ValueError) as e:
+            print(f"nmt-serve: could not load the model from {directory}: {e}", file=sys.stderr)
+            return 1
+        if engine.compiler.cuda:
+            print("nmt-serve: nothing to precompile on CUDA: the decoder step's CUDA graphs are captured at start-up, "
+                  "in seconds")  # fmt: skip
+            return 0
+        graphs = engine.compiler.precompile()
+        print(
+            f"nmt-serve: {engine.name}: {len(graphs.built)} graphs compiled and {len(graphs.loaded)} already there, "
+            f"in {graphs.seconds:.0f} s, in {graphs.directory}"
+        )
     return 0
 
 

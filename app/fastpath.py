@@ -4,7 +4,7 @@ FastAPI's routing, dependency solving, exception middleware and response validat
 much per `/translate` request as tokenizing, detokenizing and formatting do, and on 2 cores the loop's work slows
 the decoder step beside it by more than its own share (README, "Why the event loop's work costs more than its
 share"). So a request that is plainly fine (JSON within the body limit, the API key if one is set, a body the
-request model accepts, not streamed, the engine ready) goes from here to the engine, and its answer is built by
+request model accepts, not streamed, its model ready) goes from here to the engine, and its answer is built by
 the same function the route uses. Anything else, including every request that will get a 4xx from validation, is
 handed on unchanged (its body replayed) to the full app, which answers it as it always has.
 """
@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import ENGINE_ERRORS, engine_error, router, run_translate, translation_response, unless_disconnected
+from app.engine import Engine
 from app.schemas import TranslateRequest
 from app.settings import MAX_BODY_BYTES
 
@@ -41,13 +42,16 @@ class FastTranslate:
             return await self.app(scope, receive, send)
         messages, body = await _read_body(receive)
         request = _parse(body) if body is not None else None
-        engine = self.service.state.engine
-        if request is None or request.stream or engine is None or not engine.ready:
+        engine = None
+        if request is not None and not request.stream:
+            engine = self.service.state.models.find(request.model, request.source, request.target)
+        if engine is None:  # the full app answers, or says what is wrong
             return await self.app(scope, _replay(messages, receive), send)
-        await self.translate(scope, receive, send, request)
+        await self.translate(scope, receive, send, request, engine)
 
-    async def translate(self, scope: Scope, receive: Receive, send: Send, request: TranslateRequest) -> None:
-        engine = self.service.state.engine
+    async def translate(
+        self, scope: Scope, receive: Receive, send: Send, request: TranslateRequest, engine: Engine
+    ) -> None:
         scope["route"] = self.route
         try:
             out = await unless_disconnected(receive, run_translate(engine, request))

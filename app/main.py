@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -17,10 +16,11 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app import libretranslate
 from app.api import ENGINE_ERRORS, VERSION, engine_error, error, open_routes, require_api_key, router
-from app.engine import Engine
 from app.fastpath import FastTranslate
 from app.metrics import Metrics, RequestMetrics
+from app.models import Models
 from app.settings import MAX_BODY_BYTES, Settings
 from app.viewer import router as viewer
 
@@ -44,6 +44,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.state.settings = settings or Settings()
     app.state.engine, app.state.load_error, app.state.on_load_failure = None, None, on_load_failure
     app.state.metrics = Metrics()  # its own registry, so several apps in one process do not collide
+    app.state.models = Models(app.state.settings, app.state.metrics)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(FastTranslate, service=app)  # plain /translate requests skip the framework (app/fastpath.py)
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)  # outermost: it sees the body limit's 413s too
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.add_exception_handler(Exception, on_unexpected)
     app.include_router(open_routes)
     app.include_router(viewer)  # the attention viewer page: open, it asks for the key itself
+    app.include_router(libretranslate.router, prefix="/libretranslate")  # open: it checks `api_key` itself
     app.include_router(router, dependencies=[Depends(require_api_key)] if app.state.settings.api_key else [])
     return app
 
@@ -68,29 +70,23 @@ async def lifespan(app: FastAPI):
         loading.cancel()
         with suppress(asyncio.CancelledError):
             await loading
-        if app.state.engine is not None:
-            await asyncio.to_thread(app.state.engine.stop)
-            log.info("engine stopped")
+        if app.state.models.engines:
+            await asyncio.to_thread(app.state.models.stop)
+            log.info("engine stopped" if len(app.state.models.engines) == 1 else "engines stopped")
 
 
 async def load(app: FastAPI) -> None:
-    """Load the checkpoint off the event loop, start the engine, warm it up; record a failure instead of raising."""
-    settings, t0 = app.state.settings, time.perf_counter()
-    try:
-        app.state.engine = engine = await asyncio.to_thread(Engine.from_settings, settings, app.state.metrics)
-        await engine.start()
-    except Exception as e:
-        app.state.load_error = str(e)
-        log.error("could not load the model from %s: %s", settings.model_dir, e, exc_info=not isinstance(e, ValueError))
+    """Load every model off the event loop, start its engine and warm it up; record failures instead of raising.
+    `app.state.engine` is the default model's engine; the server stops (on_load_failure) when no model loaded."""
+    models: Models = app.state.models
+    await models.load()
+    app.state.engine = models.engines.get(models.default)
+    app.state.load_error = models.errors.get(models.default)
+    if len(models.errors) == len(models.names):
         if app.state.on_load_failure is not None:
-            app.state.on_load_failure(str(e))
+            app.state.on_load_failure("; ".join(f"{name}: {e}" for name, e in models.errors.items()))
         return
     freeze_startup_objects()
-    info = engine.info()
-    log.info(
-        "ready: %s (%d parameters) on %s, %s, in %.1fs",
-        info["model"], info["parameters"], info["device"], info["dtype"], time.perf_counter() - t0,
-    )  # fmt: skip
 
 
 def freeze_startup_objects() -> None:

@@ -1,4 +1,5 @@
-"""Prometheus metrics: one registry per app, request counts and latency per endpoint, and the engine's own series."""
+"""Prometheus metrics: one registry per app, request counts and latency per endpoint, and each model's engine series
+(labelled `model`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "RequestMetrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "EngineMetrics", "Metrics", "RequestMetrics"]
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+MODEL = ("model",)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
@@ -23,44 +25,77 @@ class Metrics:
             "nmt_request_duration_seconds", "HTTP request latency, to the last byte of the response", ["endpoint"],
             buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
-        self.queue_length = Gauge("nmt_queue_length", "sequences submitted and waiting for a batch row", registry=r)
-        self.batch_size = Gauge("nmt_running_batch_size", "sequences decoding together (live batch rows)", registry=r)
-        self.generated_tokens = Counter("nmt_generated_tokens", "tokens generated, </s> included", registry=r)
+        self.queue_length = Gauge(
+            "nmt_queue_length", "sequences submitted and waiting for a batch row", labelnames=MODEL, registry=r
+        )
+        self.batch_size = Gauge(
+            "nmt_running_batch_size", "sequences decoding together (live batch rows)", labelnames=MODEL, registry=r
+        )
+        self.generated_tokens = Counter(
+            "nmt_generated_tokens", "tokens generated, </s> included", labelnames=MODEL, registry=r
+        )
         self.time_per_output_token = Histogram(
             "nmt_time_per_output_token_seconds", "per sequence: time from its first to its last token / (tokens - 1)",
-            buckets=TOKEN_BUCKETS, registry=r,
+            buckets=TOKEN_BUCKETS, labelnames=MODEL, registry=r,
         )  # fmt: skip
         self.time_to_first_token = Histogram(
             "nmt_time_to_first_token_seconds", "per sequence: time from submission to the engine to its first token",
-            buckets=LATENCY_BUCKETS, registry=r,
+            buckets=LATENCY_BUCKETS, labelnames=MODEL, registry=r,
         )  # fmt: skip
-        self.decoder_steps = Counter("nmt_decoder_steps", "decoder steps taken (tokens / steps = mean batch)", registry=r)
+        self.decoder_steps = Counter(
+            "nmt_decoder_steps", "decoder steps taken (tokens / steps = mean batch)", labelnames=MODEL, registry=r
+        )
         self.step_duration = Histogram(
             "nmt_decoder_step_duration_seconds", "one decoder step for the whole running batch",
-            buckets=TOKEN_BUCKETS, registry=r,
+            buckets=TOKEN_BUCKETS, labelnames=MODEL, registry=r,
         )  # fmt: skip
         self.prefill_duration = Histogram(
             "nmt_prefill_duration_seconds", "one admission: the encoder and cross-attention keys/values of the "
-            "sequences joining the batch", buckets=TOKEN_BUCKETS, registry=r,
+            "sequences joining the batch", buckets=TOKEN_BUCKETS, labelnames=MODEL, registry=r,
         )  # fmt: skip
         self.prefilled_sequences = Counter(
             "nmt_prefilled_sequences", "sequences admitted into the batch (sequences / prefills = mean admission)",
-            registry=r,
+            labelnames=MODEL, registry=r,
         )  # fmt: skip
-        self.oom_retries = Counter("nmt_oom_retries", "CUDA out-of-memory retries", registry=r)
-        self.compiled = Gauge("nmt_compiled", "1 once the compiled graphs serve (NMT_COMPILE), else 0", registry=r)
+        self.oom_retries = Counter("nmt_oom_retries", "CUDA out-of-memory retries", labelnames=MODEL, registry=r)
+        self.compiled = Gauge(
+            "nmt_compiled", "1 once the compiled graphs serve (NMT_COMPILE), else 0", labelnames=MODEL, registry=r
+        )
         self.compile_duration = Gauge(
             "nmt_compile_duration_seconds", "seconds from the start of compiling to the compiled graphs serving "
-            "(0 until then)", registry=r,
+            "(0 until then)", labelnames=MODEL, registry=r,
         )  # fmt: skip
+
+    def engine(self, model: str) -> EngineMetrics:
+        """The engine series of one model."""
+        return EngineMetrics(self, model)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class EngineMetrics:
+    """One model's engine series: what the batcher and the compiler feed, labelled with the model's name."""
+
+    SERIES = (
+        "queue_length", "batch_size", "generated_tokens", "time_per_output_token", "time_to_first_token",
+        "decoder_steps", "step_duration", "prefill_duration", "prefilled_sequences", "oom_retries", "compiled",
+        "compile_duration",
+    )  # fmt: skip
+
+    def __init__(self, metrics: Metrics, model: str):
+        self.registry, self.model = metrics.registry, model
+        for name in self.SERIES:
+            setattr(self, name, getattr(metrics, name).labels(model))
 
     def watch(self, queue_length: Callable[[], float], batch_size: Callable[[], float]) -> None:
         """Read the queue and batch gauges from these callables at scrape time (no work per decoder step)."""
         self.queue_length.set_function(queue_length)
         self.batch_size.set_function(batch_size)
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    def sample(self, name: str) -> float | None:
+        """This model's value of a series, e.g. "nmt_generated_tokens_total"."""
+        return self.registry.get_sample_value(name, {"model": self.model})
 
 
 class RequestMetrics:

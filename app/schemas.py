@@ -67,6 +67,7 @@ class ErrorResponse(BaseModel):
 
 class TokenizeRequest(Request):
     text: Texts
+    model: str | None = Field(None, description="the model to use (GET /models); default the server's first")
     side: Side = Field("source", description="source adds `</s>`; target adds `<s>` and `</s>`")
     add_special_tokens: bool = True
     model_config = ConfigDict(json_schema_extra={"examples": [{"text": "A man is riding a bike."}]})
@@ -91,6 +92,7 @@ class TokenizeResponse(BaseModel):
 
 class DetokenizeRequest(Request):
     ids: Ids
+    model: str | None = Field(None, description="the model to use (GET /models); default the server's first")
     side: Side = "target"
     skip_special_tokens: bool = True
     model_config = ConfigDict(json_schema_extra={"examples": [{"ids": [1, 310, 42, 2]}]})
@@ -106,6 +108,15 @@ class DetokenizeResponse(BaseModel):
 
 class TranslateRequest(Request):
     text: Texts
+    model: str | None = Field(
+        None, description="the model to translate with (GET /models); default: by `source`/`target`, else the first"
+    )
+    source: str | None = Field(
+        None, description="source language code (e.g. `en`): picks the first model that translates from it"
+    )
+    target: str | None = Field(
+        None, description="target language code (e.g. `fr`): picks the first model that translates into it"
+    )
     max_new_tokens: int | None = Field(
         None,
         description="decoder steps per text, 1..MAX_NEW_TOKENS; default min(MAX_NEW_TOKENS, 2 x source tokens + 10)",
@@ -156,6 +167,12 @@ class TranslateRequest(Request):
     )
     return_segments: bool = Field(
         False, description="add `segments`: each piece's [start, end) characters in the text and in the translation"
+    )
+    format: Literal["text", "html"] = Field(
+        "text",
+        description="`html`: each text is an HTML page or fragment; its text nodes (and alt, title, placeholder, "
+        "aria-label) are translated and the markup comes back as written, inline tags around the words they wrapped "
+        '(by the alignment); scripts, styles, code, pre and `translate="no"` are left alone; malformed HTML is a 422',
     )
     stream: bool = Field(
         False,
@@ -216,6 +233,7 @@ class TranslateResponse(BaseModel):
 
 class AttentionRequest(Request):
     text: str
+    model: str | None = Field(None, description="the model to use (GET /models); default the server's first")
     target: str | None = Field(None, description="teacher-force this translation; default: the model's own")
     layers: list[int] | None = Field(None, description="layer indices to return; default all")
     heads: list[int] | None = Field(None, description="head indices to return; default all")
@@ -239,6 +257,31 @@ class AttentionResponse(BaseModel):
 
 class StatusResponse(BaseModel):
     status: str
+
+
+class ReadyResponse(StatusResponse):
+    status: Literal["ready", "partial"] = Field(description="`partial`: some models failed to load, the rest serve")
+    models: dict[str, Literal["loading", "ready", "failed", "stopped"]]
+
+
+class ModelOut(BaseModel):
+    name: str
+    state: Literal["loading", "ready", "failed", "stopped"]
+    default: bool = Field(description="requests that name no model and no language go to this one")
+    directory: str
+    source: str = Field(description="source language code from the checkpoint's metadata (`unknown` until loaded)")
+    target: str
+    error: str | None = Field(None, description="why it failed to load")
+    device: str | None = None
+    dtype: str | None = None
+    threads: int | None = Field(None, description="CPU threads of its worker (NMT_THREADS, or the cores shared out)")
+    parameters: int | None = None
+    limits: dict[str, int] | None = None
+    metadata: dict[str, Any] | None = Field(None, description="the checkpoint's metadata (training, scores)")
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelOut]
 
 
 class CompileInfo(BaseModel):
@@ -281,6 +324,7 @@ class MemoryInfo(BaseModel):
 
 class InfoResponse(BaseModel):
     model: str
+    models: list[str] = Field(description="every model this server serves (GET /models); `?model=` picks one here")
     version: str
     config: dict[str, Any]
     parameters: int

@@ -22,7 +22,14 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="NMT_", extra="ignore")
 
-    model_dir: Path = Field(BUNDLED_MODEL_DIR, description="checkpoint directory to serve")
+    model_dir: Path = Field(BUNDLED_MODEL_DIR, description="checkpoint directory to serve (one model)")
+    models: str | None = Field(
+        None,
+        description="several models in one server, `name=directory` separated by commas, e.g. "
+        "`en-de=checkpoints/multi30k-en-de,en-fr=checkpoints/multi30k-en-fr`; replaces `model_dir`. A request picks "
+        "one by `model` or by its `source`/`target` languages; the first is the default. Each has its own KV cache, "
+        "batch and worker thread",
+    )
     device: str = Field("auto", description="`auto` (`cuda` when available, else `cpu`), `cpu`, `cuda` or `cuda:N`")
     dtype: Dtype = Field("float32", description="`float16` and `bfloat16` only on CUDA")
     max_input_tokens: int = Field(
@@ -136,7 +143,34 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, v):  # NMT_MAX_BATCH_SIZE= (as docker-compose.yml passes it when unset): automatic
         return None if v == "" else v
 
+    @field_validator("models")
+    @classmethod
+    def _models_named(cls, v):
+        if v is not None and v.strip():
+            model_dirs(v)  # raises ValueError saying what is wrong
+        return v or None
+
+    def model_dirs(self) -> dict[str, Path]:
+        """The models to serve, by name: NMT_MODELS, else NMT_MODEL_DIR under its checkpoint's name (None: the
+        engine names it from the checkpoint's metadata)."""
+        return model_dirs(self.models) if self.models else {"": self.model_dir}
+
     @field_validator("api_key", mode="before")
     @classmethod
     def _empty_key_is_none(cls, v):
         return None if v in ("", None) else v
+
+
+def model_dirs(spec: str) -> dict[str, Path]:
+    """`en-de=dir1,en-fr=dir2` as {"en-de": Path("dir1"), "en-fr": Path("dir2")}."""
+    out: dict[str, Path] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, eq, directory = (x.strip() for x in item.partition("="))
+        if not eq or not name or not directory:
+            raise ValueError(f"{item!r} is not name=directory (NMT_MODELS is e.g. en-de=dir1,en-fr=dir2)")
+        if name in out:
+            raise ValueError(f"the model name {name!r} is given twice")
+        out[name] = Path(directory)
+    if not out:
+        raise ValueError("names no model (NMT_MODELS is e.g. en-de=dir1,en-fr=dir2)")
+    return out

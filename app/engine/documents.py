@@ -4,10 +4,14 @@ of every text a sequence of its own in the running batch, and each text's transl
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
-from app.engine.errors import InputTooLong
+from app.engine.errors import InputTooLong, InvalidRequest
 from app.engine.results import Aligned, Translation
+from app.html import HtmlDocument, MalformedHtml, parse
 from app.segment import Segment, Split, assemble, segment
+
+Format = Literal["text", "html"]
 
 
 @dataclass(frozen=True)
@@ -43,15 +47,21 @@ class Documents:
                    for text, segs in zip(self.texts, self.segments))  # fmt: skip
 
 
-def split_texts(texts: list[str], split: Split, language: str, max_chars: int, max_segments: int) -> Documents:
-    """Each text's segments; InputTooLong when the texts have more than max_chars characters in all, or more
-    segments than the server may hold at once."""
+def check_chars(texts: list[str], max_chars: int) -> int:
+    """The texts' characters in all; InputTooLong when over max_chars."""
     chars = sum(map(len, texts))
     if chars > max_chars:
         raise InputTooLong(
             f"the texts have {chars} characters in all; the limit is {max_chars} a request (NMT_MAX_REQUEST_CHARS): "
             "send the rest in another request"
         )
+    return chars
+
+
+def split_texts(texts: list[str], split: Split, language: str, max_chars: int, max_segments: int) -> Documents:
+    """Each text's segments; InputTooLong when the texts have more than max_chars characters in all, or more
+    segments than the server may hold at once."""
+    check_chars(texts, max_chars)
     segments = [segment(text, split, language) for text in texts]
     count = sum(map(len, segments))
     if count > max_segments:
@@ -103,5 +113,50 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
     n_best = min(len(p.hypotheses) for p in parts)
     if n_best > 1:  # the first is this one (each part's best heads its own list)
         others = [combined(text, segments, [p.hypotheses[i] for p in parts]) for i in range(1, n_best)]
+        out.hypotheses = [replace(out), *others]
+    return out
+
+
+def parse_pages(texts: list[str]) -> list[HtmlDocument]:
+    """Each text read as HTML; InvalidRequest (422) saying where one is not well-formed."""
+    pages = []
+    for i, text in enumerate(texts):
+        try:
+            pages.append(parse(text))
+        except MalformedHtml as e:
+            where = "text" if len(texts) == 1 else f"text[{i}]"
+            raise InvalidRequest(f'{where} is not well-formed HTML (format "html"): {e}') from None
+    return pages
+
+
+def pages_back(texts: list[str], pages: list[HtmlDocument], parts: list[Translation]) -> list[Translation]:
+    """One Translation per page: the page rendered with its units' translations (and their alignments, for the
+    inline tags); tokens and counts run through the units in order, the score is weighted by their tokens, the
+    n-best list renders the units' i-th hypotheses."""
+    out, at = [], 0
+    for text, page in zip(texts, pages, strict=True):
+        units = parts[at : at + len(page.units)]
+        at += len(page.units)
+        out.append(page_translation(text, page, units))
+    return out
+
+
+def page_translation(text: str, page: HtmlDocument, units: list[Translation]) -> Translation:
+    if not units:
+        return Translation(text, "eos", [], 0.0, 0, 0, False, str)
+    alignments = [None if u.alignment is None else [(a.target_span, a.source_span) for a in u.alignment]
+                  for u in units]  # fmt: skip
+    steps = sum(u.output_tokens for u in units)
+    out = Translation(
+        text=page.render([u.text for u in units], alignments),
+        finish_reason="length" if any(u.finish_reason == "length" for u in units) else "eos",
+        token_ids=[i for u in units for i in u.token_ids],
+        score=sum(u.score * u.output_tokens for u in units) / steps if steps else 0.0,
+        input_tokens=sum(u.input_tokens for u in units), output_tokens=steps,
+        truncated=any(u.truncated for u in units), piece=units[0].piece,
+    )  # fmt: skip
+    n_best = min(len(u.hypotheses) for u in units)
+    if n_best > 1:
+        others = [page_translation(text, page, [u.hypotheses[i] for u in units]) for i in range(1, n_best)]
         out.hypotheses = [replace(out), *others]
     return out

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,7 +15,7 @@ import torch
 from app.detokenize import IncrementalText
 from app.device import device_name, resolve_device
 from app.engine.compiling import Compiler, Mode
-from app.engine.documents import Documents, put_back, split_texts
+from app.engine.documents import Documents, Format, check_chars, pages_back, parse_pages, put_back, split_texts
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.memory import Sizing, decoder_rows
@@ -74,7 +75,8 @@ class Engine:
         self.request_timeout_s = request_timeout_s
         self.screened = model.use_screen(screen_logits)  # before compiling: the step's graph includes it
         self.batcher = Batcher(
-            model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue, metrics, threads,
+            model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue,
+            (metrics or Metrics()).engine(name), threads,
             waiting_served_ratio, max_waiting_steps,
         )  # fmt: skip
         self.byte_ids = tokenizer.byte_ids
@@ -84,23 +86,29 @@ class Engine:
         self.ready = False
 
     @classmethod
-    def from_settings(cls, s: Settings, metrics: Metrics | None = None) -> Engine:
-        """Load the checkpoint onto the configured device and dtype (blocking). The calling thread is left
-        single-threaded in torch so that the batcher's worker is the only thread with an OpenMP team."""
-        threads = s.threads or torch.get_num_threads()
+    def from_settings(
+        cls, s: Settings, metrics: Metrics | None = None, *, model_dir: Path | None = None, name: str | None = None,
+        threads: int | None = None, gpu_memory_fraction: float | None = None,
+    ) -> Engine:  # fmt: skip
+        """Load the checkpoint (`model_dir`, else NMT_MODEL_DIR) onto the configured device and dtype (blocking).
+        The calling thread is left single-threaded in torch so that the batcher's worker is the only thread with an
+        OpenMP team. `threads` and `gpu_memory_fraction` are this model's share when the server has several."""
+        threads = threads or s.threads or torch.get_num_threads()
         torch.set_num_threads(1)  # before any parallel work here: see Batcher.threads
+        model_dir = model_dir or s.model_dir
+        fraction = gpu_memory_fraction or s.gpu_memory_fraction
         device, dtype = resolve_device(s.device, s.dtype)
-        model, tokenizer, metadata = load_checkpoint(s.model_dir, device=device, dtype=dtype)
+        model, tokenizer, metadata = load_checkpoint(model_dir, device=device, dtype=dtype)
         sizing = decoder_rows(
-            model.config, device, dtype, s.max_new_tokens + 1, s.max_input_tokens, s.max_batch_size,
-            s.gpu_memory_fraction, s.prefill_tokens,
+            model.config, device, dtype, s.max_new_tokens + 1, s.max_input_tokens, s.max_batch_size, fraction,
+            s.prefill_tokens,
         )  # fmt: skip
         return cls(
-            model, tokenizer, name=metadata.get("name") or Path(s.model_dir).name, metadata=metadata,
+            model, tokenizer, name=name or metadata.get("name") or Path(model_dir).name, metadata=metadata,
             max_input_tokens=s.max_input_tokens, max_new_tokens=s.max_new_tokens, max_batch_texts=s.max_batch_texts,
             max_batch_size=sizing.rows, prefill_tokens=s.prefill_tokens,
             max_queue=s.max_queue or max(DEFAULT_QUEUE, sizing.rows), sizing=sizing,
-            gpu_memory_fraction=s.gpu_memory_fraction if device.type == "cuda" else None,
+            gpu_memory_fraction=fraction if device.type == "cuda" else None,
             max_request_chars=s.max_request_chars,
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
@@ -170,19 +178,47 @@ class Engine:
 
     async def translate(
         self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False,
-        decoding: Decoding = GREEDY, split: Split = "sentences",
+        decoding: Decoding = GREEDY, split: Split = "sentences", format: Format = "text",
     ) -> list[Translation]:  # fmt: skip
         """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
         (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
-        whitespace (app/engine/documents.py). Blank texts translate to "" without a model call."""
+        whitespace (app/engine/documents.py). Blank texts translate to "" without a model call. `format="html"`
+        translates the pages' text (app/html.py) and gives back their markup."""
         texts = self.limits.texts(text, "text")
+        if format == "html":
+            return await self._translate_pages(texts, max_new_tokens, truncate, decoding, split)
+        return await self._translate_texts(texts, isinstance(text, str), max_new_tokens, truncate, decoding, split)
+
+    async def _translate_texts(
+        self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
+        split: Split,
+    ) -> list[Translation]:  # fmt: skip
         docs = await self._split(texts, split)
         if docs.whole:  # a caption: the text as it is
-            return await self._translate(texts, isinstance(text, str), max_new_tokens, truncate, decoding)
+            return await self._translate(texts, single, max_new_tokens, truncate, decoding)
         self._one_sentence_prefix(docs, decoding)
-        names = docs.names(isinstance(text, str))
+        names = docs.names(single)
         parts = await self._translate(docs.pieces, False, max_new_tokens, truncate, decoding, names)
         return await _inline_or_on_thread(sum(map(len, texts)), put_back, docs, parts)
+
+    async def _translate_pages(
+        self, texts: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding, split: Split
+    ) -> list[Translation]:
+        """HTML pages: the text of each page's units translated as documents (with the alignment that puts the
+        inline tags back), and each page rendered with the translations."""
+        if decoding.target_prefix or decoding.return_alignment:
+            what = "target_prefix" if decoding.target_prefix else "return_alignment"
+            raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')
+        size = check_chars(texts, self.max_request_chars)  # the markup counts too
+        pages = await _inline_or_on_thread(size, parse_pages, texts)
+        units = [u.text for page in pages for u in page.units]
+        tags = any(u.tags for page in pages for u in page.units)
+        if not units:  # markup only
+            return [Translation(t, "eos", [], 0.0, 0, 0, False, str) for t in texts]
+        parts = await self._translate_texts(
+            units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split
+        )  # fmt: skip
+        return await _inline_or_on_thread(size, pages_back, texts, pages, parts)
 
     async def _split(self, texts: list[str], split: Split) -> Documents:
         return await _inline_or_on_thread(

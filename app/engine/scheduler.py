@@ -32,7 +32,7 @@ import torch
 
 from app.engine.errors import EngineUnavailable, OutOfMemory, QueueFull
 from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, deliver, fail, settle
-from app.metrics import Metrics
+from app.metrics import EngineMetrics, Metrics
 from model.batch import RowBatch
 from model.decoding import Hypothesis, KVCache
 from model.search import GREEDY, DecodingOptions
@@ -49,7 +49,7 @@ class Batcher:
 
     def __init__(
         self, model: Transformer, max_batch_size: int, max_len: int, max_src_len: int, prefill_tokens: int,
-        max_queue: int = 256, metrics: Metrics | None = None, threads: int = 0, waiting_served_ratio: float = 0.0,
+        max_queue: int = 256, metrics: EngineMetrics | None = None, threads: int = 0, waiting_served_ratio: float = 0.0,
         max_waiting_steps: int = 0,
     ):  # fmt: skip
         self.model, self.prefill_tokens, self.max_queue = model, prefill_tokens, max_queue
@@ -62,7 +62,7 @@ class Batcher:
         self.device = next(model.parameters()).device
         self.cache = KVCache(model, max_batch_size, max_len, max_src_len)
         self.batch = RowBatch(model, self.cache)
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics().engine("model")
         self.steps = self.peak_rows = 0  # decoder steps taken; most rows ever decoded together
         self.load = 0  # sequences submitted whose futures are not done yet: what max_queue bounds
         self.running = 0  # sequences holding rows

@@ -23,9 +23,9 @@ SENTENCES = [
 ]
 
 
-async def test_health_and_ready(client):
+async def test_health_and_ready(app, client):
     assert (await client.get("/health")).json() == {"status": "ok"}
-    assert (await client.get("/ready")).json() == {"status": "ready"}
+    assert (await client.get("/ready")).json() == {"status": "ready", "models": {app.state.engine.name: "ready"}}
 
 
 async def test_info_describes_model_device_and_limits(client, settings, tiny_model):

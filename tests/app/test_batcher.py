@@ -108,7 +108,7 @@ async def test_arrivals_while_rows_decode_are_held_a_few_steps_and_encoded_toget
     b.start()
 
     def prefills() -> float:
-        return b.metrics.registry.get_sample_value("nmt_prefill_duration_seconds_count")
+        return b.metrics.sample("nmt_prefill_duration_seconds_count")
 
     try:
         running = asyncio.create_task(b.generate(sources[:4], [150] * 4))
@@ -212,7 +212,7 @@ def failing_steps(tiny_model, error: Exception, at: set[int]):
 
 
 def sample(b: Batcher, name: str) -> float:
-    return b.metrics.registry.get_sample_value(name) or 0.0
+    return b.metrics.sample(name) or 0.0
 
 
 async def test_a_stream_gets_every_token_in_order_and_then_the_whole_hypothesis(tiny_model, sources):

@@ -89,7 +89,7 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         info = (await client.get("/info")).json()
         assert info["compiled"] is True and info["compile"]["state"] == "compiled" and info["compile"]["seconds"] > 0
         assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]
-        metrics = (await client.get("/metrics")).text
-        assert "nmt_compiled 1.0" in metrics and "nmt_compile_duration_seconds 0.0" not in metrics
+        metrics, label = (await client.get("/metrics")).text, f'{{model="{engine.name}"}}'
+        assert f"nmt_compiled{label} 1.0" in metrics and f"nmt_compile_duration_seconds{label} 0.0" not in metrics
         again = (await client.post("/translate", json={**body, "return_tokens": True})).json()
         assert again["translations"][0]["token_ids"] == plain["translations"][0]["token_ids"]

@@ -20,9 +20,9 @@ def taken(monkeypatch) -> list[dict]:
     """The requests the fast path answered (their parsed bodies)."""
     seen, real = [], FastTranslate.translate
 
-    async def translate(self, scope, receive, send, request):
+    async def translate(self, scope, receive, send, request, engine):
         seen.append(request.model_dump(exclude_defaults=True))
-        await real(self, scope, receive, send, request)
+        await real(self, scope, receive, send, request, engine)
 
     monkeypatch.setattr(FastTranslate, "translate", translate)
     return seen

@@ -143,9 +143,9 @@ async def test_api_key_guards_everything_but_health_and_ready(settings):
 async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monkeypatch):
     release, real = threading.Event(), Engine.from_settings
 
-    def slow_load(s, *args):
+    def slow_load(s, *args, **kwargs):
         release.wait(30)
-        return real(s, *args)
+        return real(s, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "from_settings", staticmethod(slow_load))
     app = create_app(settings)
@@ -160,7 +160,7 @@ async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monke
             assert_error(await client.post("/translate", json={"text": "a"}), 503, "not_ready", "loading")
             release.set()
             await app.state.loading
-            assert (await client.get("/ready")).json() == {"status": "ready"}
+            assert (await client.get("/ready")).json()["status"] == "ready"
         assert_error(await client.get("/ready"), 503, "not_ready", "shutting down")
 
 
@@ -282,7 +282,7 @@ async def asgi_request(app, body: dict, gone: asyncio.Event) -> list[dict]:
 
 
 def running(app) -> float:
-    return app.state.metrics.registry.get_sample_value("nmt_running_batch_size")
+    return app.state.engine.batcher.metrics.sample("nmt_running_batch_size")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -300,7 +300,7 @@ async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, 
     messages = await request
     await until(lambda: running(app) == 0)
     assert gate.sizes == [1, 1, 1]  # the step it was paused in, then it left
-    assert "nmt_running_batch_size 0.0" in (await client.get("/metrics")).text
+    assert f'nmt_running_batch_size{{model="{app.state.engine.name}"}} 0.0' in (await client.get("/metrics")).text
     if stream:
         assert messages[0]["status"] == 200 and b'"index": 0' in messages[1]["body"]
     else:

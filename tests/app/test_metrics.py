@@ -27,7 +27,7 @@ def value(samples: dict, name: str, **labels) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-async def test_metrics_expose_every_series_with_sensible_values_after_traffic(client):
+async def test_metrics_expose_every_series_with_sensible_values_after_traffic(app, client):
     before = await scrape(client)
     bodies = [{"text": "A man is riding a bike."}, {"text": ["Two dogs.", "A cat sleeps."]}, {"text": "Hi"}]
     plain = await asyncio.gather(*(client.post("/translate", json=b) for b in bodies))
@@ -40,6 +40,8 @@ async def test_metrics_expose_every_series_with_sensible_values_after_traffic(cl
     def delta(name: str, **labels) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
+    model = {"model": app.state.engine.name}  # the engine series are the model's
+
     assert delta("nmt_requests_total", endpoint="/translate", status="200") == 4
     assert delta("nmt_requests_total", endpoint="/translate", status="422") == 1
     assert delta("nmt_requests_total", endpoint="unmatched", status="404") == 1  # not one label per unknown path
@@ -50,24 +52,24 @@ async def test_metrics_expose_every_series_with_sensible_values_after_traffic(cl
 
     sequences = 5  # four texts and one stream
     output_tokens = sum(r.json()["usage"]["output_tokens"] for r in plain) + sse(stream)[-1]["usage"]["output_tokens"]
-    assert delta("nmt_generated_tokens_total") == output_tokens
-    assert delta("nmt_time_to_first_token_seconds_count") == sequences
-    steps = delta("nmt_decoder_steps_total")  # every step makes a token for each of its rows
+    assert delta("nmt_generated_tokens_total", **model) == output_tokens
+    assert delta("nmt_time_to_first_token_seconds_count", **model) == sequences
+    steps = delta("nmt_decoder_steps_total", **model)  # every step makes a token for each of its rows
     assert 5 <= steps <= output_tokens  # the stream alone took 5
-    assert delta("nmt_decoder_step_duration_seconds_count") == steps
-    assert delta("nmt_decoder_step_duration_seconds_sum") > 0
-    assert delta("nmt_time_to_first_token_seconds_sum") > 0
-    assert delta("nmt_prefilled_sequences_total") == sequences  # each encoded once, alone or with others
-    assert 1 <= delta("nmt_prefill_duration_seconds_count") <= sequences
-    assert delta("nmt_prefill_duration_seconds_sum") > 0
-    assert 1 <= delta("nmt_time_per_output_token_seconds_count") <= sequences
-    assert delta("nmt_time_per_output_token_seconds_sum") > 0
-    assert value(after, "nmt_queue_length") == 0 and value(after, "nmt_running_batch_size") == 0
-    assert value(after, "nmt_oom_retries_total") == 0
+    assert delta("nmt_decoder_step_duration_seconds_count", **model) == steps
+    assert delta("nmt_decoder_step_duration_seconds_sum", **model) > 0
+    assert delta("nmt_time_to_first_token_seconds_sum", **model) > 0
+    assert delta("nmt_prefilled_sequences_total", **model) == sequences  # each encoded once, alone or with others
+    assert 1 <= delta("nmt_prefill_duration_seconds_count", **model) <= sequences
+    assert delta("nmt_prefill_duration_seconds_sum", **model) > 0
+    assert 1 <= delta("nmt_time_per_output_token_seconds_count", **model) <= sequences
+    assert delta("nmt_time_per_output_token_seconds_sum", **model) > 0
+    assert value(after, "nmt_queue_length", **model) == 0 and value(after, "nmt_running_batch_size", **model) == 0
+    assert value(after, "nmt_oom_retries_total", **model) == 0
 
 
 def test_each_app_has_its_own_registry():
-    a, b = Metrics(), Metrics()
+    a, b = Metrics().engine("m"), Metrics().engine("m")
     a.generated_tokens.inc(3)
-    assert a.registry.get_sample_value("nmt_generated_tokens_total") == 3
-    assert b.registry.get_sample_value("nmt_generated_tokens_total") == 0
+    assert a.sample("nmt_generated_tokens_total") == 3
+    assert b.sample("nmt_generated_tokens_total") == 0

@@ -86,7 +86,7 @@ async def test_more_than_fits_gets_translations_or_clean_503s_and_the_server_rec
     texts = long_texts(REQUESTS, SENTENCES_PER_TEXT)
     async with serve(settings, startup_timeout=120) as (app, client):
         engine = app.state.engine
-        registry = engine.batcher.metrics.registry
+        metrics = engine.batcher.metrics
         before = (await client.post("/translate", json={"text": SHORT})).json()
         t0 = time.perf_counter()
         with memory_cap(engine, HEADROOM) as cap:
@@ -98,7 +98,7 @@ async def test_more_than_fits_gets_translations_or_clean_503s_and_the_server_rec
         assert not hanging, f"{len(hanging)} of {len(tasks)} requests were not answered within {ANSWERED_WITHIN_S} s"
         responses = [task.result() for task in tasks]
         statuses = Counter(r.status_code for r in responses)
-        retries = registry.get_sample_value("nmt_oom_retries_total") or 0
+        retries = metrics.sample("nmt_oom_retries_total") or 0
         report(
             requests=len(tasks), translated=statuses[200], out_of_memory=statuses[503], statuses=dict(statuses),
             oom_retries=retries, seconds=round(seconds, 1), peak_rows=engine.batcher.peak_rows, **cap,

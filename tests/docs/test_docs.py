@@ -56,14 +56,14 @@ def test_the_configuration_page_lists_every_setting_with_its_true_default():
 
 
 def routes(app) -> set[tuple[str, str]]:
-    """(method, path) of every route the app answers, through included routers."""
-    out, stack = set(), list(app.routes)
+    """(method, path) of every route the app answers, through included routers (and their prefixes)."""
+    out, stack = set(), [("", route) for route in app.routes]
     while stack:
-        route = stack.pop()
+        prefix, route = stack.pop()
         if inner := getattr(route, "original_router", None):  # FastAPI's included routers
-            stack.extend(inner.routes)
+            stack.extend((prefix + route.include_context.prefix, r) for r in inner.routes)
         elif hasattr(route, "path"):
-            out |= {(m, route.path) for m in getattr(route, "methods", None) or {"GET"} if m != "HEAD"}
+            out |= {(m, prefix + route.path) for m in getattr(route, "methods", None) or {"GET"} if m != "HEAD"}
     return out
 
 

@@ -1,0 +1,57 @@
+"""Language detection for the LibreTranslate-compatible API: py3langid's model, choosing among the languages served."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from functools import cache
+
+from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+from app.engine import INLINE_CHARS
+
+TOP = 3  # candidates an answer lists, as LibreTranslate's /detect
+
+
+@cache
+def full_model() -> LanguageIdentifier:
+    """py3langid's model (142 languages) with probabilities that sum to 1; loading it takes about a second."""
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+restricted: dict[tuple[str, ...], LanguageIdentifier | None] = {}
+
+
+def identifier(languages: tuple[str, ...]) -> LanguageIdentifier | None:
+    """The model restricted to `languages` (the ones it knows; all of its own when none are given); None when it
+    knows none of them."""
+    if languages not in restricted:
+        full = full_model()
+        known = [code for code in languages if code in full.nb_classes]
+        model = copy.copy(full) if known else None if languages else full  # a copy shares the arrays it slices
+        if known:
+            model.set_languages(known)
+        restricted[languages] = model
+    return restricted[languages]
+
+
+def ranked(texts: list[str], languages: tuple[str, ...]) -> list[tuple[str, float]]:
+    """The likeliest languages of `texts` among `languages`, best first: each text's probabilities weighted by its
+    length, as a confidence from 0 to 100. Blank texts, or languages the model does not know: the first (or "en",
+    as LibreTranslate), at 0."""
+    model, weight = identifier(languages), sum(len(t.strip()) for t in texts)
+    if model is None or not weight:
+        return [(languages[0] if languages else "en", 0.0)]
+    scores: dict[str, float] = {}
+    for text in filter(str.strip, texts):
+        for code, p in model.rank(text):
+            scores[code] = scores.get(code, 0.0) + p * len(text.strip()) / weight
+    best = [(code, round(100 * p, 1)) for code, p in sorted(scores.items(), key=lambda item: -item[1])[:TOP]]
+    return best[:1] + [(code, c) for code, c in best[1:] if c > 0]
+
+
+async def detect(texts: list[str], languages: tuple[str, ...]) -> list[tuple[str, float]]:
+    """ranked(), on the event loop for short texts once the model is loaded, else on a thread."""
+    if languages in restricted and sum(map(len, texts)) <= INLINE_CHARS:
+        return ranked(texts, languages)
+    return await asyncio.to_thread(ranked, texts, languages)

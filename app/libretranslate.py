@@ -1,0 +1,279 @@
+"""A LibreTranslate-compatible API, mounted at /libretranslate: LibreTranslate's fields, answers and status codes,
+backed by the engines, so that its clients work unmodified. Errors are `{"error": "..."}` (with our `type` too)."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+
+from app import detect
+from app.api import ENGINE_ERRORS, RETRY_AFTER_S, ModelsDep, error, error_kind, unless_disconnected
+from app.engine import Engine, EngineUnavailable, Translation
+from app.engine.limits import GREEDY, MAX_BEAM, Decoding
+from app.models import Models
+from app.schemas import ErrorResponse
+
+# English names of ISO 639-1 codes: LibreTranslate's languages and a few more; another code is named by itself.
+NAMES = dict(
+    item.split("=") for item in (
+        "ar=Arabic az=Azerbaijani bg=Bulgarian bn=Bengali ca=Catalan cs=Czech cy=Welsh da=Danish de=German "
+        "el=Greek en=English eo=Esperanto es=Spanish et=Estonian eu=Basque fa=Persian fi=Finnish fr=French "
+        "ga=Irish gl=Galician he=Hebrew hi=Hindi hr=Croatian hu=Hungarian hy=Armenian id=Indonesian is=Icelandic "
+        "it=Italian ja=Japanese ka=Georgian ko=Korean ky=Kyrgyz lt=Lithuanian lv=Latvian mk=Macedonian ms=Malay "
+        "mt=Maltese nb=Norwegian nl=Dutch pl=Polish pt=Portuguese ro=Romanian ru=Russian sk=Slovak sl=Slovenian "
+        "sq=Albanian sr=Serbian sv=Swedish sw=Swahili th=Thai tl=Tagalog tr=Turkish uk=Ukrainian ur=Urdu "
+        "vi=Vietnamese zh=Chinese"
+    ).split()
+)  # fmt: skip
+KINDS = {400: "bad_request", 403: "forbidden", 503: "not_ready"}
+FIELDS = {  # what /translate reads; /detect reads q and api_key
+    "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+          "description": "a text, or a list of texts (JSON only)"},
+    "source": {"type": "string", "description": 'a language code, or "auto" to detect it'},
+    "target": {"type": "string", "description": "a language code"},
+    "format": {"type": "string", "enum": ["text", "html"], "description": '"text" (default) or "html"'},
+    "alternatives": {"type": ["integer", "string"], "description": "how many other translations to add (0 to 7)"},
+    "api_key": {"type": ["string", "null"], "description": "the server's NMT_API_KEY, when it has one"},
+}  # fmt: skip
+
+
+def request_body(*fields: str, required: tuple[str, ...] = ("q",)) -> dict:
+    """The OpenAPI request body of an endpoint that reads `fields` (also sent form-encoded, as LibreTranslate's)."""
+    schema = {"type": "object", "properties": {f: FIELDS[f] for f in fields}, "required": list(required)}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+class LibreError(Exception):
+    """A request LibreTranslate would refuse, with its status and message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class LibreRoute(APIRoute):
+    """Answers LibreError and the engine's errors as LibreTranslate does: a 400 where we would say 413 or 422."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except LibreError as e:
+                return error(e.status, e.message, KINDS.get(e.status, "http_error"))
+            except tuple(ENGINE_ERRORS) as e:
+                status, kind = error_kind(e)
+                if status == 429:
+                    return error(429, f"Slowdown: {e}", kind, {"Retry-After": str(RETRY_AFTER_S)})
+                return error(400 if status in (413, 422) else status, str(e), kind)
+
+        return route
+
+
+ERRORS = {status: {"model": ErrorResponse} for status in (400, 403, 413, 429, 500, 503, 504)}
+router = APIRouter(route_class=LibreRoute, tags=["LibreTranslate"], responses=ERRORS)
+
+
+async def fields(request: Request) -> dict[str, Any]:
+    """The request's fields as LibreTranslate reads them: a JSON object, else the query string's and the form's
+    (urlencoded or multipart), the query string's first."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+        try:
+            values = await request.json()
+        except ValueError:
+            values = None
+        if not isinstance(values, dict):
+            raise LibreError(400, "Invalid JSON format")
+        return values
+    try:
+        form = await request.form()
+    except HTTPException as e:  # a malformed body; a 413 from the body limit goes on
+        if e.status_code != 400:
+            raise
+        raise LibreError(400, f"Invalid request: {e.detail}") from None
+    values = {k: v for k, v in form.items() if isinstance(v, str)} | dict(request.query_params)
+    if isinstance(values.get("q"), str):
+        values["q"] = "\n".join(values["q"].splitlines())
+    return values
+
+
+def authorize(request: Request, values: dict[str, Any]) -> None:
+    """403 unless the request carries NMT_API_KEY, as `api_key` or `Authorization: Bearer <key>` (when it is set)."""
+    key, given = request.app.state.settings.api_key, values.get("api_key")
+    if given is not None and not isinstance(given, str):
+        raise LibreError(400, "Invalid request: api_key parameter must be a string")
+    if key is None:
+        return
+    given = given or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    if not given:
+        raise LibreError(403, "Please contact the server operator to get an API key")
+    if not hmac.compare_digest(given.encode(), key.get_secret_value().encode()):
+        raise LibreError(403, "Invalid API key")
+
+
+def texts(request: Request, values: dict[str, Any]) -> list[str]:
+    """`q` as a list of texts, within the server's limits (NMT_MAX_BATCH_TEXTS, NMT_MAX_REQUEST_CHARS)."""
+    q, settings = values.get("q"), request.app.state.settings
+    if not q:
+        raise LibreError(400, "Invalid request: missing q parameter")
+    if not isinstance(q, str) and not (isinstance(q, list) and all(isinstance(t, str) for t in q)):
+        raise LibreError(400, "Invalid request: q parameter must be a string or a list of strings")
+    q = [q] if isinstance(q, str) else q
+    for size, limit in ((len(q), settings.max_batch_texts), (sum(map(len, q)), settings.max_request_chars)):
+        if size > limit:
+            raise LibreError(400, f"Invalid request: request ({size}) exceeds text limit ({limit})")
+    return q
+
+
+def field(values: dict[str, Any], name: str, default: str | None = None) -> str:
+    """A string field, lower-cased (language codes, format); 400 when it is missing or not a string."""
+    value = values.get(name) or default
+    if not value:
+        raise LibreError(400, f"Invalid request: missing {name} parameter")
+    if not isinstance(value, str):
+        raise LibreError(400, f"Invalid request: {name} parameter must be a string")
+    return value.strip().lower()
+
+
+def alternatives(values: dict[str, Any], engine: Engine) -> int:
+    """How many other translations to add: 0 up to one less than the widest beam the engine decodes."""
+    n, most = values.get("alternatives", 0), min(MAX_BEAM, engine.limits.max_rows) - 1
+    if isinstance(n, str) and n.strip().lstrip("-").isdigit():
+        n = int(n)
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise LibreError(400, "Invalid request: alternatives parameter is not a number")
+    if n > most:
+        raise LibreError(400, f"Invalid request: alternatives parameter must be <= {most}")
+    return max(0, n)
+
+
+def pairs(models: Models) -> dict[tuple[str, str], str]:
+    """(source, target) -> the first loaded model (in NMT_MODELS order) that translates it."""
+    out: dict[tuple[str, str], str] = {}
+    for model in models.names:
+        langs = models.languages(model)
+        if models.state(model) == "ready" and "unknown" not in langs.values():  # no languages in its metadata
+            out.setdefault((langs["source"].lower(), langs["target"].lower()), model)
+    return out
+
+
+def codes(models: Models) -> tuple[str, ...]:
+    """Every language the loaded models translate from or into, in NMT_MODELS order; 503 while they load."""
+    out = tuple(dict.fromkeys(code for pair in pairs(models) for code in pair))
+    if not out and "loading" in models.states().values():
+        raise EngineUnavailable(models.not_ready(models.default))
+    return out  # empty when no model's metadata names its languages
+
+
+def pick(models: Models, source: str, target: str) -> Engine:
+    """The engine that translates source into target; LibreTranslate's 400 for a language or a pair not served."""
+    served = pairs(models)
+    if (source, target) in served:
+        return models.pick(served[source, target])
+    if "loading" in models.states().values():
+        raise EngineUnavailable(f"no model loaded so far translates {source}->{target}; others are still loading")
+    for code in (source, target):
+        if code not in codes(models):
+            raise LibreError(400, f"{code} is not supported")
+    raise LibreError(
+        400, f"{name(target)} ({target}) is not available as a target language from {name(source)} ({source})"
+    )
+
+
+def name(code: str) -> str:
+    return NAMES.get(code, code)
+
+
+def others(translation: str, hypotheses: list[str]) -> list[str]:
+    """The n-best list's other translations, each once, as LibreTranslate's `alternatives`."""
+    return [h for h in dict.fromkeys(hypotheses) if h and h != translation]
+
+
+@router.post("/translate", openapi_extra=request_body(*FIELDS, required=("q", "source", "target")))
+async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
+    """Translate `q` (a text or a list) from `source` (or `"auto"`) into `target`, with `alternatives` if asked."""
+    values = await fields(request)
+    authorize(request, values)
+    q = texts(request, values)
+    source, target, fmt = field(values, "source"), field(values, "target"), field(values, "format", "text")
+    detected = None
+    if source == "auto":
+        language, confidence = (await detect.detect(q, codes(models)))[0]
+        source, detected = language, {"confidence": confidence, "language": language}
+    engine = pick(models, source, target)
+    if fmt not in ("text", "html"):
+        raise LibreError(400, f"{fmt} format is not supported")
+    n = alternatives(values, engine)
+    decoding = Decoding(beam_size=n + 1, num_hypotheses=n + 1) if n and fmt == "text" else GREEDY  # html: none, as LT
+    out = await unless_disconnected(request.receive, engine.translate(q, decoding=decoding, format=fmt))
+    return answer(out, isinstance(values["q"], str), detected, n)
+
+
+def answer(out: list[Translation], one: bool, detected: dict[str, Any] | None, n: int) -> dict[str, Any]:
+    """`translatedText`, with `detectedLanguage` for "auto" and `alternatives` when asked: one each for one text,
+    lists for a list (the detected language repeated, as LibreTranslate's)."""
+    body: dict[str, Any] = {"translatedText": out[0].text if one else [t.text for t in out]}
+    if detected:
+        body["detectedLanguage"] = detected if one else [detected] * len(out)
+    if n:
+        alts = [others(t.text, [h.text for h in t.hypotheses]) for t in out]
+        body["alternatives"] = alts[0] if one else alts
+    return body
+
+
+@router.post("/detect", openapi_extra=request_body("q", "api_key"))
+async def detect_language(request: Request, models: ModelsDep) -> list[dict[str, Any]]:
+    """The likeliest languages of `q`, among those the models serve, with a confidence from 0 to 100."""
+    values = await fields(request)
+    authorize(request, values)
+    ranked = await detect.detect(texts(request, values), codes(models))
+    return [{"confidence": confidence, "language": language} for language, confidence in ranked]
+
+
+@router.get("/languages")
+async def languages(models: ModelsDep) -> list[dict[str, Any]]:
+    """Each language the models translate from or into, with the languages it translates into."""
+    served = pairs(models)
+    return [
+        {"code": code, "name": name(code), "targets": sorted(t for s, t in served if s == code)}
+        for code in codes(models)
+    ]
+
+
+@router.get("/frontend/settings")
+async def frontend_settings(request: Request, models: ModelsDep) -> dict[str, Any]:
+    """What LibreTranslate's web page and clients read first: limits, whether a key is needed, default languages."""
+    settings, target = request.app.state.settings, next((t for _, t in pairs(models)), "")  # the default model's
+    keyed = settings.api_key is not None
+    return {
+        "charLimit": settings.max_request_chars, "frontendTimeout": 500, "apiKeys": keyed, "keyRequired": keyed,
+        "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+        "language": {
+            "source": {"code": "auto", "name": "Auto Detect"}, "target": {"code": target, "name": name(target)},
+        },
+    }  # fmt: skip
+
+
+@router.post("/translate_file")
+async def translate_file(request: Request) -> None:
+    """Files are not translated here: LibreTranslate's answer when files translation is disabled."""
+    authorize(request, await fields(request))
+    raise LibreError(403, "Files translation are disabled on this server.")
+
+
+@router.get("/download_file/{filename}")
+async def download_file(filename: str) -> None:
+    """No translated files to download: LibreTranslate's answer when files translation is disabled."""
+    raise LibreError(400, "Files translation are disabled on this server.")
+
+
+@router.post("/suggest")
+async def suggest() -> None:
+    """Suggestions are not collected here: LibreTranslate's answer when they are disabled."""
+    raise LibreError(403, "Suggestions are disabled on this server.")

@@ -1,0 +1,171 @@
+"""Several models in one server (NMT_MODELS): an Engine each, with its own KV cache, batch and worker thread, picked
+per request by name or by language pair. One model (NMT_MODEL_DIR) is the case of a list of one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from app.engine import Engine, EngineUnavailable, InvalidRequest
+from app.metrics import Metrics
+from app.settings import Settings
+
+log = logging.getLogger("nmt_serve")
+State = Literal["loading", "ready", "failed", "stopped"]
+
+
+def threads_each(settings: Settings, cores: int) -> int:
+    """CPU threads per model: NMT_THREADS, else the cores shared out among the models (at least one each), so that
+    busy models do not oversubscribe the cores with their OpenMP teams."""
+    return settings.threads or max(1, cores // len(settings.model_dirs()))
+
+
+class UnknownModel(InvalidRequest):
+    """The request names a model, or a language pair, that this server does not serve."""
+
+
+class Models:
+    """The server's engines by name, in NMT_MODELS order; the first is the default."""
+
+    def __init__(self, settings: Settings, metrics: Metrics):
+        self.settings, self.metrics = settings, metrics
+        self.dirs = {name or Path(d).name: d for name, d in settings.model_dirs().items()}
+        self.named = bool(settings.models)  # NMT_MODELS names them; one NMT_MODEL_DIR is named by its checkpoint
+        self.engines: dict[str, Engine] = {}
+        self.errors: dict[str, str] = {}
+        self.cores = torch.get_num_threads()  # read once, before any engine narrows its loading thread to one
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.dirs)
+
+    @property
+    def default(self) -> str:
+        return self.names[0]
+
+    def threads(self) -> int:
+        return threads_each(self.settings, self.cores)
+
+    async def load(self) -> None:
+        """Load and start every model in turn, off the event loop; a model that fails is recorded, the rest load."""
+        n = len(self.dirs)
+        for k, (name, directory) in enumerate(list(self.dirs.items())):
+            t0 = time.perf_counter()
+            try:
+                # On a GPU each model sizes its KV cache from its share of NMT_GPU_MEMORY_FRACTION: the k-th may fill
+                # up to k/n of it, the models before it holding the rest.
+                engine = await asyncio.to_thread(
+                    Engine.from_settings, self.settings, self.metrics, model_dir=directory,
+                    name=name if self.named else None, threads=self.threads(),
+                    gpu_memory_fraction=self.settings.gpu_memory_fraction * (k + 1) / n,
+                )  # fmt: skip
+                if not self.named and engine.name != name:  # one model: named by its checkpoint's metadata
+                    self.dirs = {engine.name: directory}
+                    name = engine.name
+                self.engines[name] = engine
+                await engine.start()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.errors[name] = str(e)
+                log.error("could not load the model %s from %s: %s", name, directory, e,
+                          exc_info=not isinstance(e, ValueError))  # fmt: skip
+                continue
+            info = engine.info()
+            log.info(
+                "ready: %s (%s, %d parameters) on %s, %s, in %.1fs", name, self.pair(name), info["parameters"],
+                info["device"], info["dtype"], time.perf_counter() - t0,
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        for engine in self.engines.values():
+            engine.stop()
+
+    def state(self, name: str) -> State:
+        engine = self.engines.get(name)
+        if name in self.errors:
+            return "failed"
+        if engine is None or not (engine.ready or engine.batcher.stopped):
+            return "loading"
+        return "ready" if engine.ready else "stopped"
+
+    def states(self) -> dict[str, State]:
+        return {name: self.state(name) for name in self.names}
+
+    def languages(self, name: str) -> dict[str, str]:
+        """The model's language pair from its checkpoint's metadata (unknown until it has loaded)."""
+        engine = self.engines.get(name)
+        return engine.languages if engine else {"source": "unknown", "target": "unknown"}
+
+    def pair(self, name: str) -> str:
+        langs = self.languages(name)
+        return f"{langs['source']}->{langs['target']}"
+
+    def listing(self) -> str:
+        return ", ".join(f"{name} ({self.pair(name)})" for name in self.names)
+
+    def pick(self, model: str | None = None, source: str | None = None, target: str | None = None) -> Engine:
+        """The engine a request asks for: by `model`, else by its languages, else the default; a 422 for a name or
+        a pair no model serves, a 503 while the chosen model loads or after it failed to."""
+        if model is not None and model not in self.dirs:
+            raise UnknownModel(f"there is no model {model!r}; this server has {self.listing()} (GET /models)")
+        if model is None and (source or target):
+            model = self.by_languages(source, target)
+        elif model is not None and (source or target):
+            langs = self.languages(model)
+            for side, code in (("source", source), ("target", target)):
+                if code and self.state(model) == "ready" and langs[side] != code:
+                    raise UnknownModel(
+                        f"the model {model!r} translates {self.pair(model)}, not {side} {code!r}; leave out "
+                        f'"model" to pick one by language, or see GET /models'
+                    )
+        name = model or self.default
+        engine = self.engines.get(name)
+        if engine is None or not engine.ready:
+            raise EngineUnavailable(self.not_ready(name))
+        return engine
+
+    def by_languages(self, source: str | None, target: str | None) -> str:
+        """The first model (in NMT_MODELS order) whose languages match the ones given."""
+        for name in self.names:
+            langs = self.languages(name)
+            if (not source or langs["source"] == source) and (not target or langs["target"] == target):
+                return name
+        wanted = f"{source or 'any'}->{target or 'any'}"
+        raise UnknownModel(f"no model here translates {wanted}; this server has {self.listing()} (GET /models)")
+
+    def find(self, model: str | None, source: str | None, target: str | None) -> Engine | None:
+        """pick()'s engine, or None where pick() would raise."""
+        try:
+            return self.pick(model, source, target)
+        except (InvalidRequest, EngineUnavailable):
+            return None
+
+    def not_ready(self, name: str) -> str:
+        prefix = f"the model {name!r}" if len(self.dirs) > 1 else "the model"
+        if name in self.errors:
+            return f"{prefix} failed to load: {self.errors[name]}"
+        engine = self.engines.get(name)
+        if engine is not None and engine.batcher.stopped:
+            return "the server is shutting down"
+        return f"{prefix} is still loading; poll GET /ready"
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """A model's entry in GET /models."""
+        engine, state = self.engines.get(name), self.state(name)
+        out: dict[str, Any] = {
+            "name": name, "state": state, "default": name == self.default, "directory": str(self.dirs[name]),
+            **self.languages(name), "error": self.errors.get(name),
+        }  # fmt: skip
+        if engine is not None:
+            info = engine.info()
+            out |= {
+                "limits": info["limits"], "device": info["device"], "dtype": info["dtype"], "threads": info["threads"],
+                "parameters": info["parameters"], "metadata": engine.metadata,
+            }  # fmt: skip
+        return out

@@ -1,0 +1,255 @@
+"""The LibreTranslate-compatible API (/libretranslate), driven by two of LibreTranslate's clients from PyPI, unmodified,
+against live nmt-serve processes: libretranslatepy (urllib, form bodies) and deep-translator's LibreTranslator
+(requests, the fields in the query string). Their translations equal our own /translate's for the same model."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+
+import httpx
+import pytest
+from deep_translator import LibreTranslator
+from deep_translator.exceptions import AuthorizationException, ServerException
+from libretranslatepy import LibreTranslateAPI
+
+from app.engine import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
+from app.settings import Settings
+from model.checkpoint import save_checkpoint
+from tests.app.conftest import serve
+from tests.app.test_cli import start_server, wait_ready
+
+ENGLISH = "A man is playing near the water."
+GERMAN = "Ein alter Mann steht im Schnee und wartet auf den Bus."
+KEY = "s3cret-key"
+
+
+@pytest.fixture(scope="module")
+def french(tmp_path_factory, tiny_model, tokenizer):
+    """A second model, English->French by its metadata (the tiny random one)."""
+    path = tmp_path_factory.mktemp("fr") / "tiny-fr"
+    save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny-fr", "source_language": "en", "target_language": "fr"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def servers(trained_checkpoint, french):
+    """Two live servers, started together: en-de and en-fr without a key (`open`), and en-de with NMT_API_KEY."""
+    small = {"NMT_COMPILE": "off", "NMT_MAX_NEW_TOKENS": "40", "NMT_MAX_REQUEST_CHARS": "2000"}
+    procs = {
+        "open": start_server(trained_checkpoint, NMT_MODELS=f"en-de={trained_checkpoint},en-fr={french}", **small),
+        "keyed": start_server(trained_checkpoint, NMT_API_KEY=KEY, **small),
+    }
+    try:
+        for proc, base in procs.values():
+            wait_ready(proc, base)
+        yield {name: base for name, (_, base) in procs.items()}
+    finally:
+        for proc, _ in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def base(servers) -> str:
+    return servers["open"]
+
+
+def ours(base: str, text: str | list[str], headers: dict | None = None, **body) -> list[dict]:
+    """Our own /translate's translations of `text`."""
+    r = httpx.post(f"{base}/translate", json={"text": text, **body}, headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["translations"]
+
+
+def lt(base: str, path: str, **kw) -> httpx.Response:
+    return httpx.post(f"{base}/libretranslate/{path}", timeout=30, **kw)
+
+
+def test_libretranslatepy_translates_lists_languages_and_detects(base):
+    client = LibreTranslateAPI(f"{base}/libretranslate")
+    assert client.translate(ENGLISH, "en", "de") == ours(base, ENGLISH, model="en-de")[0]["text"]
+    assert client.translate(ENGLISH, "en", "fr") == ours(base, ENGLISH, model="en-fr")[0]["text"]
+    assert client.translate(ENGLISH, "auto", "de") == ours(base, ENGLISH)[0]["text"]
+    assert client.translate(f"{ENGLISH}\r\n{ENGLISH}", "en", "de") == ours(base, f"{ENGLISH}\n{ENGLISH}")[0]["text"]
+    assert client.languages() == [
+        {"code": "en", "name": "English", "targets": ["de", "fr"]},
+        {"code": "de", "name": "German", "targets": []},
+        {"code": "fr", "name": "French", "targets": []},
+    ]
+    for text, language in ((ENGLISH, "en"), (GERMAN, "de")):
+        ranked = client.detect(text)
+        assert ranked[0]["language"] == language and ranked[0]["confidence"] > 90, ranked
+        confidences = [d["confidence"] for d in ranked]
+        assert confidences == sorted(confidences, reverse=True) and all(0 <= c <= 100 for c in confidences)
+
+
+def test_deep_translators_libre_translator_translates_one_text_and_a_batch(base):
+    texts = [ENGLISH, "Two dogs are running in the park.", "A young woman is eating at the beach."]
+    to_german = LibreTranslator(source="en", target="de", api_key="any", custom_url=f"{base}/libretranslate/")
+    assert to_german.translate(ENGLISH) == ours(base, ENGLISH, model="en-de")[0]["text"]
+    assert to_german.translate_batch(texts) == [t["text"] for t in ours(base, texts, model="en-de")]
+    by_name = LibreTranslator(source="English", target="French", api_key="any", custom_url=f"{base}/libretranslate/")
+    assert by_name.translate(ENGLISH) == ours(base, ENGLISH, model="en-fr")[0]["text"]
+    auto = LibreTranslator(source="auto", target="de", api_key="any", custom_url=f"{base}/libretranslate/")
+    assert auto.translate(ENGLISH) == ours(base, ENGLISH, model="en-de")[0]["text"]
+    backwards = LibreTranslator(source="de", target="en", api_key="any", custom_url=f"{base}/libretranslate/")
+    with pytest.raises(ServerException, match="ERR_BAD_REQUEST"):  # no model translates de->en: a 400
+        backwards.translate(GERMAN)
+
+
+def test_a_server_with_a_key_answers_the_right_key_and_refuses_a_wrong_or_missing_one_as_clients_expect(servers):
+    base = servers["keyed"]
+    url = f"{base}/libretranslate"
+    expected = ours(base, ENGLISH, headers={"Authorization": f"Bearer {KEY}"})[0]["text"]
+    assert LibreTranslateAPI(url, api_key=KEY).translate(ENGLISH, "en", "de") == expected
+    assert LibreTranslator(source="en", target="de", api_key=KEY, custom_url=f"{url}/").translate(ENGLISH) == expected
+    assert LibreTranslateAPI(url, api_key=KEY).detect(ENGLISH)[0]["language"] == "en"
+    for key, message in (("wrong", "Invalid API key"), (None, "Please contact the server operator to get an API key")):
+        for call in (lambda c: c.translate(ENGLISH, "en", "de"), lambda c: c.detect(ENGLISH)):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                call(LibreTranslateAPI(url, api_key=key))
+            assert refused.value.code == 403 and json.loads(refused.value.read())["error"] == message
+    with pytest.raises(AuthorizationException, match="Unauthorized access with the api key wrong"):
+        LibreTranslator(source="en", target="de", api_key="wrong", custom_url=f"{url}/").translate(ENGLISH)
+    bearer = lt(base, "translate", data={"q": ENGLISH, "source": "en", "target": "de"},
+                headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+    assert bearer.json() == {"translatedText": expected}
+    # what a page reads before it has a key: open, and it says a key is needed
+    assert LibreTranslateAPI(url).languages()[0] == {"code": "en", "name": "English", "targets": ["de"]}
+    settings = httpx.get(f"{url}/frontend/settings").json()
+    assert settings["keyRequired"] is True and settings["apiKeys"] is True
+
+
+def test_json_form_multipart_and_query_string_bodies_get_the_same_answers(base):
+    fields = {"q": ENGLISH, "source": "auto", "target": "de", "alternatives": "2"}
+    answers = [
+        lt(base, "translate", json={**fields, "alternatives": 2}).json(),
+        lt(base, "translate", data=fields).json(),
+        lt(base, "translate", files={k: (None, v) for k, v in fields.items()}).json(),
+        lt(base, "translate", params=fields).json(),
+    ]
+    assert all(a == answers[0] for a in answers), answers
+    assert answers[0]["translatedText"] == ours(base, ENGLISH, beam_size=3, num_hypotheses=3)[0]["text"]
+    detections = [
+        lt(base, "detect", json={"q": GERMAN}).json(),
+        lt(base, "detect", data={"q": GERMAN}).json(),
+        lt(base, "detect", files={"q": (None, GERMAN)}).json(),
+    ]
+    assert all(d == detections[0] for d in detections) and detections[0][0]["language"] == "de", detections
+
+
+def test_alternatives_are_the_other_hypotheses_of_a_beam_one_wider(base):
+    r = lt(base, "translate", json={"q": ENGLISH, "source": "en", "target": "de", "alternatives": 3}).json()
+    best, *others = [h["text"] for h in ours(base, ENGLISH, beam_size=4, num_hypotheses=4)[0]["hypotheses"]]
+    assert r["translatedText"] == best
+    assert r["alternatives"] == [h for h in dict.fromkeys(others) if h != best] and len(r["alternatives"]) <= 3
+    assert "alternatives" not in lt(base, "translate", json={"q": ENGLISH, "source": "en", "target": "de"}).json()
+
+
+def test_a_list_q_answers_a_list_with_one_detected_language_each(base):
+    texts = [ENGLISH, "Two dogs are running in the park.", ""]
+    r = lt(base, "translate", json={"q": texts, "source": "auto", "target": "de", "alternatives": 1}).json()
+    assert r["translatedText"] == [t["text"] for t in ours(base, texts, beam_size=2, num_hypotheses=2)]
+    assert len(r["detectedLanguage"]) == 3 and all(d["language"] == "en" for d in r["detectedLanguage"])
+    assert all(0 < d["confidence"] <= 100 for d in r["detectedLanguage"])
+    assert len(r["alternatives"]) == 3 and all(isinstance(a, list) for a in r["alternatives"])
+    plain = lt(base, "translate", json={"q": texts, "source": "en", "target": "fr"}).json()
+    assert plain == {"translatedText": [t["text"] for t in ours(base, texts, model="en-fr")]}
+
+
+def test_frontend_settings_and_disabled_features_answer_as_libretranslate_does(base):
+    settings = httpx.get(f"{base}/libretranslate/frontend/settings").json()
+    assert settings["charLimit"] == 2000 and settings["keyRequired"] is False and settings["apiKeys"] is False
+    assert settings["suggestions"] is False and settings["supportedFilesFormat"] == []
+    assert settings["language"] == {"source": {"code": "auto", "name": "Auto Detect"},
+                                    "target": {"code": "de", "name": "German"}}  # fmt: skip
+    files = lt(
+        base, "translate_file", files={"file": ("a.txt", b"A dog."), "source": (None, "en"), "target": (None, "de")}
+    )
+    assert (files.status_code, files.json()["error"]) == (403, "Files translation are disabled on this server.")
+    suggest = lt(base, "suggest", data={"q": "A dog.", "s": "Ein Hund.", "source": "en", "target": "de"})
+    assert (suggest.status_code, suggest.json()["error"]) == (403, "Suggestions are disabled on this server.")
+    download = httpx.get(f"{base}/libretranslate/download_file/x.txt")
+    assert (download.status_code, download.json()["error"]) == (400, "Files translation are disabled on this server.")
+
+
+OK = {"q": ENGLISH, "source": "en", "target": "de"}
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"source": "en", "target": "de"}, "Invalid request: missing q parameter"),
+        ({**OK, "q": ""}, "Invalid request: missing q parameter"),
+        ({"q": ENGLISH, "target": "de"}, "Invalid request: missing source parameter"),
+        ({"q": ENGLISH, "source": "en"}, "Invalid request: missing target parameter"),
+        ({**OK, "q": 5}, "Invalid request: q parameter must be a string or a list of strings"),
+        ({**OK, "q": ["a", None]}, "Invalid request: q parameter must be a string or a list of strings"),
+        ({**OK, "source": 7}, "Invalid request: source parameter must be a string"),
+        ({**OK, "target": "xx"}, "xx is not supported"),
+        ({**OK, "source": "xx"}, "xx is not supported"),
+        ({**OK, "source": "de", "target": "fr"}, "French (fr) is not available as a target language from German (de)"),
+        ({**OK, "format": "xml"}, "xml format is not supported"),
+        ({**OK, "alternatives": "many"}, "Invalid request: alternatives parameter is not a number"),
+        ({**OK, "alternatives": 1.5}, "Invalid request: alternatives parameter is not a number"),
+        ({**OK, "alternatives": 8}, "Invalid request: alternatives parameter must be <= 7"),
+        ({**OK, "q": "a" * 2001}, "Invalid request: request (2001) exceeds text limit (2000)"),
+        ({**OK, "q": ["a"] * 65}, "Invalid request: request (65) exceeds text limit (64)"),
+        ({**OK, "q": "word " * 300}, "tokens; the limit is 256"),  # the engine's 413, as LibreTranslate's 400
+        ([OK], "Invalid JSON format"),
+    ],
+)
+def test_bad_translate_requests_get_a_400_in_libretranslates_shape(base, body, message):
+    r = lt(base, "translate", json=body)
+    assert r.status_code == 400 and message in r.json()["error"], r.text
+
+
+def test_unreadable_bodies_and_a_bad_detect_get_a_400(base):
+    broken = lt(base, "translate", content=b'{"q": ', headers={"content-type": "application/json"})
+    assert (broken.status_code, broken.json()["error"]) == (400, "Invalid JSON format")
+    multipart = lt(base, "translate", content=b"--x\r\nnonsense", headers={"content-type": "multipart/form-data"})
+    assert multipart.status_code == 400 and multipart.json()["error"].startswith("Invalid request"), multipart.text
+    missing = lt(base, "detect", data={})
+    assert (missing.status_code, missing.json()["error"]) == (400, "Invalid request: missing q parameter")
+
+
+def test_html_keeps_its_tags_around_the_translation_of_its_text(base):
+    page = f"<p>{ENGLISH.replace('playing', '<b>playing</b>')}</p>"
+    r = lt(base, "translate", json={**OK, "q": page, "format": "html"})
+    assert r.status_code == 200, r.text
+    out = r.json()["translatedText"]
+    assert out.startswith("<p>") and out.endswith("</p>") and out.count("<b>") == out.count("</b>") == 1, out
+    assert re.sub(r"<[^>]+>", "", out) == ours(base, ENGLISH)[0]["text"]
+
+
+# ---- the engine's failures, in process (tests/app/conftest.py's serve) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def served(trained_checkpoint):
+    async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False)) as pair:
+        yield pair
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "failure, status, message",
+    [
+        (QueueFull("the queue is full"), 429, "Slowdown: the queue is full"),
+        (EngineFailure("the model raised"), 500, "the model raised"),
+        (OutOfMemory("out of memory"), 503, "out of memory"),
+        (EngineUnavailable("the server is shutting down"), 503, "the server is shutting down"),
+    ],
+)
+async def test_engine_failures_answer_libretranslates_statuses(served, monkeypatch, failure, status, message):
+    app, client = served
+
+    async def failing(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(app.state.engine, "translate", failing)
+    r = await client.post("/libretranslate/translate", json=OK)
+    assert (r.status_code, r.json()["error"]) == (status, message)
+    assert (r.headers.get("retry-after") is not None) == (status == 429)

@@ -1,0 +1,159 @@
+"""Several models in one server (NMT_MODELS): routing by name and by language, /models, /ready, /info and /metrics
+per model, a busy model not holding up another, and a model that fails to load while the others serve."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.main import create_app
+from app.settings import Settings
+from model.checkpoint import save_checkpoint
+from tests.app.conftest import StepGate, serve
+from tests.app.test_main import assert_error
+from tests.app.test_metrics import scrape, value
+
+pytestmark = pytest.mark.anyio
+TEXT = "A man is riding a bike."
+
+
+@pytest.fixture(scope="module")
+def french(tmp_path_factory, tiny_model, tokenizer):
+    """A second model, English->French by its metadata (the tiny random one)."""
+    path = tmp_path_factory.mktemp("fr") / "tiny-fr"
+    save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny-fr", "source_language": "en", "target_language": "fr"})
+    return path
+
+
+def two_models(trained_checkpoint, french, **overrides) -> Settings:
+    spec = f"en-de={trained_checkpoint},en-fr={french}"
+    return Settings(models=spec, max_new_tokens=40, compile=False, **overrides)
+
+
+@pytest.fixture(scope="module")
+async def served(trained_checkpoint, french):
+    async with serve(two_models(trained_checkpoint, french)) as pair:
+        yield pair
+
+
+@pytest.fixture
+def app(served):
+    return served[0]
+
+
+@pytest.fixture
+def client(served):
+    return served[1]
+
+
+async def translated(client, **body) -> dict:
+    r = await client.post("/translate", json={"text": TEXT, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_a_request_picks_its_model_by_name_or_by_language_and_the_first_is_the_default(app, client):
+    engines = app.state.models.engines
+    own = {name: (await e.translate(TEXT))[0].text for name, e in engines.items()}
+    assert own["en-de"] != own["en-fr"]  # two different models
+    for body, name in [
+        ({}, "en-de"), ({"model": "en-fr"}, "en-fr"), ({"target": "fr"}, "en-fr"), ({"source": "en"}, "en-de"),
+        ({"source": "en", "target": "de"}, "en-de"), ({"model": "en-fr", "target": "fr"}, "en-fr"),
+    ]:  # fmt: skip
+        out = await translated(client, **body)
+        assert (out["model"], out["translations"][0]["text"]) == (name, own[name]), body
+    stream = await client.post("/translate", json={"text": TEXT, "model": "en-fr", "stream": True})
+    assert own["en-fr"] in stream.text
+    tokens = await client.post("/tokenize", json={"text": TEXT, "model": "en-fr"})
+    assert tokens.status_code == 200 and tokens.json()["results"][0]["count"] > 1
+
+
+async def test_a_model_or_a_pair_that_is_not_served_is_a_422_naming_what_is(client):
+    r = await client.post("/translate", json={"text": TEXT, "model": "en-es"})
+    assert_error(r, 422, "validation_error", "'en-es'", "en-de (en->de), en-fr (en->fr)", "GET /models")
+    r = await client.post("/translate", json={"text": TEXT, "target": "es"})
+    assert_error(r, 422, "validation_error", "translates any->es", "en-de (en->de)")
+    r = await client.post("/translate", json={"text": TEXT, "model": "en-de", "target": "fr"})
+    assert_error(r, 422, "validation_error", "'en-de' translates en->de, not target 'fr'")
+    r = await client.post("/attention", json={"text": TEXT, "model": "nope"})
+    assert_error(r, 422, "validation_error", "'nope'")
+
+
+async def test_models_ready_and_info_describe_each_model(app, client):
+    listed = (await client.get("/models")).json()["models"]
+    assert [(m["name"], m["source"], m["target"], m["state"], m["default"]) for m in listed] == [
+        ("en-de", "en", "de", "ready", True), ("en-fr", "en", "fr", "ready", False)
+    ]  # fmt: skip
+    assert all(m["limits"]["max_new_tokens"] == 40 and m["threads"] >= 1 for m in listed)
+    assert listed[1]["metadata"]["name"] == "tiny-fr"
+    assert (await client.get("/ready")).json() == {"status": "ready", "models": {"en-de": "ready", "en-fr": "ready"}}
+    info = (await client.get("/info")).json()
+    assert info["model"] == "en-de" and info["models"] == ["en-de", "en-fr"] and info["languages"]["target"] == "de"
+    info = (await client.get("/info", params={"model": "en-fr"})).json()
+    assert info["model"] == "en-fr" and info["languages"] == {"source": "en", "target": "fr"}
+    assert_error(await client.get("/info", params={"model": "x"}), 422, "validation_error", "'x'")
+
+
+async def test_the_cores_are_shared_out_among_the_models_unless_nmt_threads_says(app):
+    models = app.state.models
+    expected = max(1, models.cores // 2)
+    assert [e.batcher.threads for e in models.engines.values()] == [expected, expected]
+
+
+async def test_metrics_are_per_model(client):
+    before = await scrape(client)
+    fr = (await translated(client, model="en-fr"))["usage"]["output_tokens"]
+    de = (await translated(client, model="en-de"))["usage"]["output_tokens"]
+    after = await scrape(client)
+    for name, tokens in (("en-fr", fr), ("en-de", de)):
+        count = "nmt_generated_tokens_total"
+        assert value(after, count, model=name) - value(before, count, model=name) == tokens
+
+
+async def test_a_busy_model_does_not_hold_up_another(app, client, monkeypatch):
+    """en-de's worker is held in the middle of a decoder step with a full batch waiting; en-fr still answers."""
+    gate = StepGate(app.state.models.engines["en-de"].model, monkeypatch)
+    gate.hold(lambda sizes: len(sizes) == 2)
+    busy = [asyncio.create_task(client.post("/translate", json={"text": f"{TEXT} {i}"})) for i in range(8)]
+    try:
+        assert await asyncio.to_thread(gate.paused.wait, 30)
+        fr = await asyncio.wait_for(client.post("/translate", json={"text": TEXT, "model": "en-fr"}), 30)
+        assert fr.status_code == 200 and fr.json()["model"] == "en-fr"
+        assert gate.paused.is_set() and not any(t.done() for t in busy)  # en-de's requests still wait
+    finally:
+        gate.release()
+    assert [r.status_code for r in await asyncio.gather(*busy)] == [200] * 8
+
+
+async def test_a_model_that_fails_to_load_is_reported_while_the_others_serve(trained_checkpoint, tmp_path):
+    settings = Settings(models=f"en-de={trained_checkpoint},broken={tmp_path / 'nothing'}", compile=False)
+    async with serve(settings) as (app, client):
+        ready = await client.get("/ready")
+        assert ready.status_code == 200
+        assert ready.json() == {"status": "partial", "models": {"en-de": "ready", "broken": "failed"}}
+        broken = (await client.get("/models")).json()["models"][1]
+        assert broken["state"] == "failed" and "does not exist" in broken["error"]
+        r = await client.post("/translate", json={"text": TEXT, "model": "broken"})
+        assert_error(r, 503, "not_ready", "'broken' failed to load", "does not exist")
+        assert (await translated(client, model="en-de"))["model"] == "en-de"
+
+
+async def test_the_server_stops_when_no_model_loads(tmp_path):
+    failures = []
+    settings = Settings(models=f"a={tmp_path / 'x'},b={tmp_path / 'y'}", compile=False)
+    app = create_app(settings, on_load_failure=failures.append)
+    from asgi_lifespan import LifespanManager
+
+    async with LifespanManager(app):
+        await app.state.loading
+    assert len(failures) == 1 and "a: " in failures[0] and "b: " in failures[0]
+
+
+@pytest.mark.parametrize(
+    "spec, problem",
+    [("en-de", "not name=directory"), ("a=x,a=y", "given twice"), ("=x", "not name=directory"), (",", "no model")],
+)
+def test_nmt_models_that_cannot_be_read_are_refused_with_the_reason(spec, problem):
+    with pytest.raises(ValueError, match=problem):
+        Settings(models=spec)
