@@ -11,6 +11,7 @@ from asgi_lifespan import LifespanManager
 
 from app.main import create_app
 from app.settings import Settings
+from model.checkpoint import save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,14 @@ async def serve(settings: Settings, startup_timeout: float = 60):
         transport = httpx.ASGITransport(app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://nmt") as client:
             yield app, client
+
+
+@pytest.fixture(scope="session")
+def french(tmp_path_factory, tiny_model, tokenizer):
+    """A second model, English->French by its metadata (the tiny random one)."""
+    path = tmp_path_factory.mktemp("fr") / "tiny-fr"
+    save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny-fr", "source_language": "en", "target_language": "fr"})
+    return path
 
 
 @pytest.fixture(scope="module")

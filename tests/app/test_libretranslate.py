@@ -16,21 +16,12 @@ from libretranslatepy import LibreTranslateAPI
 
 from app.engine import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
 from app.settings import Settings
-from model.checkpoint import save_checkpoint
 from tests.app.conftest import serve
 from tests.app.test_cli import start_server, wait_ready
 
 ENGLISH = "A man is playing near the water."
 GERMAN = "Ein alter Mann steht im Schnee und wartet auf den Bus."
 KEY = "s3cret-key"
-
-
-@pytest.fixture(scope="module")
-def french(tmp_path_factory, tiny_model, tokenizer):
-    """A second model, English->French by its metadata (the tiny random one)."""
-    path = tmp_path_factory.mktemp("fr") / "tiny-fr"
-    save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny-fr", "source_language": "en", "target_language": "fr"})
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -9,21 +9,12 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from model.checkpoint import save_checkpoint
 from tests.app.conftest import StepGate, serve
 from tests.app.test_main import assert_error
 from tests.app.test_metrics import scrape, value
 
 pytestmark = pytest.mark.anyio
 TEXT = "A man is riding a bike."
-
-
-@pytest.fixture(scope="module")
-def french(tmp_path_factory, tiny_model, tokenizer):
-    """A second model, English->French by its metadata (the tiny random one)."""
-    path = tmp_path_factory.mktemp("fr") / "tiny-fr"
-    save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny-fr", "source_language": "en", "target_language": "fr"})
-    return path
 
 
 def two_models(trained_checkpoint, french, **overrides) -> Settings:
