@@ -40,6 +40,7 @@ COPY pyproject.toml README.md ./
 COPY model/ model/
 COPY app/ app/
 COPY checkpoints/multi30k-en-de/ checkpoints/multi30k-en-de/
+COPY checkpoints/multi30k-en-fr/ checkpoints/multi30k-en-fr/
 # The project itself, editable (as in the README) and without dependencies (the deps stage has them).
 RUN bash scripts/install.sh runtime --project-only \
     && command -v nmt-serve
