@@ -95,8 +95,8 @@ def _parse(body: bytes) -> TranslateRequest | None:
     """The request as the route would see it (json.loads, then the model in Python mode), or None if it is not."""
     try:
         return TranslateRequest.model_validate(json.loads(body))
-    except ValueError:  # not JSON, not UTF-8, or not a valid request (ValidationError): the full app says why
-        return None
+    except (ValueError, RecursionError):  # not JSON or not UTF-8, nested too deeply, or refused by the model
+        return None  # the full app says why
 
 
 def _replay(messages: Iterable[Message], receive: Receive) -> Receive:

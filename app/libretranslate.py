@@ -16,7 +16,7 @@ from app.api import ENGINE_ERRORS, RETRY_AFTER_S, ModelsDep, error, error_kind, 
 from app.engine import Engine, EngineUnavailable, Translation
 from app.engine.limits import GREEDY, MAX_BEAM, Decoding
 from app.models import Models
-from app.schemas import ErrorResponse
+from app.schemas import ErrorResponse, scrub
 
 # English names of ISO 639-1 codes: LibreTranslate's languages and a few more; another code is named by itself.
 NAMES = dict(
@@ -86,21 +86,30 @@ async def fields(request: Request) -> dict[str, Any]:
     if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
         try:
             values = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON or not UTF-8, or nested too deeply
             values = None
         if not isinstance(values, dict):
             raise LibreError(400, "Invalid JSON format")
-        return values
+        return {k: scrubbed(v) for k, v in values.items()}
     try:
         form = await request.form()
     except HTTPException as e:  # a malformed body; a 413 from the body limit goes on
         if e.status_code != 400:
             raise
         raise LibreError(400, f"Invalid request: {e.detail}") from None
-    values = {k: v for k, v in form.items() if isinstance(v, str)} | dict(request.query_params)
+    values = {k: scrub(v) for k, v in form.items() if isinstance(v, str)} | dict(request.query_params)
     if isinstance(values.get("q"), str):
         values["q"] = "\n".join(values["q"].splitlines())
     return values
+
+
+def scrubbed(value: Any) -> Any:
+    """A JSON field's value with lone surrogates replaced in its strings, as the request models do (app/schemas.py)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [scrub(v) if isinstance(v, str) else v for v in value]
+    return value
 
 
 def authorize(request: Request, values: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -132,7 +133,7 @@ async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
 async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
     path = request.url.path
     if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body, e.g. not UTF-8
-        return error(422, f"the body is not valid JSON: {exc.__cause__}", "validation_error")
+        return error(422, unreadable(exc.__cause__), "validation_error")
     if exc.status_code == 404:
         message = f"there is no endpoint {path}; GET /docs lists the endpoints"
     elif exc.status_code == 405:
@@ -141,6 +142,15 @@ async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
     else:
         message = str(exc.detail)
     return error(exc.status_code, message, HTTP_KINDS.get(exc.status_code, "http_error"), exc.headers)
+
+
+def unreadable(cause: BaseException) -> str:
+    """Why a body is not JSON the routes can read."""
+    if isinstance(cause, RecursionError):
+        return "the body nests arrays or objects too deeply to read; a request needs 3 levels at most"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):  # json's int(): over 4300 digits
+        return f"the body has an integer of more than {sys.get_int_max_str_digits()} digits; no field takes one"
+    return f"the body is not valid JSON: {cause}"
 
 
 async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

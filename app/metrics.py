@@ -7,7 +7,13 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+try:
+    from fastapi.routing import iter_route_contexts  # FastAPI that keeps included routers whole (0.165)
+except ImportError:  # one that flattens them: app.routes holds every route with its full path
+    iter_route_contexts = None
 
 __all__ = ["CONTENT_TYPE_LATEST", "EngineMetrics", "Metrics", "RequestMetrics"]
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -103,6 +109,7 @@ class RequestMetrics:
 
     def __init__(self, app: ASGIApp, metrics: Metrics):
         self.app, self.metrics = app, metrics
+        self.templates: Templates | None = None  # read from the app that serves the first request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,7 +125,35 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = scope.get("route")  # set by the router; unmatched paths share one label
-            endpoint = getattr(route, "path", "unmatched")
+            if self.templates is None:
+                self.templates = Templates(scope["app"].routes)
+            endpoint = self.templates.of(scope)
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
+
+
+class Templates:
+    """The path template of each of an app's routes, as a request to it is labelled. Paths no route has share the
+    label `unmatched`, so that a scan of random paths adds one series, not one per path."""
+
+    def __init__(self, routes: list[BaseRoute]):
+        # FastAPI keeps an included router's routes inside it, each with its path before the prefix (LibreTranslate's
+        # "/translate" would be counted as ours), so each route's full template comes from its context in the app.
+        contexts = list(iter_route_contexts(routes)) if iter_route_contexts else routes
+        self.routes = [(c, c.path_format) for c in contexts]
+        self.by_route = {id(getattr(c, "original_route", c)): path for c, path in self.routes}
+
+    def of(self, scope: Scope) -> str:
+        """The template of the route that answered, else of the one the path matches (FastAPI's /docs, /redoc and
+        /openapi.json, and requests answered before routing, such as an early 413, carry no route)."""
+        route = scope.get("route")
+        if route is not None:
+            return self.by_route.get(id(route), route.path)
+        partial = "unmatched"
+        for context, path in self.routes:
+            match = context.matches(scope)[0]
+            if match == Match.FULL:
+                return path
+            if match == Match.PARTIAL and partial == "unmatched":  # the path with another method: a 405
+                partial = path
+        return partial

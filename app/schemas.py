@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
 Side = Literal["source", "target"]
+SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def scrub(text: str) -> str:
+    """The text with each lone surrogate replaced by U+FFFD, the replacement character."""
+    # JSON may escape half of a UTF-16 pair ("\ud800") and Python's parser keeps it, but it is no character: the
+    # tokenizer refuses it and UTF-8 cannot encode it. Replaced rather than refused, as a browser's TextEncoder and
+    # any UTF-8 encoder with errors="replace" do, since it is mostly an emoji cut in half by a client: the rest of
+    # the text still translates, and one code unit becomes one character, so every offset and span the answer
+    # gives (tokens, alignment, segments) still points into the text as sent.
+    return SURROGATES.sub("\ufffd", text)
 
 
 def _json_type(v: Any) -> str:
@@ -17,13 +29,13 @@ def _json_type(v: Any) -> str:
 # Validators raise ValueError (pydantic turns it into a 422 with our message; a TypeError would escape).
 def _texts(v: Any) -> str | list[str]:
     if isinstance(v, str):
-        return v
+        return scrub(v)
     if not isinstance(v, list):
         raise ValueError(f"must be a string or a list of strings, got {_json_type(v)}")  # noqa: TRY004
     for i, t in enumerate(v):
         if not isinstance(t, str):
             raise ValueError(f"item {i} is {_json_type(t)}; every item must be a string")  # noqa: TRY004
-    return v
+    return list(map(scrub, v))
 
 
 def _ids(v: Any) -> list[int] | list[list[int]]:
@@ -41,6 +53,7 @@ def _ids(v: Any) -> list[int] | list[list[int]]:
     return v
 
 
+Text = Annotated[str, AfterValidator(scrub)]  # every string field of a request: no lone surrogates past here
 Texts = Annotated[
     str | list[str],
     PlainValidator(_texts, json_schema_input_type=str | Annotated[list[str], Field(min_length=1)]),
@@ -67,7 +80,7 @@ class ErrorResponse(BaseModel):
 
 class TokenizeRequest(Request):
     text: Texts
-    model: str | None = Field(None, description="the model to use (GET /models); default the server's first")
+    model: Text | None = Field(None, description="the model to use (GET /models); default the server's first")
     side: Side = Field("source", description="source adds `</s>`; target adds `<s>` and `</s>`")
     add_special_tokens: bool = True
     model_config = ConfigDict(json_schema_extra={"examples": [{"text": "A man is riding a bike."}]})
@@ -92,7 +105,7 @@ class TokenizeResponse(BaseModel):
 
 class DetokenizeRequest(Request):
     ids: Ids
-    model: str | None = Field(None, description="the model to use (GET /models); default the server's first")
+    model: Text | None = Field(None, description="the model to use (GET /models); default the server's first")
     side: Side = "target"
     skip_special_tokens: bool = True
     model_config = ConfigDict(json_schema_extra={"examples": [{"ids": [1, 310, 42, 2]}]})
@@ -108,13 +121,13 @@ class DetokenizeResponse(BaseModel):
 
 class TranslateRequest(Request):
     text: Texts
-    model: str | None = Field(
+    model: Text | None = Field(
         None, description="the model to translate with (GET /models); default: by `source`/`target`, else the first"
     )
-    source: str | None = Field(
+    source: Text | None = Field(
         None, description="source language code (e.g. `en`): picks the first model that translates from it"
     )
-    target: str | None = Field(
+    target: Text | None = Field(
         None, description="target language code (e.g. `fr`): picks the first model that translates into it"
     )
     max_new_tokens: int | None = Field(
@@ -138,7 +151,7 @@ class TranslateRequest(Request):
         description="score = sum of the log-probabilities / length ** length_penalty, the length counting `</s>` "
         "(CTranslate2's meaning); 0 ranks by the sum, 1 by the mean; beam search ranks its hypotheses by it",
     )  # fmt: skip
-    target_prefix: str | None = Field(
+    target_prefix: Text | None = Field(
         None,
         description="the translation must start with this text (forced, then decoded freely); its tokens count "
         "towards max_new_tokens, whose default grows by them",
@@ -232,9 +245,9 @@ class TranslateResponse(BaseModel):
 
 
 class AttentionRequest(Request):
-    text: str
-    model: str | None = Field(None, description="the model to use (GET /models); default the server's first")
-    target: str | None = Field(None, description="teacher-force this translation; default: the model's own")
+    text: Text
+    model: Text | None = Field(None, description="the model to use (GET /models); default the server's first")
+    target: Text | None = Field(None, description="teacher-force this translation; default: the model's own")
     layers: list[int] | None = Field(None, description="layer indices to return; default all")
     heads: list[int] | None = Field(None, description="head indices to return; default all")
     average_heads: bool = Field(False, description="average the selected heads into one")

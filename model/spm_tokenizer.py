@@ -12,7 +12,7 @@ nor transformers; this class maps its pieces to the model's ids exactly as trans
 - decoding drops the special tokens (with skip_special_tokens), joins the pieces, turns "▁" into spaces and strips.
 
 Unlike MarianTokenizer, text is never read as special tokens: "</s>" typed in a text is cut into pieces like any
-other text.
+other text (an unknown run that spells one is <unk>).
 """
 
 from __future__ import annotations
@@ -92,12 +92,17 @@ class SentencePieceTokenizer:
         ids = [to_model[i] for i in enc.ids]
         if unknown in enc.ids:  # runs of unknown characters: look their text up (the slow path, rare)
             surfaces = iter(self._unknown_runs(rest, side))
-            ids = [vocab.get(next(surfaces), self.unk_id) if i == unknown else m for i, m in zip(enc.ids, ids)]
+            ids = [self._lookup(next(surfaces), side) if i == unknown else m for i, m in zip(enc.ids, ids)]
         spans = [(start + len(code), end + len(code)) for start, end in enc.offsets] if offsets else []
         if code:
             ids.insert(0, vocab.get(code, self.unk_id))
             spans.insert(0, (0, len(code)))
         return ids, spans
+
+    def _lookup(self, surface: str, side: str) -> int:
+        """The vocabulary's id of an unknown run's text; <unk> if none, or if the text is a special token's."""
+        i = self._vocab[side].get(surface, self.unk_id)
+        return self.unk_id if i in self.special_ids else i
 
     def _unknown_runs(self, text: str, side: str) -> list[str]:
         """The normalized text of each run of unknown characters, in order."""

@@ -25,12 +25,16 @@ class Token:
 
 
 class Tokenizer:
-    """Source side: `text </s>`; target side: `<s> text </s>`. Special tokens are never split."""
+    """Source side: `text </s>`; target side: `<s> text </s>`. Text is read literally: `</s>` typed in it is cut
+    into pieces like any other text, so special tokens come only from the side's wrapping."""
 
     file_name = "tokenizer.json"  # in a checkpoint directory
 
     def __init__(self, tokenizer: HFTokenizer):
         self.hf = tokenizer
+        # Match the added (special) tokens' text as ordinary characters; the library would otherwise turn "</s>" in
+        # a user's text into the end-of-sentence id. A run-time flag: tokenizer.json does not store it.
+        tokenizer.encode_special_tokens = True
         ids = [tokenizer.token_to_id(t) for t in SPECIALS]
         if ids != [0, 1, 2, 3]:
             raise ValueError(f"special tokens {SPECIALS} must have ids 0..3, found {ids}")

@@ -66,6 +66,16 @@ def test_source_and_target_ids_equal_marian_tokenizers(marian):
             assert [t.start for t in tokens] == sorted(t.start for t in tokens)
 
 
+def test_text_that_spells_special_tokens_is_cut_as_marian_tokenizer_cuts_it_with_split_special_tokens(marian):
+    _, _, htok, _, tok, _ = marian
+    for text in ("</s>", "<pad>", "<unk>", "a <s>dog</s> runs <pad>.", "</s></s><unk>"):
+        for side in ("source", "target"):
+            kwargs = {"text": text} if side == "source" else {"text_target": text}
+            theirs = htok(**kwargs, split_special_tokens=True).input_ids  # MarianTokenizer itself reads them as such
+            assert tok.encode(text, side) == theirs, (side, text)
+            assert {tok.eos_id, tok.pad_id}.isdisjoint(theirs[:-1])
+
+
 def test_decoding_equals_marian_tokenizer_with_and_without_special_tokens(marian):
     _, _, htok, model, tok, _ = marian
     rng, vocab = random.Random(0), model.config.tgt_vocab_size

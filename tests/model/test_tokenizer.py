@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from model.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 
@@ -6,7 +8,7 @@ TEXTS = [
     "Zwei junge weiße Männer sind im Freien.",
     "A café, 42 years old — naïve!",
     "Emoji 🙂🚲 and CJK 東京 and Ελληνικά.",
-    "Punctuation: (yes), \"quotes\"; 3.14 & 100% ... ok?",
+    'Punctuation: (yes), "quotes"; 3.14 & 100% ... ok?',
     "double  spaces and a trailing space ",
 ]
 
@@ -17,15 +19,25 @@ def test_round_trip_restores_the_text(tokenizer, text):
         assert tokenizer.decode(tokenizer.encode(text, side=side)) == text
 
 
-def test_special_tokens_are_single_ids_and_never_split(tokenizer):
-    assert [tokenizer.encode(t, add_special_tokens=False) for t in (PAD, BOS, EOS, UNK)] == [[0], [1], [2], [3]]
+def test_special_tokens_come_from_the_wrapping_only_and_text_that_spells_them_is_text(tokenizer):
     assert tokenizer.encode("a dog", side="source")[-1] == tokenizer.eos_id
     ids = tokenizer.encode("a dog", side="target")
     assert ids[0] == tokenizer.bos_id and ids[-1] == tokenizer.eos_id
-    # a special token written inside text is one id, and decoding with skip drops it
-    inner = tokenizer.encode("a </s> dog", add_special_tokens=False)
-    assert inner.count(tokenizer.eos_id) == 1
-    assert tokenizer.decode(inner, skip_special_tokens=False).count("</s>") == 1
+    for text in (PAD, BOS, EOS, UNK, "a </s> dog", "<s>struck</s> <pad><unk></s></s>"):
+        assert not set(tokenizer.encode(text, add_special_tokens=False)) & tokenizer.special_ids, text
+        tokens = tokenizer.tokenize(text, side="target")
+        assert [t.special for t in tokens] == [True] + [False] * (len(tokens) - 2) + [True]
+        assert not {t.text for t in tokens[1:-1]} & {PAD, BOS, EOS, UNK}  # ordinary pieces, bytes or characters
+        assert tokenizer.decode([t.id for t in tokens]) == text  # skip_special_tokens drops the wrapping only
+
+
+@given(st.lists(st.sampled_from([EOS, BOS, PAD, UNK, "<", ">", "/", "s", "<0x41>", "a dog", " ", "ä"]), max_size=8))
+def test_any_mix_of_special_looking_text_round_trips(tokenizer, parts):
+    text = "".join(parts).lstrip()  # a leading space is dropped by any decoding, special or not
+    ids = tokenizer.encode(text, side="target")
+    assert ids.count(tokenizer.bos_id) == ids.count(tokenizer.eos_id) == 1
+    assert tokenizer.pad_id not in ids and tokenizer.unk_id not in ids
+    assert tokenizer.decode(ids) == text
 
 
 @pytest.mark.parametrize("text", TEXTS)
