@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from typing import get_args
 
 import uvicorn
@@ -13,7 +15,10 @@ from pydantic import ValidationError
 
 from app.device import resolve_device
 from app.main import create_app
+from app.protocol import HttpProtocol
 from app.settings import Dtype, LogLevel, Settings
+
+STOP_GRACE_S = 5  # after NMT_SHUTDOWN_TIMEOUT_S, for the last answers to go out before uvicorn cancels what is left
 
 
 def parse_args(argv: list[str] | None) -> dict:
@@ -55,9 +60,11 @@ def main(argv: list[str] | None = None) -> None:
 
     app = create_app(settings, on_load_failure=stop_on_load_failure)
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level, timeout_graceful_shutdown=30
-    )
-    server = uvicorn.Server(config)
+        app, host=settings.host, port=settings.port, log_level=settings.log_level,
+        timeout_graceful_shutdown=settings.shutdown_timeout_s + STOP_GRACE_S,
+        http=HttpProtocol,  # uvicorn's httptools protocol with the request head bounded (app/protocol.py)
+    )  # fmt: skip
+    server = Server(config, stop_engines=app.state.models.stop, after=settings.shutdown_timeout_s)
     # uvicorn handles SIGINT/SIGTERM itself (stop accepting, finish in-flight requests, run the lifespan's
     # shutdown) and then re-raises the signal to the handler it found; make that one a no-op so a
     # graceful stop exits with status 0.
@@ -72,6 +79,24 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"nmt-serve: could not load {where}: {failure[0]}")
     if not server.started:
         sys.exit(1)  # uvicorn has said why (e.g. the port is taken)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, whose drain after SIGTERM ends by stopping the engines: the requests still running then get
+    their 503 (a stream: an error event) and finish, instead of being cancelled by uvicorn a little later, which
+    answers a plain-text 500 and cuts a stream off without its last event."""
+
+    def __init__(self, config: uvicorn.Config, stop_engines: Callable[[], None], after: float):
+        super().__init__(config)
+        self.stop_engines, self.after = stop_engines, after
+
+    async def shutdown(self, sockets=None) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.call_later(self.after, lambda: loop.run_in_executor(None, self.stop_engines))  # it blocks
+        try:
+            await super().shutdown(sockets)  # stop accepting, wait for the requests in flight, run the lifespan's end
+        finally:
+            deadline.cancel()
 
 
 def run_precompile(settings: Settings) -> int:

@@ -90,6 +90,14 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         60.0, gt=0, description="seconds before an unanswered request gets 504; its sequences leave the batch"
     )
+    shutdown_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="after SIGTERM (or Ctrl-C), seconds the requests in flight have to finish while new connections "
+        "are refused; those still running then get 503 `not_ready` (a stream: an error event) and the server exits, "
+        "within about 5 s more. Give the orchestrator's grace period that much (Compose's `stop_grace_period`, 40 s "
+        "in docker-compose.yml; Kubernetes' `terminationGracePeriodSeconds`, 30 s unless set)",
+    )
     compile: CompileMode = Field(
         "background",
         description="compile the encoder and the decoder steps (AOTInductor) for faster decoding. `background`: serve the "

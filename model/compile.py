@@ -23,8 +23,10 @@ every start compiled every graph again; without freezing the graphs cache but de
 A package is found by the weights and the graph (its rows, the cache's shape, the dtype, the screen) and records
 what it was built for: torch's version, the device and the CPU's features (or the GPU), the thread count Inductor
 wrote into the kernels, and this code. One built for anything else, or unreadable, is ignored with a warning and
-built again; packages are written to a temporary name and renamed into place, so that servers starting together on
-one directory each find a whole package or none.
+built again; packages are written to a temporary name, flushed to disk and renamed into place, so that servers
+starting together on one directory, and a start after a crash or a power cut, each find a whole package or none. A
+package whose bytes changed on disk since (a member failing its CRC-32) is built again too, and a temporary package
+left by a build killed while writing it is removed once nothing has written to it for LEFTOVER_S.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ import json
 import logging
 import os
 import platform
+import secrets
 import shutil
-import tempfile
 import threading
 import time
 import warnings
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache as memoized
@@ -59,6 +62,8 @@ warnings.filterwarnings("ignore", message="TypedStorage is deprecated", module="
 PACKAGE_DIR = "nmt-serve-graphs"  # under Inductor's cache directory (NMT_COMPILE_CACHE_DIR)
 FORMAT = "1"  # of the packages' metadata: a package of another format is built again
 SOURCES = ("transformer.py", "screen.py", "compile.py")  # the code the graphs are traced from
+
+LEFTOVER_S = 3600  # a temporary package nothing has written to for this long was left by a build that was killed
 
 # Steps of this many rows or more run a graph of their own, tuned at the cache's full row count; fewer rows run
 # graphs tuned at 1, 2 (and the screen's minimum) rows. Kernels tuned at 2 rows ran a 128-row beam step ~1.4x
@@ -340,6 +345,10 @@ def _load(path: Path, expected: dict[str, str]):
     from torch._inductor import aoti_load_package
 
     try:
+        with zipfile.ZipFile(path) as archive:  # AOTInductor reads members without checking their CRC-32
+            broken = archive.testzip()
+        if broken is not None:
+            raise ValueError(f"{broken} fails its checksum")
         with _loading:
             before = _extracted()
             runner = aoti_load_package(str(path))
@@ -358,15 +367,31 @@ def _load(path: Path, expected: dict[str, str]):
     return runner.loader.boxed_run
 
 
-def _umask() -> int:
-    """The process's umask, read without setting it (os.umask would change it for every thread for a moment)."""
+def _sync(path: Path) -> None:
+    """Flush a file's or a directory's contents to disk (best effort: some file systems refuse a directory's)."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
         pass
-    return 0o022
+    finally:
+        os.close(fd)
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """Remove the temporary packages of builds killed while writing them: those nothing has written to for
+    LEFTOVER_S (another server's build writes its package in seconds, and never after LEFTOVER_S)."""
+    now = time.time()
+    for tmp in directory.glob(".*.tmp.pt2"):
+        try:
+            if now - tmp.stat().st_mtime > LEFTOVER_S:
+                tmp.unlink()
+                log.warning("removed %s: a package a stopped build had left half-written", tmp)
+        except OSError:  # another server removed it first, or the directory is read-only
+            pass
 
 
 def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadata: dict[str, str], mode: str):
@@ -379,16 +404,17 @@ def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadat
         "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False,  # no tables on stderr
     }  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp.pt2", dir=path.parent)
-    os.close(fd)
+    # A name of this build's own, which AOTInductor creates only once it writes the package: a build killed while
+    # compiling leaves nothing behind, one killed while writing leaves a temporary package (_remove_leftovers).
+    tmp = path.with_name(f".{path.stem}-{os.getpid()}-{secrets.token_hex(4)}.tmp.pt2")
     try:
         with torch.no_grad():  # Inductor freezes the weights (packing them for oneDNN) only without autograd
-            torch._inductor.aoti_compile_and_package(exported, package_path=tmp, inductor_configs=configs)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the package from servers run as other users
+            torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp), inductor_configs=configs)
+        _sync(tmp)  # the bytes on disk before the name: after a power cut the package is whole or absent, not empty
         os.replace(tmp, path)  # whole or not at all, for another server starting on the same directory
+        _sync(path.parent)  # the rename too
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def compile_graphs(
@@ -405,6 +431,7 @@ def compile_graphs(
     each graph that has to be built rather than loaded."""
     device = cache.kv.device
     directory = Path(directory or default_dir()) / weights_digest(model)
+    _remove_leftovers(directory)
     expected = environment(device)
     shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
     screen = getattr(model, "screen", None)

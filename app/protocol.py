@@ -1,0 +1,84 @@
+"""uvicorn's httptools protocol with a bound on the request head and JSON for the errors it answers itself.
+
+llhttp, the parser under httptools, has no limit on the request line and headers: a 20 MB header was read whole into
+memory and answered 200, so a few clients could fill the server's memory before the app saw a request. Here a head
+of more than MAX_HEAD_BYTES gets 431 and the connection is closed. Two lower bounds of the head's size are checked,
+so that neither can refuse a head within the limit: the URL and headers the parser hands over (exact, once each
+header is whole), and the bytes of reads that were all head (a head still arriving, which the parser is buffering;
+a read in which another message ended is left out of it, so what is buffered past the limit is one read at most).
+"""
+
+from __future__ import annotations
+
+import json
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+MAX_HEAD_BYTES = 64 * 1024  # the request line and headers; nginx's large_client_header_buffers holds 32 KB
+
+
+class HttpProtocol(HttpToolsProtocol):
+    """HTTP/1.1 over httptools, as uvicorn serves it, with the request head bounded."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.parsed = 0  # bytes of this head the parser has handed over (URL, header names and values)
+        self.unparsed = 0  # bytes of the reads since this head began that were all head
+        self.in_body = False  # between the end of a head and the end of its message
+        self.heads = 0  # heads read on this connection
+        self.too_large = False
+
+    def data_received(self, data: bytes) -> None:
+        all_head, heads = not self.in_body, self.heads
+        super().data_received(data)  # answers a parser error with send_400_response
+        if all_head and self.heads == heads and not self.transport.is_closing():
+            self.unparsed += len(data)  # no head ended in this read: all of it is (still) head
+            if self.unparsed > MAX_HEAD_BYTES:
+                self.too_large = True
+                self.send_400_response("")
+
+    def on_message_begin(self) -> None:
+        self.parsed = self.unparsed = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self.in_body, self.heads = True, self.heads + 1
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self.in_body = False
+        super().on_message_complete()
+
+    def _count(self, n: int) -> None:
+        self.parsed += n
+        if self.parsed > MAX_HEAD_BYTES:
+            self.too_large = True
+            raise ValueError("request head too large")  # the parser stops; uvicorn calls send_400_response
+
+    def send_400_response(self, msg: str) -> None:
+        """The answer to bytes that are not an HTTP/1.1 request (or a head over the limit): JSON, then close."""
+        if self.too_large:
+            status, kind = 431, "headers_too_large"
+            message = (
+                f"the request line and headers have more than {MAX_HEAD_BYTES} bytes; the limit is {MAX_HEAD_BYTES}"
+            )
+        else:
+            status, kind = 400, "bad_request"
+            message = (
+                "the request is not valid HTTP/1.1, so the connection is closed: a request line, headers, then a body "
+                "framed by Content-Length or Transfer-Encoding: chunked (a body with neither is read as the next request)"
+            )
+        body = json.dumps({"error": message, "type": kind}).encode()
+        head = [STATUS_LINE[status]]
+        head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+        head += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body), b"connection: close\r\n"]
+        self.transport.write(b"".join(head) + b"\r\n" + body)
+        self.transport.close()
