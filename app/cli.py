@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         timeout_graceful_shutdown=settings.shutdown_timeout_s + STOP_GRACE_S,
-        http=HttpProtocol,  # uvicorn's httptools protocol with the request head bounded (app/protocol.py)
+        # uvicorn's httptools protocol with the request head bounded in size and time (app/protocol.py)
+        http=functools.partial(HttpProtocol, head_timeout_s=settings.head_timeout_s),
     )  # fmt: skip
     server = Server(config, stop_engines=app.state.models.stop, after=settings.shutdown_timeout_s)
     # uvicorn handles SIGINT/SIGTERM itself (stop accepting, finish in-flight requests, run the lifespan's

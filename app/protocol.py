@@ -6,10 +6,17 @@ of more than MAX_HEAD_BYTES gets 431 and the connection is closed. Two lower bou
 so that neither can refuse a head within the limit: the URL and headers the parser hands over (exact, once each
 header is whole), and the bytes of reads that were all head (a head still arriving, which the parser is buffering;
 a read in which another message ended is left out of it, so what is buffered past the limit is one read at most).
+
+Nor does uvicorn bound the time a head takes: a client that opened a connection, or began a head, and then sent a
+byte a minute held a descriptor (and a slot of the file-descriptor limit) for as long as it liked. Here the head must
+be whole within `head_timeout_s` of the connection's opening or of its first byte (nginx's client_header_timeout): a
+connection that sent part of a head then gets 408 and is closed, one that sent nothing is closed. Between requests
+on a kept-alive connection uvicorn's keep-alive timeout (5 s) applies, as before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -20,13 +27,24 @@ MAX_HEAD_BYTES = 64 * 1024  # the request line and headers; nginx's large_client
 class HttpProtocol(HttpToolsProtocol):
     """HTTP/1.1 over httptools, as uvicorn serves it, with the request head bounded."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, head_timeout_s: float = 60.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.head_timeout_s = head_timeout_s
+        self.head_timer: asyncio.TimerHandle | None = None  # while a head is awaited: closes the connection at its end
+        self.in_head = False  # between the first byte of a head and its end
         self.parsed = 0  # bytes of this head the parser has handed over (URL, header names and values)
         self.unparsed = 0  # bytes of the reads since this head began that were all head
         self.in_body = False  # between the end of a head and the end of its message
         self.heads = 0  # heads read on this connection
         self.too_large = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_done()
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         all_head, heads = not self.in_body, self.heads
@@ -39,6 +57,8 @@ class HttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self.parsed = self.unparsed = 0
+        self.in_head = True
+        self._await_head()
         super().on_message_begin()
 
     def on_url(self, url: bytes) -> None:
@@ -50,7 +70,8 @@ class HttpProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self.in_body, self.heads = True, self.heads + 1
+        self.in_body, self.in_head, self.heads = True, False, self.heads + 1
+        self._head_done()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -62,6 +83,29 @@ class HttpProtocol(HttpToolsProtocol):
         if self.parsed > MAX_HEAD_BYTES:
             self.too_large = True
             raise ValueError("request head too large")  # the parser stops; uvicorn calls send_400_response
+
+    def _await_head(self) -> None:
+        """Start the head's clock, unless it runs already (a first head is timed from the connection's opening)."""
+        if self.head_timer is None:
+            self.head_timer = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
+
+    def _head_done(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self.head_timer = None
+        if self.transport.is_closing():
+            return
+        if not self.in_head:  # nothing of a head came: nothing to answer
+            self.transport.close()
+            return
+        message = (
+            f"the request line and headers did not arrive within {self.head_timeout_s:g} s of the connection's "
+            f"opening or of their first byte; the limit is {self.head_timeout_s:g} s (NMT_HEAD_TIMEOUT_S)"
+        )
+        self._send_error(408, "request_timeout", message)
 
     def send_400_response(self, msg: str) -> None:
         """The answer to bytes that are not an HTTP/1.1 request (or a head over the limit): JSON, then close."""
@@ -76,6 +120,11 @@ class HttpProtocol(HttpToolsProtocol):
                 "the request is not valid HTTP/1.1, so the connection is closed: a request line, headers, then a body "
                 "framed by Content-Length or Transfer-Encoding: chunked (a body with neither is read as the next request)"
             )
+        self._send_error(status, kind, message)
+
+    def _send_error(self, status: int, kind: str, message: str) -> None:
+        """A JSON error, then the connection closed."""
+        self._head_done()
         body = json.dumps({"error": message, "type": kind}).encode()
         head = [STATUS_LINE[status]]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]

@@ -90,6 +90,13 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         60.0, gt=0, description="seconds before an unanswered request gets 504; its sequences leave the batch"
     )
+    head_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="seconds a connection has to send a request's line and headers, from its opening or from their "
+        "first byte (nginx's `client_header_timeout`); a head still incomplete then gets 408, a connection that sent "
+        "nothing is closed. Bounds how long slow or silent clients hold a connection",
+    )
     shutdown_timeout_s: float = Field(
         30.0,
         gt=0,

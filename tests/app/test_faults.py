@@ -296,8 +296,9 @@ def test_ten_thousand_idle_connections_and_the_server_keeps_answering(tiny_check
     connection and some to spare; the printed line says how many) and leaves them idle; the server holds them all
     and answers a translation on a fresh connection. Then each of them asks GET /health (all answered: each is now
     an idle keep-alive connection) and a fresh connection translates again. On the machine this was written on the
-    hard limit is 20,000, so all 10,000 are opened."""
-    with more_files(IDLE + 1_000) as limit, serving(tiny_checkpoint) as (proc, base, port):
+    hard limit is 20,000, so all 10,000 are opened. (Connections that never send a head are closed after
+    NMT_HEAD_TIMEOUT_S, 60 s by default; 600 s here, for slow machines.)"""
+    with more_files(IDLE + 1_000) as limit, serving(tiny_checkpoint, NMT_HEAD_TIMEOUT_S="600") as (proc, base, port):
         n = min(IDLE, limit - 1_000)
         socks = []
         try:
@@ -458,3 +459,31 @@ def test_slowloris_heads_do_not_stop_other_clients_and_are_answered_once_whole(l
     finally:
         for s, _ in slow:
             s.close()
+
+
+def test_a_head_not_whole_within_the_head_timeout_gets_408_json_and_a_silent_connection_is_closed(tiny_checkpoint):
+    """NMT_HEAD_TIMEOUT_S=3: a head stopped half-way (on a new connection, and on a kept-alive one after a first
+    answer) gets a JSON 408 and the connection is closed; a connection that sends nothing is closed without an
+    answer; a head trickled in pieces that ends in time is served; fresh connections translate throughout."""
+    with serving(tiny_checkpoint, NMT_HEAD_TIMEOUT_S="3") as (_, base, port):
+        half, kept, silent, slow = (connect(port) for _ in range(4))
+        opened = time.monotonic()
+        half[0].sendall(b"GET /health HTTP/1.1\r\nHost: nmt\r\n")
+        kept[0].sendall(GET_HEALTH)
+        assert read_response(kept[1])[0] == 200
+        kept[0].sendall(b"GET /hea")
+        for piece in (b"GET /health HTTP/1.1\r\n", b"Host: nmt\r\n", b"X-Slow: 1\r\n", b"\r\n"):
+            slow[0].sendall(piece)
+            time.sleep(0.1)
+        assert read_response(slow[1])[0] == 200
+        assert_fresh_connection_translates(base)
+        for sock, f in (half, kept):
+            status, headers, body = read_response(f)
+            assert (status, headers["connection"], json.loads(body)["type"]) == (408, "close", "request_timeout")
+            assert "within 3 s" in json.loads(body)["error"] and "NMT_HEAD_TIMEOUT_S" in json.loads(body)["error"]
+            assert closed_by_server(sock)
+        assert silent[1].read() == b"" and time.monotonic() - opened >= 3, "closed, with no answer, after 3 s"
+        assert_fresh_connection_translates(base)
+        for sock, f in (half, kept, silent, slow):
+            f.close()
+            sock.close()
