@@ -16,7 +16,16 @@ Starts `nmt-serve` (the bundled checkpoint by default, NMT_COMPILE=off, a free p
   translate, then completed (200).
 - hostile: tests/app/test_hostile.py's LIVE bodies (when the tests are importable; a few of them otherwise), each
   followed by a translation on the same connection.
-(kill -9 and an injected step fault have their own tests, tests/app/test_crash.py; they are not run here.)
+- kill-9: --in-flight plain requests and a quarter as many streams on a server of 8 rows; once the first answers
+  are in and streams are under way, SIGKILL. What was answered must be whole; what was in flight may only see its
+  connection cut. The server is restarted on the same port and every cut request sent again: each must get what it
+  gets alone, and the checkpoint's files must be unchanged.
+- step-fault: a server whose decoder step raises once when a trigger file appears (patched in at start-up, the
+  product has no such switch). Streams and plain requests share the batch, the trigger is set, more requests
+  arrive: the requests in that step get a JSON 500 `model_error` (a stream: its tokens so far, then an error event),
+  every other one what it gets alone; the gauges return to 0 and the server goes on.
+- head-timeout: on that server, NMT_HEAD_TIMEOUT_S=2: connections stopped half-way through a head get a JSON 408
+  and are closed, silent ones are closed, heads trickled in time are answered, fresh connections translate.
 
 Each scenario prints one line: requests sent, answered (200 with the expected body), errors by kind (a status with
 a JSON `{"error", "type"}` body, or a refused connection), unexpected (a response other than the one the scenario
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import resource
@@ -58,6 +68,22 @@ BUNDLED_HOSTILE = [  # (path, body, content type, status): used when tests/app/t
     ("/tokenize", b'{"text": "\xff"}', "application/json", 422),
     ("/translate", b'{"text": "a"}', "text/plain", 422),
 ]
+CUT, FAILED_EVENT, SILENT_CLOSED = "cut by kill -9", "model_error event", "closed, nothing sent"
+ERROR_KINDS = ("refused", CUT, FAILED_EVENT, SILENT_CLOSED)  # outcomes that are answers a client can act on
+FAULTY_SERVER = """
+import os, sys
+from pathlib import Path
+from model.transformer import Transformer
+trigger, decode_greedy = Path(os.environ["NMT_CHAOS_FAULT_FILE"]), Transformer.decode_greedy
+def failing_once(self, tokens, cache):
+    if trigger.exists():
+        trigger.unlink(missing_ok=True)
+        raise RuntimeError("injected fault (bench/chaos.py)")
+    return decode_greedy(self, tokens, cache)
+Transformer.decode_greedy = failing_once
+from app.cli import main
+main(sys.argv[1:])
+"""  # nmt-serve whose decoder step raises once, at the first step after the trigger file appears
 
 
 @dataclass
@@ -73,12 +99,12 @@ class Tally:
     notes: dict = field(default_factory=dict)
 
     def count(self, outcome: str | int, expected: str | int = 200) -> None:
-        """One request's outcome: 200 (its expected body), another status (a JSON error), "refused", or a kind of
-        loss ("closed", "timeout", "wrong body", "<status> not JSON")."""
+        """One request's outcome: 200 (its expected body), another status (a JSON error), one of ERROR_KINDS, or a
+        kind of loss ("closed", "timeout", "wrong body", "<status> not JSON")."""
         self.sent += 1
         if outcome == 200:
             self.answered += 1
-        elif isinstance(outcome, int) or outcome == "refused":
+        elif isinstance(outcome, int) or outcome in ERROR_KINDS:
             self.errors[str(outcome)] += 1
         else:
             self.lost_kinds[outcome] += 1
@@ -108,13 +134,14 @@ class Tally:
 class Server:
     """nmt-serve on a free loopback port, its log in a temporary file."""
 
-    def __init__(self, model_dir: str, threads: int, **settings: str):
-        self.port = free_port()
+    def __init__(self, model_dir: str, threads: int, port: int | None = None, faulty: bool = False, **settings: str):
+        self.port = port or free_port()
         self.base = f"http://{HOST}:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="nmt-chaos-", suffix=".log", delete=False)
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NMT_COMPILE": "off", "NMT_LOG_LEVEL": "warning",
                "NMT_API_KEY": "", **settings}  # fmt: skip
-        cmd = [sys.executable, "-m", "app.cli", "--model-dir", model_dir, "--host", HOST, "--port", str(self.port)]
+        start = ["-c", FAULTY_SERVER] if faulty else ["-m", "app.cli"]
+        cmd = [sys.executable, *start, "--model-dir", model_dir, "--host", HOST, "--port", str(self.port)]
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while self.proc.poll() is None and time.monotonic() < deadline:
@@ -132,11 +159,15 @@ class Server:
             self.proc.terminate()
             self.proc.wait(timeout=60)
 
-    def gauges(self) -> float:
-        """Sequences in the engine: nmt_queue_length + nmt_running_batch_size, over the models."""
+    def kill(self) -> int:
+        self.proc.kill()
+        return self.proc.wait(timeout=60)
+
+    def gauges(self, names: tuple[str, ...] = ("nmt_queue_length", "nmt_running_batch_size")) -> float:
+        """Sequences in the engine (waiting and decoding, by default), summed over the models."""
         text = httpx.get(f"{self.base}/metrics", timeout=10).text
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(("nmt_queue_length{", "nmt_running_batch_size{")))  # fmt: skip
+                   if line.startswith(tuple(name + "{" for name in names)))  # fmt: skip
 
     def rss_mb(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -187,7 +218,7 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
         body = await reader.readexactly(int(headers["content-length"]))
     elif headers.get("transfer-encoding") == "chunked":
         body = b""
-        while size := int(await reader.readline(), 16):
+        while size := int(await reader.readline() or b"-", 16):  # "-": the connection ended mid-body (ValueError)
             body += await reader.readexactly(size + 2)
             body = body[:-2]
         await reader.readline()
@@ -220,7 +251,7 @@ async def exchange(port: int, *requests: bytes, expected: list[bytes | None] | N
                 out.append(outcome(*await read_response(reader), (expected or [None] * len(requests))[i]))
     except TimeoutError:
         out += ["timeout"] * (len(requests) - len(out))
-    except (ConnectionError, asyncio.IncompleteReadError):
+    except (ConnectionError, asyncio.IncompleteReadError, ValueError):
         out += ["closed"] * (len(requests) - len(out))
     finally:
         writer.close()
@@ -426,6 +457,149 @@ async def hostile(server: Server, repeat: int = 5) -> Tally:
     return t
 
 
+async def fetch(port: int, request: bytes) -> tuple[int, bytes] | str:
+    """(status, body) of one request on a new connection, or how it was lost ("refused", "closed", "timeout")."""
+    try:
+        reader, writer = await asyncio.open_connection(HOST, port)
+    except ConnectionRefusedError:
+        return "refused"
+    try:
+        writer.write(request)
+        async with asyncio.timeout(TIMEOUT):
+            return await read_response(reader)
+    except TimeoutError:
+        return "timeout"
+    except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+        return "closed"
+    finally:
+        writer.close()
+
+
+def digests(directory: str) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(directory).iterdir()) if p.is_file()
+    }
+
+
+async def kill9(model_dir: str, threads: int, n: int) -> Tally:
+    t = Tally("kill-9")
+    before = digests(model_dir)
+    kinds = [post("/translate", json.dumps({"text": text}).encode()) for text in (TEXT, STREAMED)]
+    kinds.append(post("/translate", json.dumps({"text": STREAMED, "stream": True, "split": "none"}).encode()))
+    server = Server(model_dir, threads, NMT_MAX_BATCH_SIZE="8")
+    try:
+        expected = {r: await solo(server.port, r) for r in kinds}
+        requests = [kinds[i % 2] for i in range(n)] + [kinds[2]] * (n // 4)
+        tasks = [asyncio.create_task(exchange(server.port, r, expected=[expected[r]])) for r in requests]
+        while sum(task.done() for task in tasks) < 8:  # the first answers are in; the rest decode or wait
+            await asyncio.sleep(0.005)
+        t.notes["exit"] = await asyncio.to_thread(server.kill)
+        results = [(await task)[0] for task in tasks]
+    finally:
+        server.stop()
+    cut = [r for r, result in zip(requests, results) if result == "closed"]
+    for result in results:
+        t.count(*((CUT, CUT) if result == "closed" else (result, 200)))  # in flight at the kill: cut, as expected
+    t.notes["answered before the kill"], t.notes["cut"] = results.count(200), len(cut)
+    server = Server(model_dir, threads, port=server.port, NMT_MAX_BATCH_SIZE="8")  # the same port, as a supervisor
+    try:
+        again = await asyncio.gather(*(exchange(server.port, r, expected=[expected[r]]) for r in cut))
+    finally:
+        server.stop()
+    for (result,) in again:
+        t.count(result)
+    t.notes["answered after the restart"] = sum(result == 200 for (result,) in again)
+    t.notes["checkpoint unchanged"] = digests(model_dir) == before
+    t.unexpected += (t.notes["exit"] != -signal.SIGKILL) + (not cut) + (not t.notes["checkpoint unchanged"])
+    return t
+
+
+def failed_midway(body: bytes, whole: bytes) -> bool:
+    """A stream that ended with a model_error event after a prefix of the events it gets alone."""
+    events = [e for e in body.split(b"\n\n") if e]
+    if not events or not events[-1].startswith(b"data: "):
+        return False
+    last = json.loads(events[-1][len(b"data: ") :])
+    return last.get("type") == "model_error" and whole.startswith(b"\n\n".join(events[:-1]))
+
+
+async def step_fault(server: Server, trigger: Path, n: int = 8) -> Tally:
+    t = Tally("step-fault")
+    plain = post("/translate", json.dumps({"text": STREAMED, "split": "none"}).encode())
+    streamed = post("/translate", json.dumps({"text": STREAMED, "split": "none", "stream": True}).encode())
+    later = post("/translate", json.dumps({"text": TEXT}).encode())
+    expected = {r: await solo(server.port, r) for r in (plain, streamed, later)}
+    requests = [plain, streamed] * (n // 2)
+    tasks = [asyncio.create_task(fetch(server.port, r)) for r in requests]
+    while await asyncio.to_thread(server.gauges, ("nmt_running_batch_size",)) < n:  # all of them decoding
+        await asyncio.sleep(0.005)
+    trigger.touch()
+    while trigger.exists():  # the failing step has begun: what is sent now is not in it
+        await asyncio.sleep(0.002)
+    requests += [later, streamed, plain] * 2
+    tasks += [asyncio.create_task(fetch(server.port, r)) for r in requests[n:]]
+    failed = []
+    for i, (request, task) in enumerate(zip(requests, tasks)):
+        result = await task
+        if isinstance(result, str):
+            kind = result
+        elif result[0] == 200 and result[1] == expected[request]:
+            kind = 200
+        elif result[0] == 200 and request == streamed and failed_midway(result[1], expected[streamed]):
+            kind = FAILED_EVENT
+        elif result[0] == 500 and json.loads(result[1]).get("type") == "model_error":
+            kind = 500
+        else:
+            kind = outcome(*result, expected[request])
+        failed += [i] if kind in (500, FAILED_EVENT) else []
+        t.count(kind, kind if i < n and kind in (500, FAILED_EVENT) else 200)  # only those decoding may fail
+    deadline = time.monotonic() + 30
+    while (left := server.gauges()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    t.count(*await exchange(server.port, later, expected=[expected[later]]))  # and the server goes on
+    t.notes["failed in the faulty step"] = f"{len(failed)} of the {n} decoding"
+    t.notes["queue+batch after"] = left
+    t.unexpected += trigger.exists() + (not failed) + (left != 0)
+    return t
+
+
+async def head_timeout(server: Server, limit: float, connections: int = 50) -> Tally:
+    t = Tally("head-timeout")
+    request = post("/translate", json.dumps({"text": TEXT}).encode())
+    expected = await solo(server.port, request)
+    half = [await asyncio.open_connection(HOST, server.port) for _ in range(connections)]
+    silent = [await asyncio.open_connection(HOST, server.port) for _ in range(connections)]
+    for _, w in half:
+        w.write(b"GET /health HTTP/1.1\r\nHost: nmt\r\n")
+
+    async def trickled() -> int | str:
+        reader, writer = await asyncio.open_connection(HOST, server.port)
+        for piece in (b"GET /health HTTP/1.1\r\n", b"Host: nmt\r\n", b"X-Slow: 1\r\n", b"\r\n"):
+            writer.write(piece)
+            await asyncio.sleep(limit / 8)
+        result = outcome(*await read_response(reader))
+        writer.close()
+        return result
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int | str) -> None:
+        try:
+            async with asyncio.timeout(limit + TIMEOUT):
+                t.count(outcome(*await read_response(reader)) if status != SILENT_CLOSED else
+                        SILENT_CLOSED if await reader.read() == b"" else "wrong body", status)  # fmt: skip
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError) as e:
+            t.count("timeout" if isinstance(e, TimeoutError) else "closed", status)
+        writer.close()
+
+    started = time.monotonic()
+    for result in await asyncio.gather(*(trickled() for _ in range(connections // 5))):
+        t.count(result)
+    t.count(*await exchange(server.port, request, expected=[expected]))
+    await asyncio.gather(*(answer(r, w, 408) for r, w in half), *(answer(r, w, SILENT_CLOSED) for r, w in silent))
+    t.notes["closed after"] = f"{time.monotonic() - started:.1f} s (limit {limit:g} s)"
+    t.count(*await exchange(server.port, request, expected=[expected]))
+    return t
+
+
 # ---- the run -----------------------------------------------------------------------------------------------------
 
 
@@ -447,7 +621,7 @@ def main() -> None:
     finally:
         server.stop()
     print(tallies[-1].line(), flush=True)
-    server = Server(args.model_dir, args.threads)
+    server = Server(args.model_dir, args.threads, NMT_HEAD_TIMEOUT_S="600")  # idle holds connections for a while
     try:
         for scenario in (
             lambda: disconnects(server, args.streams, args.rounds), lambda: idle(server, args.idle),
@@ -457,6 +631,18 @@ def main() -> None:
             print(tallies[-1].line(), flush=True)
     finally:
         server.stop()
+    tallies.append(asyncio.run(kill9(args.model_dir, args.threads, args.in_flight)))
+    print(tallies[-1].line(), flush=True)
+    with tempfile.TemporaryDirectory(prefix="nmt-chaos-") as tmp:
+        trigger, limit_s = Path(tmp) / "fail-next-step", 2.0
+        server = Server(args.model_dir, args.threads, faulty=True, NMT_CHAOS_FAULT_FILE=str(trigger),
+                        NMT_HEAD_TIMEOUT_S=str(limit_s))  # fmt: skip
+        try:
+            for scenario in (lambda: step_fault(server, trigger), lambda: head_timeout(server, limit_s)):
+                tallies.append(asyncio.run(scenario()))
+                print(tallies[-1].line(), flush=True)
+        finally:
+            server.stop()
 
     cpu = cpu_description()
     print(f"CPU: {cpu}")
