@@ -31,6 +31,7 @@ left by a build killed while writing it is removed once nothing has written to i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -394,6 +395,47 @@ def _remove_leftovers(directory: Path) -> None:
             pass
 
 
+def vector_isa() -> str:
+    """The vector instructions Inductor builds CPU kernels with ("avx512 avx512_vnni", "avx2", ...; "" for none).
+    Inductor finds them by building a probe library per ISA in its cache and loading it; a server killed while one
+    was being written leaves it broken, and from then on every kernel built from that cache uses narrower vectors or
+    none, silently (up to several times slower). So where a probe fails for an ISA the CPU's flags list, the probes'
+    libraries are removed and built again (a probe that fails for another reason costs a few seconds a start)."""
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    flags = cpu_vec_isa.x86_isa_checker() if platform.machine() in ("x86_64", "AMD64") else []
+    candidates = [isa for isa in cpu_vec_isa.supported_vec_isa_list if set(str(isa).split()) <= set(flags)]
+    if set(map(str, candidates)) <= set(map(str, cpu_vec_isa.valid_vec_isa_list())):
+        return str(cpu_vec_isa.pick_vec_isa() or "")
+    failed = sorted(set(map(str, candidates)) - set(map(str, cpu_vec_isa.valid_vec_isa_list())))
+    classes = [cpu_vec_isa.VecISA, *_subclasses(cpu_vec_isa.VecISA)]
+    probes = {v for c in classes for k, v in vars(c).items() if k.endswith("_code") and isinstance(v, str)}
+    removed = []
+    for source in Path(cache_dir()).glob("*/*.cpp"):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if source.read_text() in probes:
+                removed += [built for built in source.parent.glob(f"{source.stem}.*") if built.suffix != ".cpp"]
+    for built in removed:
+        built.unlink(missing_ok=True)
+    for c in classes:  # the probes' results are cached per process
+        for value in vars(c).values():
+            if hasattr(value, "cache_clear"):
+                value.cache_clear()
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    isa = cpu_vec_isa.pick_vec_isa()
+    log.warning(
+        "Inductor's probes for %s failed on a CPU that has them: %d probe libraries in %s (left broken by a build "
+        "killed while writing them?) were removed and the probes run again; now using %s", ", ".join(failed),
+        len(removed), cache_dir(), str(isa) if isa else "none: the compiled kernels will be scalar",
+    )  # fmt: skip
+    return str(isa) if isa else ""
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
 def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadata: dict[str, str], mode: str):
     module, inputs, dynamic_shapes = _example(model, cache, graph)
     with torch.no_grad():  # strict: traced by dynamo, which keeps to this thread (non-strict tracing fakes the
@@ -446,6 +488,8 @@ def compile_graphs(
         path = directory / f"{graph.name}-{shape}{screened}-{built_as}.pt2"
         run, how = (_load(path, expected) if path.exists() else None), "loaded"
         if run is None:
+            if device.type == "cpu" and not compiled.built:
+                vector_isa()  # before the first build: the kernels built next are vectorised
             if building is not None:
                 building()
             _build(model, cache, graph, path, {**expected, "graph": path.name}, built_as)

@@ -1,8 +1,13 @@
 """The compiled graphs decode exactly what the eager model decodes, cover every step, and a restart loads them."""
 
+import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -223,3 +228,41 @@ def test_a_package_built_by_another_torch_version_is_ignored_with_a_warning(one_
 
 class Stop(Exception):
     pass
+
+
+BREAK_THE_PROBES = """
+import json, logging, sys
+from pathlib import Path
+from torch._inductor import cpu_vec_isa
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+from model.compile import _subclasses, vector_isa
+
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout)
+first = str(cpu_vec_isa.pick_vec_isa() or "")
+for source in Path(cache_dir()).glob("*/*.cpp"):  # as a build killed while writing them would leave them
+    for built in source.parent.glob(source.stem + ".so"):
+        built.write_bytes(built.read_bytes()[: built.stat().st_size // 2])
+for c in [cpu_vec_isa.VecISA, *_subclasses(cpu_vec_isa.VecISA)]:  # a new process, as at the next start
+    for value in vars(c).values():
+        if hasattr(value, "cache_clear"):
+            value.cache_clear()
+cpu_vec_isa.valid_vec_isa_list.cache_clear()
+broken = str(cpu_vec_isa.pick_vec_isa() or "")
+print(json.dumps({"first": first, "broken": broken, "repaired": vector_isa()}))
+"""
+
+
+def test_broken_vector_isa_probes_left_by_a_killed_build_are_rebuilt_so_kernels_stay_vectorised(tmp_path):
+    """Inductor's ISA probe libraries, half-written as a kill -9 leaves them, make it pick a narrower ISA or none (the
+    kernels then slower, silently); vector_isa() removes them, probes again and finds the first start's ISA, with a
+    warning."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    run = subprocess.run([sys.executable, "-c", BREAK_THE_PROBES], env=env, capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2], timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.splitlines()[-1])
+    if not result["first"]:
+        pytest.skip("Inductor finds no vector ISA on this CPU")
+    assert result["broken"] != result["first"], "half-written probes should change the ISA (the fault guarded against)"
+    assert result["repaired"] == result["first"]
+    assert "probe libraries" in run.stdout and "were removed and the probes run again" in run.stdout
