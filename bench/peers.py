@@ -6,7 +6,8 @@ Converts the checkpoint to CTranslate2 (bench/ct2_convert.py) and decodes the le
 in the same batches with each engine: CT2 float32 and int8; ours compiled (model/compile.py) with the
 bfloat16 logit screen where the CPU has bfloat16 matmuls (model/screen.py: float32 greedy's tokens;
 what nmt-serve runs by default), ours compiled without it (ours_compiled_fp32), ours eager (float32),
-and ours eager with dynamic int8 Linear layers. Each engine
+ours eager with dynamic int8 Linear layers (ours_int8), and ours compiled in int8 (ours_int8_compiled: PT2E
+int8 linears, model/compile.py quantize="int8"; needs torchao, the bench set has it). Each engine
 runs in its own child process: two OpenMP runtimes in one process (PyTorch's and CT2's) spin on the
 same two cores and slow each other down several-fold. The children load (and compile) one after
 another, then take turns: in every round each engine decodes the whole corpus once while the others
@@ -78,7 +79,7 @@ from model.evaluate import max_new_tokens_for  # noqa: E402 - imports torch, run
 
 ENGINES = [
     "ct2_fp32", "ct2_fp32_dnnl", "ct2_int8", "ct2_int8_dnnl", "ours_compiled", "ours_compiled_fp32", "ours_eager",
-    "ours_int8",
+    "ours_int8", "ours_int8_compiled",
 ]  # fmt: skip
 BEAM_ENGINES = ["ct2_fp32", "ct2_fp32_dnnl", "ours_compiled", "ours_eager"]  # the default with --beam N > 1
 NO_BEAM = ("ours_compiled_fp32",)  # the logit screen is greedy's: with beam search it is ours_compiled
@@ -174,7 +175,7 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     pad = model.config.source_pad_id
     if name == "ours_int8":
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    if name not in ("ours_compiled", "ours_compiled_fp32"):
+    if name not in ("ours_compiled", "ours_compiled_fp32", "ours_int8_compiled"):
         return (ours_beam(model, args.beam, args.length_penalty) if args.beam > 1 else ours(model, pad)), encoded
     from model.compile import compile_model
 
@@ -184,7 +185,7 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     print(f"  {name}: logit screen {'on' if screened else 'off'}", file=sys.stderr, flush=True)
     longest = max(map(len, encoded))
     cache = KVCache(model, max_batch * args.beam, max_new_tokens_for(longest) + 1, longest)
-    compiled = compile_model(model, cache)
+    compiled = compile_model(model, cache, quantize="int8" if name == "ours_int8_compiled" else None)
     print(f"  {name}: compiling took {compiled.seconds:.0f} s ({len(compiled.built)} graphs built, "
           f"{len(compiled.loaded)} loaded from {compiled.directory})", file=sys.stderr, flush=True)  # fmt: skip
     if args.beam > 1:
