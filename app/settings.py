@@ -14,6 +14,7 @@ MAX_BODY_BYTES = 1 << 20  # request bodies over 1 MB get a 413
 Dtype = Literal["float32", "float16", "bfloat16"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 CompileMode = Literal["background", "blocking", "off"]
+Quantize = Literal["none", "int8"]
 CompileKernels = Literal["max-autotune", "default"]
 
 
@@ -124,6 +125,14 @@ class Settings(BaseSettings):
         "Inductor's own caches, as `TORCHINDUCTOR_CACHE_DIR`): a restart loads them in seconds, `nmt-serve "
         "--precompile` fills it ahead; must be writable, and may be shared by servers. Unset: PyTorch's own default, "
         "`<tmp>/torchinductor_<user>`",
+    )
+    quantize: Quantize = Field(
+        "none",
+        description="`int8`: the linear layers (the output projection too) with int8 weights, one scale per output "
+        "channel, and their inputs quantized per tensor as they come (`model/quantize.py`); compiled, oneDNN's int8 "
+        "kernels run them. CPU and `float32` only; about 93% of sentences keep float32's tokens; the logit screen is "
+        "off. The eager model (before the graphs are in, with `NMT_COMPILE=off`, for `/attention`) computes the same "
+        "function, slower. `/info` reports it (`quantize`)",
     )
     screen_logits: bool = Field(
         True,

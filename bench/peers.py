@@ -6,8 +6,8 @@ Converts the checkpoint to CTranslate2 (bench/ct2_convert.py) and decodes the le
 in the same batches with each engine: CT2 float32 and int8; ours compiled (model/compile.py) with the
 bfloat16 logit screen where the CPU has bfloat16 matmuls (model/screen.py: float32 greedy's tokens;
 what nmt-serve runs by default), ours compiled without it (ours_compiled_fp32), ours eager (float32),
-ours eager with dynamic int8 Linear layers (ours_int8), and ours compiled in int8 (ours_int8_compiled: PT2E
-int8 linears, model/compile.py quantize="int8"; needs torchao, the bench set has it). Each engine
+ours eager with dynamic int8 Linear layers (ours_int8), and ours compiled in int8 (ours_int8_compiled:
+model/quantize.py's int8 linears, NMT_QUANTIZE=int8). Each engine
 runs in its own child process: two OpenMP runtimes in one process (PyTorch's and CT2's) spin on the
 same two cores and slow each other down several-fold. The children load (and compile) one after
 another, then take turns: in every round each engine decodes the whole corpus once while the others
@@ -185,7 +185,11 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     print(f"  {name}: logit screen {'on' if screened else 'off'}", file=sys.stderr, flush=True)
     longest = max(map(len, encoded))
     cache = KVCache(model, max_batch * args.beam, max_new_tokens_for(longest) + 1, longest)
-    compiled = compile_model(model, cache, quantize="int8" if name == "ours_int8_compiled" else None)
+    if name == "ours_int8_compiled":
+        from model.quantize import quantize_int8
+
+        quantize_int8(model)
+    compiled = compile_model(model, cache)
     print(f"  {name}: compiling took {compiled.seconds:.0f} s ({len(compiled.built)} graphs built, "
           f"{len(compiled.loaded)} loaded from {compiled.directory})", file=sys.stderr, flush=True)  # fmt: skip
     if args.beam > 1:

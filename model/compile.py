@@ -62,7 +62,7 @@ warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` i
 warnings.filterwarnings("ignore", message="TypedStorage is deprecated", module="torch._inductor.select_algorithm")
 PACKAGE_DIR = "nmt-serve-graphs"  # under Inductor's cache directory (NMT_COMPILE_CACHE_DIR)
 FORMAT = "1"  # of the packages' metadata: a package of another format is built again
-SOURCES = ("transformer.py", "screen.py", "compile.py")  # the code the graphs are traced from
+SOURCES = ("transformer.py", "screen.py", "quantize.py", "compile.py")  # the code the graphs are traced from
 
 LEFTOVER_S = 3600  # a temporary package nothing has written to for this long was left by a build that was killed
 
@@ -436,30 +436,11 @@ def _subclasses(cls: type) -> list[type]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 
-def _quantized(exported, inputs: tuple, dynamic_shapes: tuple):
-    """The exported graph with its linear layers in int8: weights quantized per output channel, activations per
-    tensor when they arrive (PT2E with the X86 Inductor quantizer; Inductor lowers the pattern to oneDNN's qlinear)."""
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
-        X86InductorQuantizer,
-        get_default_x86_inductor_quantization_config,
-    )
-
-    quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config(is_dynamic=True))
-    prepared = prepare_pt2e(exported.module(), quantizer)
-    prepared(*inputs)
-    converted = convert_pt2e(prepared)
-    return torch.export.export(converted, inputs, dynamic_shapes=dynamic_shapes, strict=False)
-
-
-def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadata: dict[str, str], mode: str,
-           quantize: str | None = None):  # fmt: skip
+def _build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadata: dict[str, str], mode: str):
     module, inputs, dynamic_shapes = _example(model, cache, graph)
     with torch.no_grad():  # strict: traced by dynamo, which keeps to this thread (non-strict tracing fakes the
         # tensors of the eager model decoding on the worker thread meanwhile)
         exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=True)
-        if quantize == "int8":
-            exported = _quantized(exported, inputs, dynamic_shapes)
     configs = {
         "freezing": True, "max_autotune": mode == "max-autotune", "aot_inductor.metadata": metadata,
         "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False,  # no tables on stderr
@@ -482,7 +463,6 @@ def compile_graphs(
     model: Transformer, cache: KVCache, log: Callable[[str], None] | None = None,
     cancelled: Callable[[], bool] | None = None, steps: Iterable[str] = ("greedy", "logprobs"),
     directory: Path | None = None, mode: str = "max-autotune", ready: Callable[[Compiled], None] | None = None,
-    quantize: str | None = None,
     building: Callable[[], None] | None = None,
 ) -> Compiled:  # fmt: skip
     """Every graph the cache's steps (and admissions) run, loaded from `directory` (default_dir()) or built into it;
@@ -497,6 +477,7 @@ def compile_graphs(
     expected = environment(device)
     shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
     screen = getattr(model, "screen", None)
+    quantized = getattr(model, "quantized", None)  # "int8": model/quantize.py's layers, which Inductor lowers to int8
     graphs = graphs_for(model, cache, steps)
     compiled = Compiled(directory, order=[g.name for g in graphs])
     t0 = compiled.started
@@ -504,16 +485,15 @@ def compile_graphs(
         if cancelled is not None and cancelled():
             raise Cancelled("compiling cancelled")
         screened = f"-screen{screen.min_rows}" if screen is not None and graph.fn == "greedy_step" else ""
-        built_as = graph_mode(graph, mode) if not quantize else "default"  # max-autotune's GEMM choices are float
-        quantized = f"-{quantize}" if quantize else ""
-        path = directory / f"{graph.name}-{shape}{screened}{quantized}-{built_as}.pt2"
+        built_as = graph_mode(graph, mode) if not quantized else "default"  # max-autotune's GEMM choices are float's
+        path = directory / f"{graph.name}-{shape}{screened}{f'-{quantized}' if quantized else ''}-{built_as}.pt2"
         run, how = (_load(path, expected) if path.exists() else None), "loaded"
         if run is None:
             if device.type == "cpu" and not compiled.built:
                 vector_isa()  # before the first build: the kernels built next are vectorised
             if building is not None:
                 building()
-            _build(model, cache, graph, path, {**expected, "graph": path.name}, built_as, quantize)
+            _build(model, cache, graph, path, {**expected, "graph": path.name}, built_as)
             run, how = _load(path, expected), "built"
             if run is None:
                 raise RuntimeError(f"the compiled graph {path} does not load")

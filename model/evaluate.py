@@ -24,7 +24,11 @@ def max_new_tokens_for(src_len: int, limit: int = 256) -> int:
 
 @torch.inference_mode()
 def translate_corpus(
-    model: Transformer, tokenizer: Tokenizer, sentences: list[str], batch_size: int = 64, max_new_tokens: int | None = None
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    batch_size: int = 64,
+    max_new_tokens: int | None = None,
 ) -> list[str]:
     """Greedy-translate sentences in length-sorted batches; returns them in input order."""
     device = next(model.parameters()).device
@@ -49,7 +53,11 @@ def translate_corpus(
 
 @torch.inference_mode()
 def beam_translate_corpus(
-    model: Transformer, tokenizer: Tokenizer, sentences: list[str], beam_size: int, length_penalty: float = 1.0,
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    beam_size: int,
+    length_penalty: float = 1.0,
     batch_size: int = 64,
 ) -> list[str]:
     """Beam-search sentences with model.batch.decode (length-sorted batches of `batch_size` sources, beam_size rows
@@ -93,7 +101,15 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
-    p.add_argument("--record", metavar="NAME", help="also store the scores in the checkpoint's metadata.json under scores.NAME")
+    p.add_argument(
+        "--quantize",
+        choices=("none", "int8"),
+        default="none",
+        help="int8: the linear layers in int8, as NMT_QUANTIZE=int8 serves them (model/quantize.py)",
+    )
+    p.add_argument(
+        "--record", metavar="NAME", help="also store the scores in the checkpoint's metadata.json under scores.NAME"
+    )
     args = p.parse_args(argv)
     if args.beam < 1:
         p.error("--beam must be at least 1")
@@ -103,6 +119,10 @@ def main(argv: list[str] | None = None) -> None:
     from model.checkpoint import load_checkpoint
 
     model, tokenizer, _ = load_checkpoint(args.model_dir, device=args.device)
+    if args.quantize == "int8":
+        from model.quantize import quantize_int8
+
+        quantize_int8(model)
     src, refs = list(read_lines(args.src)), list(read_lines(args.ref))
     if len(src) != len(refs):
         sys.exit(f"nmt-eval: {args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
@@ -115,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.hyp_out:
         with open(args.hyp_out, "w", encoding="utf-8") as f:
             f.writelines(h + "\n" for h in hyps)
-    decoding = decoding_description(args.beam, args.length_penalty)
+    decoding = decoding_description(args.beam, args.length_penalty) + (", int8" if args.quantize == "int8" else "")
     result = {**score(hyps, refs), "sentences": len(src), "seconds": round(seconds, 2), "decoding": decoding}
     if args.record:
         from model.checkpoint import read_metadata, write_metadata

@@ -4,7 +4,7 @@
 # re-run. Shared by the README's commands, CI, scripts/lock.sh and the Dockerfile.
 #   scripts/install.sh [SET]                  SET: test (default; also Debian's chromium and chromedriver for the
 #                                             viewer's browser tests), runtime (what serving needs), bench, or
-#                                             import (nmt-import's sentencepiece and huggingface-hub), int8 (torchao)
+#                                             import (nmt-import's sentencepiece and huggingface-hub)
 #   scripts/install.sh SET --deps-only        torch and the set, not the project (the Docker image's cacheable layer)
 #   scripts/install.sh SET --project-only     the project alone, editable, without dependencies (after --deps-only)
 # torch: a torch already in the environment (e.g. a CUDA build on a GPU host) is kept. Otherwise requirements/torch.in's
@@ -19,11 +19,11 @@ set_name="test"
 part=all
 for arg in "$@"; do
   case "$arg" in
-    runtime | test | bench | import | int8) set_name=$arg ;;
+    runtime | test | bench | import) set_name=$arg ;;
     --deps-only) part=deps ;;
     --project-only) part=project ;;
     -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) echo "usage: $0 [runtime | test | bench | import | int8] [--deps-only | --project-only]" >&2; exit 2 ;;
+    *) echo "usage: $0 [runtime | test | bench | import] [--deps-only | --project-only]" >&2; exit 2 ;;
   esac
 done
 

@@ -27,6 +27,7 @@ from app.settings import Settings
 from model.checkpoint import load_checkpoint
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
+from model.quantize import quantize_int8
 from model.search import GREEDY as SEARCH_GREEDY
 from model.search import DecodingOptions, alignment
 from model.spm_tokenizer import SentencePieceTokenizer
@@ -54,7 +55,7 @@ class Engine:
         metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0, waiting_served_ratio: float = 0.3,
         max_waiting_steps: int = 4, screen_logits: bool = False, compile_cache_dir: Path | None = None,
         compile_mode: str = "max-autotune", sizing: Sizing | None = None, gpu_memory_fraction: float | None = None,
-        max_request_chars: int = 20_000,
+        max_request_chars: int = 20_000, quantize: str = "none",
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -73,7 +74,10 @@ class Engine:
         self.limits = Limits(max_input_tokens, max_new_tokens, max_batch_texts, max_batch_size, c.tgt_vocab_size)
         self.max_new_tokens, self.max_request_chars = max_new_tokens, max_request_chars
         self.request_timeout_s = request_timeout_s
-        self.screened = model.use_screen(screen_logits)  # before compiling: the step's graph includes it
+        self.quantize = quantize
+        if quantize == "int8":
+            quantize_int8(model)  # before compiling: the graphs are traced from the int8 layers
+        self.screened = model.use_screen(screen_logits and quantize == "none")  # before compiling, as the int8 layers
         self.batcher = Batcher(
             model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue,
             (metrics or Metrics()).engine(name), threads,
@@ -98,6 +102,8 @@ class Engine:
         model_dir = model_dir or s.model_dir
         fraction = gpu_memory_fraction or s.gpu_memory_fraction
         device, dtype = resolve_device(s.device, s.dtype)
+        if s.quantize != "none" and (device.type != "cpu" or dtype != torch.float32):
+            raise ValueError(f"NMT_QUANTIZE={s.quantize} runs on the CPU in float32, not on {device} in {dtype}")
         model, tokenizer, metadata = load_checkpoint(model_dir, device=device, dtype=dtype)
         sizing = decoder_rows(
             model.config, device, dtype, s.max_new_tokens + 1, s.max_input_tokens, s.max_batch_size, fraction,
@@ -113,6 +119,7 @@ class Engine:
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
             screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
+            quantize=s.quantize,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -150,7 +157,7 @@ class Engine:
             "vocab_size": {"source": c.src_vocab_size, "target": c.tgt_vocab_size},
             "device": str(self.device), "device_name": device_name(self.device),
             "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "compile": self.compiler.info(),
-            "screened_logits": self.screened, "threads": self.batcher.threads,
+            "screened_logits": self.screened, "quantize": self.quantize, "threads": self.batcher.threads,
             "languages": self.languages, "metadata": self.metadata,
             "limits": {
                 "max_input_tokens": self.limits.max_input_tokens, "max_new_tokens": self.max_new_tokens,

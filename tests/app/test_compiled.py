@@ -93,3 +93,23 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         assert f"nmt_compiled{label} 1.0" in metrics and f"nmt_compile_duration_seconds{label} 0.0" not in metrics
         again = (await client.post("/translate", json={**body, "return_tokens": True})).json()
         assert again["translations"][0]["token_ids"] == plain["translations"][0]["token_ids"]
+
+
+async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8_model(trained_checkpoint, tmp_path):
+    """NMT_QUANTIZE=int8: /info reports it (the logit screen off); the compiled int8 graphs give the eager int8
+    model's translations (the same function, as in float32); /attention runs the int8 layers too."""
+    base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1,
+                quantize="int8")  # fmt: skip
+    info, compiled = await translate(
+        Settings(**base, compile="blocking", compile_cache_dir=tmp_path, compile_mode="default"), 600
+    )
+    eager_info, eager = await translate(Settings(**base, compile=False))
+    assert (info["quantize"], info["screened_logits"], info["compiled"]) == ("int8", False, True)
+    assert all("-int8-" in p.name for p in tmp_path.glob("*/*/*.pt2")) and info["compile"]["built"] == 3
+    assert [t["text"] for t in compiled] == [t["text"] for t in eager]
+    assert [t["score"] for t in compiled] == pytest.approx([t["score"] for t in eager], abs=1e-3)
+    async with serve(Settings(**base, compile=False)) as (_, client):
+        r = await client.post("/attention", json={"text": TEXTS[0]})
+        assert r.status_code == 200 and r.json()["translation"] == eager[0]["text"]
+    float_info, _ = await translate(Settings(**{**base, "quantize": "none"}, compile=False))
+    assert float_info["quantize"] == "none"

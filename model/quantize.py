@@ -1,0 +1,85 @@
+"""int8 linear layers: weights in int8 per output channel, activations quantized per tensor as they arrive.
+
+`quantize_int8(model)` swaps every linear layer of a Transformer (the output projection included, tied or not) for an
+Int8Linear, which computes what PyTorch's PT2E flow writes for a dynamically quantized linear (the X86 Inductor
+quantizer's default: weights symmetric int8 per output channel, activations affine uint8 per tensor with their
+range measured on each call), in the same `quantized_decomposed` ops:
+
+    dequantize_per_tensor(quantize_per_tensor(x, *choose_qparams(x))) @ dequantize_per_channel(w_int8).T + b
+
+Run eagerly, that is the int8 arithmetic in float32 (every product of two int8 values is exact). Exported and built
+with Inductor's freezing on (model/compile.py), the same pattern is lowered to oneDNN's int8 `qlinear` kernels: the
+packages then hold int8 weights and the matmuls run in int8. So the eager model (before the graphs are built, with
+NMT_COMPILE=off, for /attention) and the compiled one compute the same function, as float32 eager and compiled do.
+The ops come from torchao, where PyTorch's quantization flow now lives (torch 2.13 no longer has them).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.transformer import Transformer
+
+# choose_qparams' floor on the activation scale: what the X86 Inductor quantizer's dynamic activation observer uses
+ACTIVATION_EPS = 2.0**-12
+
+
+def _ops():
+    """torch.ops.quantized_decomposed, which torchao registers."""
+    try:
+        import torchao.quantization.pt2e  # noqa: F401 - registers the quantized_decomposed ops
+    except ImportError as e:
+        raise RuntimeError(f"int8 needs torchao, part of nmt-serve's locked dependencies: {e}") from e
+    return torch.ops.quantized_decomposed
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b with W in int8 (symmetric, one scale per output row) and x quantized to uint8 per call."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        ops, w = _ops(), weight.detach().float()
+        amax = w.abs().amax(dim=1)
+        scale = torch.clamp(amax / ((127 - -128) / 2), min=torch.finfo(torch.float32).eps)  # as the observer
+        zero = torch.zeros_like(scale, dtype=torch.int64)
+        self.register_buffer("qweight", ops.quantize_per_channel(w, scale, zero, 0, -128, 127, torch.int8))
+        self.register_buffer("scale", scale)
+        self.register_buffer("zero_point", zero)
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+        self.in_features, self.out_features = w.size(1), w.size(0)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The weight as the layer uses it: its int8 values times their row's scale (float32)."""
+        return _ops().dequantize_per_channel(self.qweight, self.scale, self.zero_point, 0, -128, 127, torch.int8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ops = torch.ops.quantized_decomposed
+        scale, zero = ops.choose_qparams.tensor(x, 0, 255, ACTIVATION_EPS, torch.uint8)
+        q = ops.quantize_per_tensor.tensor(x, scale, zero, 0, 255, torch.uint8)
+        x = ops.dequantize_per_tensor.tensor(q, scale, zero, 0, 255, torch.uint8)
+        w = ops.dequantize_per_channel(self.qweight, self.scale, self.zero_point, 0, -128, 127, torch.int8)
+        return F.linear(x, w, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
+
+
+def quantize_int8(model: Transformer) -> int:
+    """Every nn.Linear of the model becomes an Int8Linear, in place, and a tied output projection an Int8Linear of
+    the target embedding's weight (the embedding itself stays float32); the logit screen is turned off (it screens
+    the float32 projection). Returns how many layers were swapped."""
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, Int8Linear(child.weight, child.bias))
+                swapped += 1
+    if model.output_proj is None:  # tied: Transformer.generator calls output_proj when there is one
+        model.output_proj = Int8Linear(model.tgt_embed.token.weight, None)
+        swapped += 1
+    model.use_screen(False)
+    model.quantized = "int8"
+    return swapped
