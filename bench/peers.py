@@ -1,6 +1,8 @@
 """Our greedy decoding (or beam search, --beam N) against CTranslate2 on the same weights, at batch 1 and 32.
 
     python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--limit 100] [--rounds 3]
+        [--ref ../shared/data/multi30k/test_2016_flickr.de.gz]   (each engine's BLEU too)
+        [--isa avx2]   (every engine kept to AVX2, as on a CPU without AVX-512)
 
 Converts the checkpoint to CTranslate2 (bench/ct2_convert.py) and decodes the length-sorted sentences
 in the same batches with each engine: CT2 float32 and int8; ours compiled (model/compile.py) with the
@@ -86,6 +88,12 @@ NO_BEAM = ("ours_compiled_fp32",)  # the logit screen is greedy's: with beam sea
 # CTranslate2 runs its GEMMs with MKL by default and with oneDNN under CT2_USE_MKL=0 (the *_dnnl engines); which is
 # faster depends on the CPU (MKL ran 10x slower at batch 1 on one AMX Xeon), so both are timed and the faster counts.
 BACKEND = {False: "MKL", True: "oneDNN"}
+# --isa avx2: what keeps each library to AVX2 on a CPU that has more (torch's ATen kernels and Inductor's generated
+# ones, oneDNN, MKL, CTranslate2's own kernels), to race as on an AVX2-only CPU; the engines' processes inherit them
+ISA_LIMITS = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
+}  # fmt: skip
 # With --device cuda: ours in three dtypes with CUDA graphs and one without, CT2 in three compute types; and where
 # CT2 cannot run, transformers' Marian on a model imported from Marian (HF_ENGINES)
 CUDA_ENGINES = ["ours_fp32", "ours_fp16", "ours_bf16", "ours_eager_fp16", "ct2_fp32", "ct2_fp16", "ct2_int8_fp16"]
@@ -667,6 +675,8 @@ def main() -> None:
     p.add_argument("--opus-dir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-opus-shape",
                    help="with --model opus-shape: where it is built and imported once, and reused")  # fmt: skip
     p.add_argument("--beam", type=int, default=1, help="beam size: 1 races greedy decoding, N > 1 beam search")
+    p.add_argument("--ref", help="the reference translations of --src (plain or .gz): also print each engine's BLEU")
+    p.add_argument("--isa", choices=sorted(ISA_LIMITS), help="keep every engine to these instructions (ISA_LIMITS)")
     p.add_argument(
         "--length-penalty", type=float, default=1.0, help="with --beam N > 1: score = log-probability / length ** P"
     )
@@ -696,6 +706,9 @@ def main() -> None:
     sizes = list(map(int, args.batch_sizes.split(",")))
     decoding = f"beam {args.beam}, length penalty {args.length_penalty:g}" if args.beam > 1 else "greedy"
     cpu = cpu_description()
+    if args.isa:
+        os.environ.update(ISA_LIMITS[args.isa])
+        cpu += f"; limited to {args.isa.upper()} ({', '.join(f'{k}={v}' for k, v in ISA_LIMITS[args.isa].items())})"
     print(f"CPU: {cpu}", flush=True)
     print(f"decoding: {decoding}", flush=True)
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
@@ -720,7 +733,8 @@ def main() -> None:
             if name:
                 row[f"{base}_backend"] = BACKEND[name.endswith("_dnnl")]
         pairs = [("ours_compiled", faster["ct2_fp32"]), ("ours_compiled_fp32", faster["ct2_fp32"]),
-                 ("ours_eager", faster["ct2_fp32"]), ("ours_int8", faster["ct2_int8"])]  # fmt: skip
+                 ("ours_eager", faster["ct2_fp32"]), ("ours_int8", faster["ct2_int8"]),
+                 ("ours_int8_compiled", faster["ct2_int8"]), ("ours_int8_compiled", faster["ct2_fp32"])]  # fmt: skip
         for mine, theirs in pairs:
             if mine in passes and theirs in passes:  # the same sentences: a speed ratio, per round
                 per_round = sorted(t["seconds"] / m["seconds"] for m, t in zip(passes[mine], passes[theirs]))
@@ -745,7 +759,28 @@ def main() -> None:
         print("  " + " | ".join(ratios) + " (sentences/s, median of the per-round ratios)")
         matches = [f"{name}_vs_ours_fp32 {count / n:.1%} ({count}/{n})" for name, count in identical.items()]
         print("  same tokens: " + ", ".join(matches), flush=True)
+        if args.ref:
+            scores = bleu(args, {name: x["outputs"] for name, x in best.items()})
+            row |= {f"{name}_bleu_lc": score for name, score in scores.items()}
+            print("  BLEU (sacreBLEU, lowercased) against --ref: "
+                  + ", ".join(f"{name} {score:.2f}" for name, score in scores.items()), flush=True)  # fmt: skip
     print(json.dumps(rows))
+
+
+def bleu(args, outputs: dict[str, list[list[int]]]) -> dict[str, float]:
+    """Each engine's corpus BLEU (lowercased) against --ref; the outputs are in load_corpus's length-sorted order."""
+    from sacrebleu import corpus_bleu
+
+    from model.tokenizer import load_tokenizer, read_lines
+
+    tok = load_tokenizer(args.model_dir)
+    sentences = read_sentences(args)
+    refs = list(read_lines(args.ref))[: len(sentences)]
+    encoded = tok.encode_batch(sentences)
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # stable, as load_corpus's sort
+    refs = [refs[i] for i in order]
+    return {name: round(corpus_bleu(tok.decode_batch(ids), [refs], lowercase=True).score, 2)
+            for name, ids in outputs.items()}  # fmt: skip
 
 
 def main_cuda(p: argparse.ArgumentParser, args) -> None:

@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 # the user's business
 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 warnings.filterwarnings("ignore", message="TypedStorage is deprecated", module="torch._inductor.select_algorithm")
+# Inductor's int8 lowering copies its zero points with torch.tensor(tensor): one warning per layer per graph
+warnings.filterwarnings("ignore", message="To copy construct from a tensor", module="torch._inductor.mkldnn_lowerings")
 PACKAGE_DIR = "nmt-serve-graphs"  # under Inductor's cache directory (NMT_COMPILE_CACHE_DIR)
 FORMAT = "1"  # of the packages' metadata: a package of another format is built again
 SOURCES = ("transformer.py", "screen.py", "quantize.py", "compile.py")  # the code the graphs are traced from
@@ -217,8 +219,8 @@ def environment(device: torch.device) -> dict[str, str]:
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
         where = f"{p.name} (sm_{p.major}{p.minor}), CUDA {torch.version.cuda}"
-    else:
-        where = cpu_features()
+    else:  # the vector ISA Inductor builds its kernels for: ATEN_CPU_CAPABILITY can lower it below the CPU's best
+        where = f"{cpu_features()}, {vector_isa() or 'scalar'}"
     return {
         "format": FORMAT, "torch": f"{torch.__version__} ({torch.version.git_version[:12]})",
         "device": f"{device.type}: {where}", "threads": str(torch.get_num_threads()), "code": _code_digest(),

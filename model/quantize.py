@@ -2,8 +2,8 @@
 
 `quantize_int8(model)` swaps every linear layer of a Transformer (the output projection included, tied or not) for an
 Int8Linear, which computes what PyTorch's PT2E flow writes for a dynamically quantized linear (the X86 Inductor
-quantizer's default: weights symmetric int8 per output channel, activations affine uint8 per tensor with their
-range measured on each call), in the same `quantized_decomposed` ops:
+quantizer's default: weights symmetric int8 per output channel, activations affine uint8 per tensor with their range
+measured on each call; here the activations keep to 7 bits, ACTIVATION_MAX), in the same `quantized_decomposed` ops:
 
     dequantize_per_tensor(quantize_per_tensor(x, *choose_qparams(x))) @ dequantize_per_channel(w_int8).T + b
 
@@ -24,6 +24,11 @@ from model.transformer import Transformer
 
 # choose_qparams' floor on the activation scale: what the X86 Inductor quantizer's dynamic activation observer uses
 ACTIVATION_EPS = 2.0**-12
+# Activations in 7 bits (0..127, as PyTorch's reduce_range): x86 CPUs without VNNI multiply uint8 by int8 with
+# vpmaddubsw, which adds pairs of products into int16 and saturates past 32,767 (255 * 127 * 2 = 64,770 does; 127 *
+# 127 * 2 = 32,258 does not). With 8 bits an AVX2-only CPU gave other tokens than an AVX-512 VNNI one, and other
+# than the eager model; with 7 every CPU adds exactly, so the tokens do not depend on the machine.
+ACTIVATION_MAX = 127
 
 
 def _ops():
@@ -57,9 +62,9 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ops = torch.ops.quantized_decomposed
-        scale, zero = ops.choose_qparams.tensor(x, 0, 255, ACTIVATION_EPS, torch.uint8)
-        q = ops.quantize_per_tensor.tensor(x, scale, zero, 0, 255, torch.uint8)
-        x = ops.dequantize_per_tensor.tensor(q, scale, zero, 0, 255, torch.uint8)
+        scale, zero = ops.choose_qparams.tensor(x, 0, ACTIVATION_MAX, ACTIVATION_EPS, torch.uint8)
+        q = ops.quantize_per_tensor.tensor(x, scale, zero, 0, ACTIVATION_MAX, torch.uint8)
+        x = ops.dequantize_per_tensor.tensor(q, scale, zero, 0, ACTIVATION_MAX, torch.uint8)
         w = ops.dequantize_per_channel(self.qweight, self.scale, self.zero_point, 0, -128, 127, torch.int8)
         return F.linear(x, w, self.bias)
 

@@ -59,3 +59,19 @@ def test_nmt_eval_beam_1_is_the_greedy_path(tmp_path, capsys, trained_checkpoint
     model, tokenizer, _ = load_checkpoint(trained_checkpoint)
     greedy = translate_corpus(model, tokenizer, src.read_text().splitlines())
     assert (tmp_path / "hyp").read_text().splitlines() == greedy
+
+
+def test_nmt_eval_quantize_int8_prints_the_int8_models_translations(tmp_path, capsys, trained_checkpoint, corpus):
+    """--quantize int8 decodes with model/quantize.py's layers, as NMT_QUANTIZE=int8 serves, and says so."""
+    from model.quantize import quantize_int8
+
+    src, ref = corpus
+    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(src), "--ref", str(ref), "--quantize", "int8",
+               "--hyp-out", str(tmp_path / "hyp")])  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["decoding"] == "greedy, KV cache, int8"
+    model, tokenizer, _ = load_checkpoint(trained_checkpoint)
+    quantize_int8(model)
+    assert (tmp_path / "hyp").read_text().splitlines() == translate_corpus(
+        model, tokenizer, src.read_text().splitlines()
+    )
