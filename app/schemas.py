@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
+from app.settings import Quantize
+
 Side = Literal["source", "target"]
 SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -350,7 +352,7 @@ class InfoResponse(BaseModel):
     screened_logits: bool = Field(
         description="greedy picks screened in bfloat16, confirmed in float32 (NMT_SCREEN_LOGITS)"
     )
-    quantize: Literal["none", "int8"] = Field(description="`int8`: the linear layers run in int8 (NMT_QUANTIZE)")
+    quantize: Quantize = Field(description="`int8`: the linear layers run in int8 (NMT_QUANTIZE)")
     threads: int = Field(description="CPU threads the model's work runs on (NMT_THREADS)")
     limits: dict[str, int]
     memory: MemoryInfo

@@ -476,7 +476,7 @@ def compile_graphs(
     device = cache.kv.device
     directory = Path(directory or default_dir()) / weights_digest(model)
     _remove_leftovers(directory)
-    expected = environment(device)
+    expected = environment(device)  # on a CPU, vector_isa() first mends broken ISA probes: builds stay vectorised
     shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
     screen = getattr(model, "screen", None)
     quantized = getattr(model, "quantized", None)  # "int8": model/quantize.py's layers, which Inductor lowers to int8
@@ -491,8 +491,6 @@ def compile_graphs(
         path = directory / f"{graph.name}-{shape}{screened}{f'-{quantized}' if quantized else ''}-{built_as}.pt2"
         run, how = (_load(path, expected) if path.exists() else None), "loaded"
         if run is None:
-            if device.type == "cpu" and not compiled.built:
-                vector_isa()  # before the first build: the kernels built next are vectorised
             if building is not None:
                 building()
             _build(model, cache, graph, path, {**expected, "graph": path.name}, built_as)
