@@ -53,6 +53,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from peers import ISA_LIMITS  # noqa: E402 - bench/peers.py imports no torch at module level
+
 DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
 
 
@@ -61,10 +64,14 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
-def prepared_model(model_dir: str, threads: int, compile: bool, rows: int, device: str = "cpu", dtype: str = "float32"):
-    """The model on `device` in `dtype`, its tokenizer and a KVCache of `rows` rows shaped as the server's
-    (max_new_tokens + 1 positions, max_input_tokens sources), compiled as the server compiles unless compile is
-    False: AOTInductor graphs on the CPU (model/compile.py), CUDA graphs on a GPU (model/cuda_graphs.py)."""
+def prepared_model(
+    model_dir: str, threads: int, compile: bool, rows: int, device: str = "cpu", dtype: str = "float32",
+    quantize: str = "none",
+):  # fmt: skip
+    """The model on `device` in `dtype` (its linear layers in int8 with quantize="int8", as NMT_QUANTIZE), its
+    tokenizer and a KVCache of `rows` rows shaped as the server's (max_new_tokens + 1 positions, max_input_tokens
+    sources), compiled as the server compiles unless compile is False: AOTInductor graphs on the CPU
+    (model/compile.py), CUDA graphs on a GPU (model/cuda_graphs.py)."""
     import torch
 
     from app.device import resolve_device
@@ -74,6 +81,10 @@ def prepared_model(model_dir: str, threads: int, compile: bool, rows: int, devic
     torch.set_num_threads(threads)
     dev, dt = resolve_device(device, dtype)
     model, tok, _ = load_checkpoint(model_dir, dev, dt)
+    if quantize == "int8":
+        from model.quantize import quantize_int8
+
+        quantize_int8(model)
     cache = KVCache(model, rows, 257, 256)
     if compile and dev.type == "cuda":
         from model.cuda_graphs import capture_model
@@ -88,7 +99,7 @@ def prepared_model(model_dir: str, threads: int, compile: bool, rows: int, devic
 
 
 def in_process_decoder(
-    model_dir: str, threads: int, compile: bool, device: str = "cpu", dtype: str = "float32"
+    model_dir: str, threads: int, compile: bool, device: str = "cpu", dtype: str = "float32", quantize: str = "none"
 ) -> Callable[[list[str], float], list[float]]:
     """A function giving the seconds to tokenize, greedy-decode (batch 1, KV cache) and detokenize each of some
     sentences alone, compiled as the server compiles unless compile is False, with the cores left idle for `pause`
@@ -99,7 +110,7 @@ def in_process_decoder(
     from model.decoding import greedy_decode
     from model.evaluate import max_new_tokens_for
 
-    model, tok, cache = prepared_model(model_dir, threads, compile, 1, device, dtype)
+    model, tok, cache = prepared_model(model_dir, threads, compile, 1, device, dtype, quantize)
     where = cache.kv.device
 
     def timed(sentences: list[str], pause: float) -> list[float]:
@@ -118,7 +129,14 @@ def in_process_decoder(
 
 
 def in_process_batched(
-    model_dir: str, threads: int, compile: bool, batch: int, sentences: list[str], device: str, dtype: str
+    model_dir: str,
+    threads: int,
+    compile: bool,
+    batch: int,
+    sentences: list[str],
+    device: str,
+    dtype: str,
+    quantize: str = "none",
 ) -> float:
     """Sentences/s tokenizing, greedy-decoding and detokenizing all the sentences in process, length-sorted in
     batches of `batch` (KV cache of `batch` rows; compiled as the server compiles), after one warm-up pass of the
@@ -127,7 +145,8 @@ def in_process_batched(
 
     import torch
 
-    rate = _batched_rate(*prepared_model(model_dir, threads, compile, batch, device, dtype), batch, sentences)
+    prepared = prepared_model(model_dir, threads, compile, batch, device, dtype, quantize)
+    rate = _batched_rate(*prepared, batch, sentences)
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -188,6 +207,11 @@ def running_server(
             if server.poll() is not None or time.monotonic() > deadline:
                 sys.exit("nmt-serve did not become ready")
             time.sleep(0.3)
+        # ready comes while the graphs are still being built (NMT_COMPILE=background): time the compiled server
+        while compile and (state := httpx.get(f"{url}/info", timeout=5).json()["compile"]["state"]) != "compiled":
+            if state in ("failed", "off") or server.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"nmt-serve's graphs did not compile (state {state!r})")
+            time.sleep(1)
         yield url, server
     finally:
         server.terminate()
@@ -276,10 +300,12 @@ async def drive(url: str, sentences: list[str], concurrency: int, client: str = 
 
 
 @contextmanager
-def ct2_in_process(args: argparse.Namespace) -> Iterator[Callable[[int], float]]:
-    """CTranslate2 float32 on the converted checkpoint, in a process of its own (bench/peers.py's worker, 2 threads):
-    yields a function that decodes all the sentences once, 32 or 1 at a time as peers.py does, and returns
-    sentences/s."""
+def ct2_in_process(args: argparse.Namespace) -> Iterator[tuple[str, Callable[[int], float]]]:
+    """CTranslate2 on the converted checkpoint, in float32 (int8 with --quantize int8), in a process of its own
+    (bench/peers.py's worker, 2 threads), in its faster GEMM backend on this machine: both (MKL, and oneDNN with
+    CT2_USE_MKL=0) decode all the sentences once at batch 32, and the faster is kept. Yields its name (the worker's,
+    e.g. "ct2_fp32_dnnl") and a function that decodes all the sentences once, 32 or 1 at a time as peers.py does,
+    and returns sentences/s."""
     import tempfile
 
     from peers import decode_once, start_worker, stop_worker
@@ -287,16 +313,35 @@ def ct2_in_process(args: argparse.Namespace) -> Iterator[Callable[[int], float]]
     from bench.ct2_convert import convert
     from model.checkpoint import load_checkpoint
 
+    base = "ct2_int8" if args.quantize == "int8" else "ct2_fp32"
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
         convert(*load_checkpoint(args.model_dir)[:2], ct2_dir)
-        child = start_worker(argparse.Namespace(**{**vars(args), "batch_sizes": "1,32"}), "ct2_fp32", ct2_dir)
+        options = argparse.Namespace(**{**vars(args), "batch_sizes": "1,32", "beam": 1, "length_penalty": 1.0,
+                                        "limit_batch1": 0})  # fmt: skip
+        rates, child, chosen = {}, None, base
+        for name in (base, f"{base}_dnnl"):
+            candidate = start_worker(options, name, ct2_dir)
+            x = decode_once(candidate, 32)
+            rates[name] = len(x["outputs"]) / x["seconds"]
+            if child is None or rates[name] > rates[chosen]:
+                if child is not None:
+                    stop_worker(child)
+                child, chosen = candidate, name
+            else:
+                stop_worker(candidate)
+        print(
+            "CTranslate2 at batch 32, each backend once: "
+            + ", ".join(f"{n} {r:.1f} sent/s" for n, r in rates.items())
+            + f"; racing {chosen}",
+            flush=True,
+        )
         try:
 
             def run(batch_size: int) -> float:
                 x = decode_once(child, batch_size)
                 return len(x["outputs"]) / x["seconds"]
 
-            yield run
+            yield chosen, run
         finally:
             stop_worker(child)
 
@@ -422,6 +467,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     p.add_argument("--in-process-batch", type=int, default=None, help="also decode the corpus in process in batches "
                    "of N, for the service at concurrency N over it (default: the largest level on CUDA; 0 = not, the "
                    "CPU's default: compiling for a second cache shape takes minutes there)")  # fmt: skip
+    p.add_argument("--quantize", default="none", choices=["none", "int8"], help="the server's NMT_QUANTIZE and "
+                   "in-process decoding's; with int8 the peer is CTranslate2 int8")  # fmt: skip
+    p.add_argument(
+        "--isa",
+        choices=sorted(ISA_LIMITS),
+        help="keep every engine (the server, in-process decoding, "
+        "CTranslate2) to these instructions, as on a CPU without AVX-512 (bench/peers.py's ISA_LIMITS)",
+    )
     p.add_argument("--documents", type=sizes, default=[], metavar="N,N,...", help="document mode, and only it: "
                    "documents of N consecutive sentences, one a request (e.g. 1,5,20)")  # fmt: skip
     p.add_argument("--paragraph", type=int, default=5, help="--documents: a paragraph break after every N sentences "
@@ -439,7 +492,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     # NMT_MAX_QUEUE: every request of the highest level (every sentence of its documents) is in flight at once and
     # must not get 429
     queue = max(levels) * max(args.documents, default=1)
-    settings = {"NMT_DEVICE": args.device, "NMT_DTYPE": args.dtype, "NMT_MAX_QUEUE": str(max(256, queue))}
+    if args.quantize != "none" and cuda:
+        p.error("--quantize int8 is for the CPU")
+    settings = {"NMT_DEVICE": args.device, "NMT_DTYPE": args.dtype, "NMT_MAX_QUEUE": str(max(256, queue)),
+                "NMT_QUANTIZE": args.quantize}  # fmt: skip
     return args, levels, batch, settings
 
 
@@ -450,6 +506,12 @@ def main() -> None:
     from model.tokenizer import read_lines
 
     cpu = cpu_description()
+    if args.isa:
+        limits = ISA_LIMITS[args.isa]
+        if any(os.environ.get(k) != v for k, v in limits.items()):  # torch is imported by now: start again with the
+            # limits set before it is (the server and CTranslate2's worker inherit them)
+            os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **limits})
+        cpu += f"; limited to {args.isa.upper()} ({', '.join(f'{k}={v}' for k, v in ISA_LIMITS[args.isa].items())})"
     print(f"CPU: {cpu}", flush=True)
     sentences = [s for s in read_lines(args.src) if s.strip()]
     sentences = sentences[: args.limit] if args.limit else sentences
@@ -460,12 +522,12 @@ def main() -> None:
     in_process_batch = None
     if batch:  # before the server starts: its batch is sized from the GPU memory it finds free
         in_process_batch = in_process_batched(
-            args.model_dir, args.threads, args.compile, batch, sentences, args.device, args.dtype
+            args.model_dir, args.threads, args.compile, batch, sentences, args.device, args.dtype, args.quantize
         )
         print(f"in process, batch {batch}: {in_process_batch:.1f} sent/s", flush=True)
-    decode = in_process_decoder(args.model_dir, args.threads, args.compile, args.device, args.dtype)
+    decode = in_process_decoder(args.model_dir, args.threads, args.compile, args.device, args.dtype, args.quantize)
     with ExitStack() as stack:
-        ct2 = stack.enter_context(ct2_in_process(args)) if args.ct2_rounds else None
+        peer, ct2 = stack.enter_context(ct2_in_process(args)) if args.ct2_rounds else (None, None)
         url, _ = stack.enter_context(
             running_server(args.model_dir, args.threads, args.server_arg, args.compile, settings)
         )
@@ -498,7 +560,7 @@ def main() -> None:
             ours_alone = asyncio.run(drive(url, sentences, 1, args.client))["sent_s"]
             batching.append((ours / ours_alone, theirs / theirs_alone))
 
-    summary = {"levels": results}
+    summary = {"cpu": cpu, "quantize": args.quantize, "levels": results}
     by = {r["concurrency"]: r for r in results}
     if 1 in by and 32 in by:
         summary["sent_s_c32_over_c1"] = round(by[32]["sent_s"] / by[1]["sent_s"], 2)
@@ -522,11 +584,11 @@ def main() -> None:
               f"{summary['p50_c1_over_paused']}x")  # fmt: skip
     if vs_ct2:
         ratios = sorted(ours / theirs for ours, theirs in vs_ct2)
-        summary["c32_vs_ct2_in_process"] = {"rounds": [[o, round(t, 1)] for o, t in vs_ct2],
+        summary["c32_vs_ct2_in_process"] = {"peer": peer, "rounds": [[o, round(t, 1)] for o, t in vs_ct2],
                                             "ratio": round(statistics.median(ratios), 2)}  # fmt: skip
-        print("HTTP at concurrency 32 against CTranslate2 float32 in process at batch 32, taking turns: "
+        print(f"HTTP at concurrency 32 against CTranslate2 in process at batch 32 ({peer}), taking turns: "
               + ", ".join(f"{o:.1f} vs {t:.1f}" for o, t in vs_ct2) + f" sent/s: {statistics.median(ratios):.2f}x "
-              f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}; target >= 0.6)")  # fmt: skip
+              f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f}; target >= 0.7)")  # fmt: skip
         ours_pays, theirs_pays = (sorted(x) for x in zip(*batching))
         summary["batching_pays"] = {"rounds": [[round(o, 2), round(t, 2)] for o, t in batching],
                                     "ours_http_c32_over_c1": round(statistics.median(ours_pays), 2),

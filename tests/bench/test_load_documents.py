@@ -70,3 +70,14 @@ def test_a_size_below_one_is_refused(capsys):
     with pytest.raises(SystemExit):
         load.parse_args(["--src", "x", "--documents", "1,0"])
     assert "sentences per document, each at least 1" in capsys.readouterr().err
+
+
+def test_quantize_reaches_the_server_and_isa_is_a_known_limit():
+    args, _, _, settings = load.parse_args(["--src", "x.txt", "--quantize", "int8", "--isa", "avx2"])
+    assert settings["NMT_QUANTIZE"] == "int8" and args.quantize == "int8"
+    assert load.ISA_LIMITS[args.isa]["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert load.parse_args(["--src", "x.txt"])[3]["NMT_QUANTIZE"] == "none"  # float32 by default
+    with pytest.raises(SystemExit):
+        load.parse_args(["--src", "x.txt", "--quantize", "int8", "--device", "cuda"])  # int8 is the CPU's
+    with pytest.raises(SystemExit):
+        load.parse_args(["--src", "x.txt", "--isa", "sse2"])
