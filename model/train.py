@@ -1,10 +1,16 @@
-"""nmt-train: train a Transformer on a parallel corpus; resumable, seeded, keeps the best checkpoint."""
+"""nmt-train: train a Transformer on a parallel corpus; resumable, seeded, keeps the best checkpoint.
+
+Started by torchrun (`torchrun --nproc-per-node N -m model.train ...`), it trains with DistributedDataParallel: each
+global batch of --batch-tokens is cut into N shards of its sentences and the update is the one-process update on
+the whole batch, so the batches, the learning-rate schedule and --resume do not depend on N."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
+import os
 import random
 import shlex
 import sys
@@ -12,8 +18,11 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer as HFTokenizer
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from model.checkpoint import save_checkpoint, unique_state_dict
@@ -54,11 +63,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--max-len", type=int, default=128, help="drop training pairs longer than this (tokens)")
     a("--epochs", type=int, default=30)
     a("--max-minutes", type=float, default=0.0, help="stop training after this long (0 = no limit)")
+    a("--max-steps", type=int, default=0, help="stop after this many updates in all (0 = no limit); --resume continues")
+    a("--log-steps", metavar="FILE", help="append one JSON line per update: step, epoch, loss, lr, sentences, tokens")
     a("--average-last", type=int, default=5, help="also try the average of the last N epoch checkpoints")
     a("--valid-bleu-sentences", type=int, default=0, help="score BLEU on the first N validation lines (0 = all)")
     a("--bf16", action="store_true", help="bfloat16 autocast (CPUs with AVX-512 BF16, recent GPUs)")
-    a("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
-    a("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a("--threads", type=int, default=0, help="threads a process (0 = torch's default; the cores / N under torchrun)")
+    a("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="under torchrun: cuda:LOCAL_RANK")
     a("--seed", type=int, default=1)
     a("--resume", action="store_true", help="continue from --out/train_state if it exists")
     return p.parse_args(argv)
@@ -120,14 +131,18 @@ def save_state(dir_: Path, model, optimizer, info: dict) -> None:
     (dir_ / "state.json").write_text(json.dumps(info, indent=1))
 
 
-def load_state(dir_: Path, model, optimizer) -> dict:
-    tensors = load_file(str(dir_ / "last.safetensors"))
+def read_state(dir_: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """The saved weights, optimizer state and progress (on the CPU), for load_state."""
+    return load_file(str(dir_ / "last.safetensors")), json.loads((dir_ / "state.json").read_text())
+
+
+def load_state(saved: tuple[dict[str, torch.Tensor], dict], model, optimizer) -> dict:
+    tensors, info = saved
     model_sd = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
     target = unique_state_dict(model)
     with torch.no_grad():
         for k, t in target.items():
             t.copy_(model_sd[k])
-    info = json.loads((dir_ / "state.json").read_text())
     state: dict = {}
     for k, v in tensors.items():
         if k.startswith("opt."):
@@ -135,6 +150,32 @@ def load_state(dir_: Path, model, optimizer) -> dict:
             state.setdefault(int(pid), {})[name] = v
     optimizer.load_state_dict({"state": state, "param_groups": info["param_groups"]})
     return info
+
+
+def init_distributed(args: argparse.Namespace) -> tuple[int, int, torch.device]:
+    """(rank, world size, device). One process unless torchrun started this one (WORLD_SIZE in the environment):
+    then gloo on the CPU, each process with its share of the machine's cores, or NCCL with one GPU a process."""
+    device = torch.device(args.device)
+    if "WORLD_SIZE" not in os.environ:
+        return 0, 1, device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    elif not args.threads:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        args.threads = max(1, cores // int(os.environ["LOCAL_WORLD_SIZE"]))
+    # Rank 0 validates and writes at the end of an epoch while the others wait in the next step's collectives.
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=2))
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def share(obj, world: int):
+    """Rank 0's obj, on every rank (pickled through the process group: --out need only exist where rank 0 runs)."""
+    if world == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def average_snapshots(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -168,30 +209,37 @@ def validate(model, tokenizer, valid_pairs, valid_src, valid_ref, pad_id, device
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     command = "nmt-train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    rank, world, device = init_distributed(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
     out, state_dir = Path(args.out), Path(args.out) / STATE
-    device = torch.device(args.device)
+
+    def say(*words) -> None:  # only rank 0 talks
+        if rank == 0:
+            print(*words, file=sys.stderr)
 
     train_src, train_tgt = list(read_lines(args.train_src)), list(read_lines(args.train_tgt))
     valid_src, valid_ref = list(read_lines(args.valid_src)), list(read_lines(args.valid_tgt))
     if len(train_src) != len(train_tgt) or len(valid_src) != len(valid_ref):
         sys.exit("nmt-train: source and target files must have the same number of lines")
-    resuming = args.resume and (state_dir / "state.json").exists()
-    if resuming:
+    resuming = share(args.resume and (state_dir / "state.json").exists(), world)
+    if rank == 0 and resuming:
         tokenizer = Tokenizer.from_file(state_dir / "tokenizer.json")
-    else:
+    elif rank == 0:
         tokenizer = Tokenizer.train(train_src + train_tgt, vocab_size=args.vocab_size)
         state_dir.mkdir(parents=True, exist_ok=True)
         tokenizer.save(state_dir / "tokenizer.json")
+    spec = share(tokenizer.hf.to_str() if rank == 0 else None, world)
+    if rank:
+        tokenizer = Tokenizer(HFTokenizer.from_str(spec))
 
     def encode_pairs(src, tgt):
         return list(zip(tokenizer.encode_batch(src, "source"), tokenizer.encode_batch(tgt, "target")))
 
     train_pairs = [p for p in encode_pairs(train_src, train_tgt) if max(map(len, p)) <= args.max_len]
-    valid_pairs = encode_pairs(valid_src, valid_ref)
+    valid_pairs = encode_pairs(valid_src, valid_ref) if rank == 0 else []
     if args.valid_bleu_sentences:
         valid_src, valid_ref = valid_src[: args.valid_bleu_sentences], valid_ref[: args.valid_bleu_sentences]
 
@@ -210,16 +258,25 @@ def main(argv: list[str] | None = None) -> None:
     info = {
         "step": 0,
         "epoch": 0,
-        "batch_in_epoch": 0,
+        "batch_in_epoch": 0,  # global batches: the same whatever the number of processes
         "seconds": 0.0,
         "best_bleu": -1.0,
         "history": [],
         "snapshots": [],
+        "seed": args.seed,  # with --batch-tokens, fixes each epoch's batches and their order
+        "batch_tokens": args.batch_tokens,
     }
     if resuming:
-        info = load_state(state_dir, model, optimizer)
-        print(f"resumed at epoch {info['epoch'] + 1}, step {info['step']}", file=sys.stderr)
-    print(f"{model.num_parameters():,} parameters, {len(train_pairs):,} training pairs, vocab {V}", file=sys.stderr)
+        info = load_state(share(read_state(state_dir) if rank == 0 else None, world), model, optimizer)
+        for key in ("seed", "batch_tokens"):
+            if info.setdefault(key, getattr(args, key)) != getattr(args, key):
+                sys.exit(f"nmt-train: the run in {state_dir} has --{key.replace('_', '-')} {info[key]}, "
+                         f"not {getattr(args, key)}: resume with the same batches")  # fmt: skip
+        say(f"resumed at epoch {info['epoch'] + 1}, step {info['step']}")
+    if rank:
+        torch.manual_seed(args.seed + rank)  # each rank's own dropout
+    say(f"{model.num_parameters():,} parameters, {len(train_pairs):,} training pairs, vocab {V}, {world} process(es)")
+    net = model if world == 1 else DistributedDataParallel(model)  # averages the ranks' gradients in backward
 
     def save_best(metrics: dict) -> None:
         meta = {
@@ -228,54 +285,73 @@ def main(argv: list[str] | None = None) -> None:
             "target_language": args.target_language or language_of(args.train_tgt),
             "training_data": {"train_src": args.train_src, "train_tgt": args.train_tgt,
                               "valid_src": args.valid_src, "valid_tgt": args.valid_tgt, "pairs": len(train_pairs)},
-            "command": command, "steps": info.get("epoch_step", info["step"]), "epochs": info["epoch"],
-            "train_seconds": round(info["seconds"], 1), "parameters": model.num_parameters(),
+            "command": command, "processes": world, "steps": info.get("epoch_step", info["step"]),
+            "epochs": info["epoch"], "train_seconds": round(info["seconds"], 1), "parameters": model.num_parameters(),
             "valid": {k: v for k, v in metrics.items() if k != "samples"},
         }  # fmt: skip
         save_checkpoint(out, model, tokenizer, meta)
 
     deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else math.inf
+    max_steps = args.max_steps or math.inf
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    steps_log = open(args.log_steps, "a", buffering=1) if args.log_steps and rank == 0 else None  # noqa: SIM115
     model.train()
     stopped = False
-    while info["epoch"] < args.epochs and not stopped:
+    while info["epoch"] < args.epochs and info["step"] < max_steps and not stopped:
         epoch = info["epoch"] + 1
         batches = make_batches(train_pairs, args.batch_tokens, seed=args.seed * 1000 + epoch)
-        bar = tqdm(batches[info["batch_in_epoch"] :], desc=f"epoch {epoch}", mininterval=5, file=sys.stderr)
+        bar = tqdm(batches[info["batch_in_epoch"] :], desc=f"epoch {epoch}", mininterval=5, file=sys.stderr,
+                   disable=rank != 0)  # fmt: skip
         tokens_seen, t0 = 0, time.perf_counter()
         for idx in bar:
-            src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in collate(train_pairs, idx, config.pad_id))
+            # This rank's sentences: every world-th of the batch, which is sorted by length. A rank left without
+            # any (a batch shorter than the world) runs one sentence with weight 0, for DDP's all-reduce.
+            shard = idx[rank::world]
+            tokens = sum(len(train_pairs[i][1]) - 1 for i in idx)  # target tokens in the whole batch
+            batch = collate(train_pairs, shard or idx[:1], config.pad_id)
+            src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
             lr = lr_at(info["step"] + 1, args.lr, args.warmup)
             for g in optimizer.param_groups:
                 g["lr"] = lr
             with autocast:
-                logits = model(src, tgt_in)
-            loss = F.cross_entropy(
+                logits = net(src, tgt_in)
+            loss_sum = F.cross_entropy(
                 logits.flatten(0, 1).float(),
                 tgt_out.flatten(),
                 ignore_index=config.pad_id,
                 label_smoothing=args.label_smoothing,
-            )
+                reduction="sum",
+            ) * bool(shard)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            # DDP divides the ranks' summed gradients by world: this gives the gradient of the batch's mean loss.
+            (loss_sum * (world / tokens)).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             optimizer.step()
             info["step"] += 1
             info["batch_in_epoch"] += 1
-            tokens_seen += int((tgt_out != config.pad_id).sum())
+            tokens_seen += tokens
+            totals = torch.stack([loss_sum.detach(), torch.tensor(float(time.monotonic() > deadline), device=device)])
+            if world > 1:
+                dist.all_reduce(totals)  # the batch's loss; stop if any rank is past the deadline
+            loss, past_deadline = totals.tolist()
+            loss /= tokens
             elapsed = time.perf_counter() - t0
-            bar.set_postfix(
-                loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / elapsed:.0f}", refresh=False
-            )
-            if time.monotonic() > deadline:
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / elapsed:.0f}", refresh=False)
+            if steps_log:
+                steps_log.write(json.dumps({"step": info["step"], "epoch": epoch, "loss": loss, "lr": lr,
+                                            "sentences": len(idx), "tokens": tokens}) + "\n")  # fmt: skip
+            if past_deadline or info["step"] >= max_steps:
                 stopped = True
                 break
         info["seconds"] += time.perf_counter() - t0
         if stopped and info["batch_in_epoch"] < len(batches):
-            save_state(state_dir, model, optimizer, info)
-            print(f"time budget reached mid-epoch {epoch}; state saved, --resume continues", file=sys.stderr)
+            if rank == 0:
+                save_state(state_dir, model, optimizer, info)
+            say(f"stopped mid-epoch {epoch} at step {info['step']}; state saved, --resume continues")
             break
         info["epoch"], info["batch_in_epoch"], info["epoch_step"] = epoch, 0, info["step"]
+        if rank:
+            continue  # rank 0 validates and writes; the others wait for it in the next step's collectives
         snap = state_dir / f"epoch{epoch}.safetensors"
         save_file({k: v.detach().cpu().contiguous() for k, v in unique_state_dict(model).items()}, str(snap))
         info["snapshots"] = (info["snapshots"] + [snap.name])[-args.average_last :]
@@ -286,13 +362,23 @@ def main(argv: list[str] | None = None) -> None:
         info["history"].append({"epoch": epoch, "step": info["step"], "seconds": round(info["seconds"], 1),
                                 "train_tokens_per_s": round(tokens_seen / max(elapsed, 1e-9)),
                                 **{k: v for k, v in metrics.items() if k != "samples"}})  # fmt: skip
-        print(json.dumps(info["history"][-1]), file=sys.stderr)
+        say(json.dumps(info["history"][-1]))
         for s in metrics["samples"]:
-            print("   sample:", s, file=sys.stderr)
+            say("   sample:", s)
         if metrics["valid_bleu"] > info["best_bleu"]:
             info["best_bleu"] = metrics["valid_bleu"]
             save_best(metrics)
         save_state(state_dir, model, optimizer, info)
+    if steps_log:
+        steps_log.close()
+    if world > 1:
+        # Wait for rank 0's last validation and writes, then tear down in order: DDP's reducer holds the group, and
+        # a gloo group torn down under a busy peer's feet can abort the process.
+        dist.barrier()
+        del net
+        dist.destroy_process_group()
+    if rank:
+        return
 
     # Checkpoint averaging: keep the average of the last snapshots if it validates better.
     if len(info["snapshots"]) > 1:
