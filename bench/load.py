@@ -302,7 +302,7 @@ async def drive(url: str, sentences: list[str], concurrency: int, client: str = 
 @contextmanager
 def ct2_in_process(args: argparse.Namespace) -> Iterator[tuple[str, Callable[[int], float]]]:
     """CTranslate2 on the converted checkpoint, in float32 (int8 with --quantize int8), in a process of its own
-    (bench/peers.py's worker, 2 threads), in its faster GEMM backend on this machine: both (MKL, and oneDNN with
+    (bench/peers.py's worker, 2 threads), in its faster GEMM backend on the CPU it runs on: both (MKL, and oneDNN with
     CT2_USE_MKL=0) decode all the sentences once at batch 32, and the faster is kept. Yields its name (the worker's,
     e.g. "ct2_fp32_dnnl") and a function that decodes all the sentences once, 32 or 1 at a time as peers.py does,
     and returns sentences/s."""
