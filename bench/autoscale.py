@@ -12,11 +12,13 @@ longer. A request's work is its sentence's length in words over the mean (drawn 
 longer, as they do. Requests arrive as a Poisson process whose rate ramps --ramp-factor x in --ramp-s seconds, and go
 to a ready replica at random (kube-proxy's iptables mode); a replica with --max-queue in flight answers 429.
 
-The autoscaler is Kubernetes' HPA (autoscaling/v2) with deploy/k8s's settings: every --sync-s it reads the per-pod
-metric (sequences waiting or decoding, nmt_queue_length + nmt_running_batch_size, as Prometheus scraped it every
---scrape-s: the value the HPA sees is that old), averages it over the ready pods, and asks for
-ceil(ready * average / target) replicas unless that is within its 10% tolerance; scaling up is limited to doubling
-per --up-period-s (the manifest's policy), down to the highest recommendation of the last --down-window-s. A new pod
+The autoscaler is Kubernetes' HPA (autoscaling/v2) with deploy/k8s's settings: every --sync-s it reads two per-pod
+metrics as Prometheus last scraped them (every --scrape-s): the sequences in flight (nmt_queue_length +
+nmt_running_batch_size; --target) and the sentences completed per second over --rate-window-s (deploy/k8s rates the
+tokens; --rate-target). For each it asks for ceil(pods * average / target) replicas unless that is within its 10%
+tolerance (pods without a value yet count as 0 when that scales up), and follows the higher; scaling up is limited to
+doubling, or --up-pods more, per --up-period-s, scaling down to the highest recommendation of the last
+--down-window-s and --down-pods per --down-period-s (the manifest's policies). A new pod
 serves after --start-s (scheduling, an image already on the node, loading: nmt-serve is ready in about 2 s), at eager
 speed (--eager-capacity, measured with bench/load.py --no-compile) for --compile-s more when its graphs are compiled
 cold (0 where the packages come with the image or a shared cache: docs/scaling.md).
@@ -108,8 +110,9 @@ class Options:
     hold_s: float = 600.0
     fall_s: float = 0.0  # then back down to base_rps in this long (0: not), and base_rps for tail_s
     tail_s: float = 600.0
-    target: float = 24.0  # sequences in flight per pod (0: not a metric)
-    rate_target: float = 0.0  # sentences/s per pod (0: not a metric), Prometheus' rate() over rate_window_s
+    target: float = 12.0  # sequences in flight per pod (0: not a metric); deploy/k8s's
+    rate_target: float = 190.0  # sentences/s per pod (0: not a metric), rate() over rate_window_s; deploy/k8s's 2,800
+    # tokens/s at test2016's 14.8 tokens a sentence
     rate_window_s: float = 60.0
     min_replicas: int = 2
     max_replicas: int = 20
