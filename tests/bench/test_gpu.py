@@ -127,11 +127,15 @@ def test_load_on_cuda_decodes_in_process_at_the_top_level_and_leaves_ctranslate2
     args, levels, batch, settings = parse_args(["--src", "x", "--device", "cuda", "--dtype", "float16",
                                                 "--levels", "1,32,512"])  # fmt: skip
     assert (levels, batch, args.ct2_rounds) == ([1, 32, 512], 512, 0)
-    assert settings == {"NMT_DEVICE": "cuda", "NMT_DTYPE": "float16", "NMT_MAX_QUEUE": "512"}
+    assert settings == {
+        "NMT_DEVICE": "cuda", "NMT_DTYPE": "float16", "NMT_MAX_QUEUE": "512", "NMT_QUANTIZE": "none"
+    }  # fmt: skip
 
 
 def test_load_on_the_cpu_is_as_before():
     args, levels, batch, settings = parse_args(["--src", "x"])
     assert (levels, batch, args.ct2_rounds) == ([1, 8, 32, 64], 0, 3)
-    assert settings == {"NMT_DEVICE": "cpu", "NMT_DTYPE": "float32", "NMT_MAX_QUEUE": "256"}
+    assert settings == {
+        "NMT_DEVICE": "cpu", "NMT_DTYPE": "float32", "NMT_MAX_QUEUE": "256", "NMT_QUANTIZE": "none"
+    }  # fmt: skip
     assert parse_args(["--src", "x", "--in-process-batch", "8"])[2] == 8
