@@ -54,7 +54,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from peers import ISA_LIMITS  # noqa: E402 - bench/peers.py imports no torch at module level
+from peers import ISA_LIMITS, keep_to  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
 
@@ -505,13 +505,8 @@ def main() -> None:
     from bench.common import cpu_description
     from model.tokenizer import read_lines
 
-    cpu = cpu_description()
-    if args.isa:
-        limits = ISA_LIMITS[args.isa]
-        if any(os.environ.get(k) != v for k, v in limits.items()):  # torch is imported by now: start again with the
-            # limits set before it is (the server and CTranslate2's worker inherit them)
-            os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **limits})
-        cpu += f"; limited to {args.isa.upper()} ({', '.join(f'{k}={v}' for k, v in ISA_LIMITS[args.isa].items())})"
+    # in-process decoding runs here: with --isa, start again with the limits (the server and CTranslate2 inherit them)
+    cpu = cpu_description() + keep_to(args.isa, restart=True)
     print(f"CPU: {cpu}", flush=True)
     sentences = [s for s in read_lines(args.src) if s.strip()]
     sentences = sentences[: args.limit] if args.limit else sentences

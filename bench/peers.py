@@ -94,6 +94,21 @@ ISA_LIMITS = {
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
              "MKL_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
 }  # fmt: skip
+
+
+def keep_to(isa: str | None, restart: bool = False) -> str:
+    """Keep this process and those it starts to ISA_LIMITS[isa] (nothing when isa is None) and return what to add to
+    the printed CPU line. The libraries read the limits before their first kernel: a script that runs torch itself
+    passes restart=True and starts again with them set, where they are not yet (its imports have loaded torch)."""
+    if not isa:
+        return ""
+    limits = ISA_LIMITS[isa]
+    if restart and any(os.environ.get(k) != v for k, v in limits.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **limits})
+    os.environ.update(limits)
+    return f"; limited to {isa.upper()} ({', '.join(f'{k}={v}' for k, v in limits.items())})"
+
+
 # With --device cuda: ours in three dtypes with CUDA graphs and one without, CT2 in three compute types; and where
 # CT2 cannot run, transformers' Marian on a model imported from Marian (HF_ENGINES)
 CUDA_ENGINES = ["ours_fp32", "ours_fp16", "ours_bf16", "ours_eager_fp16", "ct2_fp32", "ct2_fp16", "ct2_int8_fp16"]
@@ -705,10 +720,7 @@ def main() -> None:
         )
     sizes = list(map(int, args.batch_sizes.split(",")))
     decoding = f"beam {args.beam}, length penalty {args.length_penalty:g}" if args.beam > 1 else "greedy"
-    cpu = cpu_description()
-    if args.isa:
-        os.environ.update(ISA_LIMITS[args.isa])
-        cpu += f"; limited to {args.isa.upper()} ({', '.join(f'{k}={v}' for k, v in ISA_LIMITS[args.isa].items())})"
+    cpu = cpu_description() + keep_to(args.isa)  # the engines' processes inherit the limits
     print(f"CPU: {cpu}", flush=True)
     print(f"decoding: {decoding}", flush=True)
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:

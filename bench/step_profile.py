@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from peers import ISA_LIMITS  # noqa: E402
+from peers import ISA_LIMITS, keep_to  # noqa: E402
 
 VARIANTS = {
     "default": {},
@@ -74,8 +74,7 @@ def kernel_kind(name: str) -> str:
 
 def main() -> None:
     args = parse_args()
-    if args.isa and any(os.environ.get(k) != v for k, v in ISA_LIMITS[args.isa].items()):  # before torch does work
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ISA_LIMITS[args.isa]})
+    limited = keep_to(args.isa, restart=True)  # before torch does any work
     directory = Path(args.keep or tempfile.mkdtemp(prefix="nmt-step-profile-"))
     directory.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(directory / "inductor"))
@@ -90,7 +89,7 @@ def main() -> None:
     from model.quantize import Int8Linear
 
     torch.set_num_threads(args.threads)
-    cpu = cpu_description() + (f"; limited to {args.isa.upper()}" if args.isa else "")
+    cpu = cpu_description() + limited
     print(f"CPU: {cpu}; torch {torch.__version__}, {args.threads} threads", flush=True)
     model, _, _ = load_checkpoint(args.model_dir)
     model.use_screen(False)  # float32's output projection, as on a CPU without bfloat16 matmuls
