@@ -91,8 +91,12 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="nmt-eval", description=__doc__)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
-    p.add_argument("--ref", required=True, help="reference translations, one a line (plain or .gz)")
-    p.add_argument("--hyp-out", help="write the translations here")
+    p.add_argument("--ref", help="reference translations, one a line (plain or .gz): score against them")
+    p.add_argument(
+        "--hyp-out",
+        help="write the translations here, one a line (without --ref it only translates: e.g. a training set's "
+        "sources, for sequence-level distillation)",
+    )
     p.add_argument("--batch-size", type=int, default=64, help="sources decoded together")
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy decoding)")
     p.add_argument(
@@ -113,6 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.beam < 1:
         p.error("--beam must be at least 1")
+    if not args.ref and not args.hyp_out:
+        p.error("give --ref to score the translations, --hyp-out to keep them, or both")
+    if args.record and not args.ref:
+        p.error("--record stores scores: it needs --ref")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -123,8 +131,9 @@ def main(argv: list[str] | None = None) -> None:
         from model.quantize import quantize_int8
 
         quantize_int8(model)
-    src, refs = list(read_lines(args.src)), list(read_lines(args.ref))
-    if len(src) != len(refs):
+    src = list(read_lines(args.src))
+    refs = list(read_lines(args.ref)) if args.ref else None
+    if refs is not None and len(src) != len(refs):
         sys.exit(f"nmt-eval: {args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
     t0 = time.perf_counter()
     if args.beam == 1:
@@ -136,7 +145,12 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.hyp_out, "w", encoding="utf-8") as f:
             f.writelines(h + "\n" for h in hyps)
     decoding = decoding_description(args.beam, args.length_penalty) + (", int8" if args.quantize == "int8" else "")
-    result = {**score(hyps, refs), "sentences": len(src), "seconds": round(seconds, 2), "decoding": decoding}
+    result = {
+        **(score(hyps, refs) if refs is not None else {}),
+        "sentences": len(src),
+        "seconds": round(seconds, 2),
+        "decoding": decoding,
+    }
     if args.record:
         from model.checkpoint import read_metadata, write_metadata
 

@@ -75,3 +75,30 @@ def test_nmt_eval_quantize_int8_prints_the_int8_models_translations(tmp_path, ca
     assert (tmp_path / "hyp").read_text().splitlines() == translate_corpus(
         model, tokenizer, src.read_text().splitlines()
     )
+
+
+def test_nmt_eval_without_ref_only_translates_for_distillation(tmp_path, capsys, trained_checkpoint, corpus):
+    """A training set's sources have no reference to score: --hyp-out alone writes the teacher's translations."""
+    src, _ = corpus
+    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(src), "--beam", "2",
+               "--hyp-out", str(tmp_path / "distilled")])  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(result) == {"sentences", "seconds", "decoding"} and result["sentences"] == 16
+    model, tokenizer, _ = load_checkpoint(trained_checkpoint)
+    sources = tokenizer.encode_batch(src.read_text().splitlines(), side="source")
+    budgets = [max_new_tokens_for(len(s)) for s in sources]
+    best = [hyps[0].tokens for hyps in decode(model, sources, budgets, DecodingOptions(beam_size=2))]
+    assert (tmp_path / "distilled").read_text().splitlines() == tokenizer.decode_batch(best)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [([], "give --ref to score the translations, --hyp-out to keep them"), (["--hyp-out", "h", "--record", "x"],
+     "--record stores scores: it needs --ref")],
+)  # fmt: skip
+def test_nmt_eval_refuses_a_run_with_nothing_to_do_or_scores_to_record_without_ref(
+    capsys, trained_checkpoint, corpus, args, message
+):
+    with pytest.raises(SystemExit) as exit_:
+        eval_main(["--model-dir", str(trained_checkpoint), "--src", str(corpus[0]), *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
