@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--out", required=True, help="checkpoint directory to write (best model + train_state/)")
     a("--source-language", help="language code in the metadata (default: from --train-src, e.g. train.en.gz -> en)")
     a("--target-language", help="language code in the metadata (default: from --train-tgt)")
+    a("--init-from", metavar="DIR", help="start from this nmt-train checkpoint's weights, shape and vocabulary (the "
+      "shape and --vocab-size flags are then ignored; dropout and the rest apply): fine-tuning, e.g. on a teacher's "
+      "translations")  # fmt: skip
     a("--vocab-size", type=int, default=8000, help="joint BPE vocabulary incl. 256 byte tokens")
     a("--d-model", type=int, default=256)
     a("--heads", type=int, default=4)
@@ -225,8 +228,17 @@ def main(argv: list[str] | None = None) -> None:
     if len(train_src) != len(train_tgt) or len(valid_src) != len(valid_ref):
         sys.exit("nmt-train: source and target files must have the same number of lines")
     resuming = share(args.resume and (state_dir / "state.json").exists(), world)
+    init = Path(args.init_from) if args.init_from else None
+    if init and rank == 0 and not ((init / "config.json").is_file() and (init / "tokenizer.json").is_file()):
+        sys.exit(
+            f"nmt-train: --init-from {init} is not a checkpoint written by nmt-train (config.json, tokenizer.json)"
+        )
     if rank == 0 and resuming:
         tokenizer = Tokenizer.from_file(state_dir / "tokenizer.json")
+    elif rank == 0 and init:
+        tokenizer = Tokenizer.from_file(init / "tokenizer.json")
+        state_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(state_dir / "tokenizer.json")
     elif rank == 0:
         tokenizer = Tokenizer.train(train_src + train_tgt, vocab_size=args.vocab_size)
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -251,7 +263,15 @@ def main(argv: list[str] | None = None) -> None:
         norm_first=args.norm == "pre", activation=args.activation,
         pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, unk_id=tokenizer.unk_id,
     )  # fmt: skip
+    if init:  # its shape and special ids; this run's dropout
+        dropouts = {k: getattr(args, k) for k in ("dropout", "attention_dropout", "activation_dropout")}
+        config = TransformerConfig.from_dict({**share(json.loads((init / "config.json").read_text()) if rank == 0
+                                                      else None, world), **dropouts})  # fmt: skip
     model = Transformer(config).to(device)
+    if init and rank == 0 and not resuming:  # DDP hands rank 0's weights to the others
+        from model.checkpoint import load_checkpoint
+
+        model.load_state_dict(load_checkpoint(init)[0].state_dict())
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=args.weight_decay
     )

@@ -1,5 +1,9 @@
+import dataclasses
 import json
 import shutil
+
+import pytest
+import torch
 
 from model.checkpoint import load_checkpoint
 from model.evaluate import main as eval_main
@@ -33,7 +37,20 @@ def test_nmt_eval_prints_one_json_line(tmp_path, capsys, trained_checkpoint, pai
     src, ref = write_corpus(tmp_path, pairs[360:380], "test")
     ck = tmp_path / "ck"
     shutil.copytree(trained_checkpoint, ck, ignore=shutil.ignore_patterns("train_state"))
-    eval_main(["--model-dir", str(ck), "--src", str(src), "--ref", str(ref), "--hyp-out", str(tmp_path / "hyp"), "--record", "synthetic"])
+    eval_main(
+        [
+            "--model-dir",
+            str(ck),
+            "--src",
+            str(src),
+            "--ref",
+            str(ref),
+            "--hyp-out",
+            str(tmp_path / "hyp"),
+            "--record",
+            "synthetic",
+        ]
+    )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(result) == {"bleu", "bleu_lc", "chrf", "sentences", "seconds", "decoding"}
     assert result["decoding"] == "greedy, KV cache"
@@ -52,3 +69,25 @@ def test_the_language_pair_comes_from_the_corpus_file_names():
 def test_a_checkpoint_records_its_language_pair(trained_checkpoint):
     _, _, metadata = load_checkpoint(trained_checkpoint)
     assert (metadata["source_language"], metadata["target_language"]) == ("en", "de")  # train.en / train.de
+
+
+def test_init_from_starts_from_the_checkpoint_weights_shape_and_vocabulary(tmp_path, trained_checkpoint, pairs):
+    """At learning rate 0 the tuned model is the checkpoint it started from, whatever the shape flags; dropout is its own."""
+    args = train_args(tmp_path, pairs, tmp_path / "tuned", epochs=1)
+    train_main([*args, "--init-from", str(trained_checkpoint), "--lr", "0", "--d-model", "64", "--vocab-size", "300",
+                "--dropout", "0.2"])  # fmt: skip
+    start, start_tok, _ = load_checkpoint(trained_checkpoint)
+    tuned, tuned_tok, meta = load_checkpoint(tmp_path / "tuned")
+    assert (
+        tuned.config == dataclasses.replace(start.config, dropout=0.2)
+        and tuned_tok.hf.to_str() == start_tok.hf.to_str()
+    )
+    start_weights, tuned_weights = start.state_dict(), tuned.state_dict()
+    assert all(torch.equal(start_weights[k], tuned_weights[k]) for k in start_weights)
+    assert f"--init-from {trained_checkpoint}" in meta["command"]
+
+
+def test_init_from_a_directory_nmt_train_did_not_write_is_refused(tmp_path, pairs):
+    args = train_args(tmp_path, pairs, tmp_path / "tuned", epochs=1)
+    with pytest.raises(SystemExit, match="is not a checkpoint written by nmt-train"):
+        train_main([*args, "--init-from", str(tmp_path / "nowhere")])
