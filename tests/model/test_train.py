@@ -91,3 +91,16 @@ def test_init_from_a_directory_nmt_train_did_not_write_is_refused(tmp_path, pair
     args = train_args(tmp_path, pairs, tmp_path / "tuned", epochs=1)
     with pytest.raises(SystemExit, match="is not a checkpoint written by nmt-train"):
         train_main([*args, "--init-from", str(tmp_path / "nowhere")])
+
+
+def test_resume_at_the_epochs_already_done_only_averages_the_last_snapshots(tmp_path, pairs, capsys):
+    """A long run stopped early is finished with --resume --epochs N: no more updates, the snapshots averaged."""
+    args = [*train_args(tmp_path, pairs, tmp_path / "ck", epochs=2), "--average-last", "2"]
+    train_main(args)
+    before = json.loads((tmp_path / "ck" / "train_state" / "state.json").read_text())
+    capsys.readouterr()
+    train_main([*args, "--resume"])
+    after = json.loads((tmp_path / "ck" / "train_state" / "state.json").read_text())
+    assert after["step"] == before["step"] and after["history"] == before["history"]
+    averaged = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith('{"averaged"')]
+    assert len(averaged) == 1 and averaged[0]["averaged"] == ["epoch1.safetensors", "epoch2.safetensors"]
