@@ -59,20 +59,34 @@ def beam_translate_corpus(
     beam_size: int,
     length_penalty: float = 1.0,
     batch_size: int = 64,
-) -> list[str]:
+    n_best: int = 1,
+) -> list[list[tuple[str, float]]]:
     """Beam-search sentences with model.batch.decode (length-sorted batches of `batch_size` sources, beam_size rows
-    each); each source's budget is max_new_tokens_for its own length. Returns the best hypotheses in input order."""
+    each); each source's budget is max_new_tokens_for its own length. Returns each source's `n_best` hypotheses,
+    best first, as (text, score), in input order (an empty source: one empty hypothesis scored 0)."""
     encoded = tokenizer.encode_batch(sentences, side="source")
     idx = [i for i, s in enumerate(sentences) if s.strip()]
-    options = DecodingOptions(beam_size=beam_size, length_penalty=length_penalty)
+    options = DecodingOptions(beam_size=beam_size, num_hypotheses=n_best, length_penalty=length_penalty)
     hyps = decode(
         model, [encoded[i] for i in idx], [max_new_tokens_for(len(encoded[i])) for i in idx], options,
         max_rows=batch_size * beam_size,
     )  # fmt: skip
-    out: list[str] = [""] * len(sentences)
-    for i, text in zip(idx, tokenizer.decode_batch([h[0].tokens for h in hyps])):
-        out[i] = text
+    out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sentences]
+    for i, found in zip(idx, hyps):
+        texts = tokenizer.decode_batch([h.tokens for h in found[:n_best]])
+        out[i] = [(t, h.score) for t, h in zip(texts, found)]
     return out
+
+
+def closest_to_reference(nbest: list[list[tuple[str, float]]], refs: list[str]) -> list[str]:
+    """For each source, the one of its n-best hypotheses with the highest sentence BLEU against its reference (the
+    model's order breaks ties): sequence-level interpolation (Kim and Rush, 2016), distillation targets that stay
+    the teacher's own output yet lean towards the human translation."""
+    bleu = sacrebleu.BLEU(effective_order=True)
+    return [
+        max(enumerate(hyps), key=lambda h: (bleu.sentence_score(h[1][0], [ref]).score, -h[0]))[1][0]
+        for hyps, ref in zip(nbest, refs)
+    ]
 
 
 def decoding_description(beam: int, length_penalty: float) -> str:
@@ -103,6 +117,21 @@ def main(argv: list[str] | None = None) -> None:
         "--length-penalty", type=float, default=1.0,
         help="with --beam > 1: a hypothesis's score is its summed log-probabilities / length ** P (</s> counted)",
     )  # fmt: skip
+    p.add_argument(
+        "--n-best", type=int, default=1,
+        help="with --beam: keep the N best hypotheses of each source (--n-best-out, --closest-to-ref)",
+    )  # fmt: skip
+    p.add_argument(
+        "--n-best-out", metavar="FILE",
+        help="write each source's --n-best hypotheses here, best first, as 'index ||| text ||| score' lines (Moses's "
+        "and Marian's n-best format; index from 0)",
+    )  # fmt: skip
+    p.add_argument(
+        "--closest-to-ref", action="store_true",
+        help="with --n-best and --ref: --hyp-out gets, for each source, the n-best hypothesis with the highest "
+        "sentence BLEU against its reference (sequence-level interpolation, for distillation); the scores printed "
+        "stay those of the best hypotheses",
+    )  # fmt: skip
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
     p.add_argument(
@@ -117,10 +146,19 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.beam < 1:
         p.error("--beam must be at least 1")
-    if not args.ref and not args.hyp_out:
-        p.error("give --ref to score the translations, --hyp-out to keep them, or both")
+    if not args.ref and not args.hyp_out and not args.n_best_out:
+        p.error("give --ref to score the translations, --hyp-out (or --n-best-out) to keep them, or both")
     if args.record and not args.ref:
         p.error("--record stores scores: it needs --ref")
+    if not 1 <= args.n_best <= args.beam:
+        p.error(f"--n-best must be between 1 and --beam ({args.beam})")
+    if args.n_best > 1 and not (args.n_best_out or args.closest_to_ref):
+        p.error("--n-best keeps hypotheses for --n-best-out or --closest-to-ref: give one of them")
+    if args.n_best_out and args.n_best == 1:
+        p.error("--n-best-out writes the n-best lists: give --n-best N > 1 (and --beam N or more)")
+    if args.closest_to_ref and not (args.ref and args.hyp_out and args.n_best > 1):
+        p.error("--closest-to-ref picks among n-best hypotheses by their references: it needs --ref, --hyp-out and "
+                "--n-best > 1")  # fmt: skip
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -138,12 +176,22 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     if args.beam == 1:
         hyps = translate_corpus(model, tokenizer, src, batch_size=args.batch_size)
+        lines = hyps
     else:
-        hyps = beam_translate_corpus(model, tokenizer, src, args.beam, args.length_penalty, batch_size=args.batch_size)
+        nbest = beam_translate_corpus(
+            model, tokenizer, src, args.beam, args.length_penalty, batch_size=args.batch_size, n_best=args.n_best
+        )
+        hyps = [found[0][0] for found in nbest]
+        lines = closest_to_reference(nbest, refs) if args.closest_to_ref else hyps
+        if args.n_best_out:
+            with open(args.n_best_out, "w", encoding="utf-8") as f:
+                f.writelines(
+                    f"{i} ||| {text} ||| {score:.6f}\n" for i, found in enumerate(nbest) for text, score in found
+                )
     seconds = time.perf_counter() - t0
     if args.hyp_out:
         with open(args.hyp_out, "w", encoding="utf-8") as f:
-            f.writelines(h + "\n" for h in hyps)
+            f.writelines(line + "\n" for line in lines)
     decoding = decoding_description(args.beam, args.length_penalty) + (", int8" if args.quantize == "int8" else "")
     result = {
         **(score(hyps, refs) if refs is not None else {}),

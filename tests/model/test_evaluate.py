@@ -1,4 +1,5 @@
-"""nmt-eval --beam N: beam search through model.batch.decode, the same hypotheses as the reference search."""
+"""nmt-eval --beam N: beam search through model.batch.decode, the same hypotheses as the reference search; n-best
+lists and the hypotheses closest to the references, for distillation."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import json
 import shutil
 
 import pytest
+import sacrebleu
 
 from model.batch import decode
 from model.checkpoint import load_checkpoint
+from model.evaluate import closest_to_reference, max_new_tokens_for, score, translate_corpus
 from model.evaluate import main as eval_main
-from model.evaluate import max_new_tokens_for, translate_corpus
 from model.search import DecodingOptions, beam_search_reference
 from tests.conftest import write_corpus
 
@@ -91,10 +93,71 @@ def test_nmt_eval_without_ref_only_translates_for_distillation(tmp_path, capsys,
     assert (tmp_path / "distilled").read_text().splitlines() == tokenizer.decode_batch(best)
 
 
+def read_nbest(path) -> list[list[tuple[str, float]]]:
+    lists: list[list[tuple[str, float]]] = []
+    for line in path.read_text().splitlines():
+        index, text, score = line.split(" ||| ")
+        if int(index) == len(lists):
+            lists.append([])
+        assert int(index) == len(lists) - 1, "the n-best lists come in source order, each whole"
+        lists[-1].append((text, float(score)))
+    return lists
+
+
+def test_nmt_eval_n_best_writes_each_sources_hypotheses_best_first(tmp_path, capsys, trained_checkpoint, corpus):
+    src, ref = corpus
+    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(src), "--ref", str(ref), "--beam", "3",
+               "--n-best", "3", "--length-penalty", "1.2", "--hyp-out", str(tmp_path / "hyp"),
+               "--n-best-out", str(tmp_path / "nbest")])  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    lists = read_nbest(tmp_path / "nbest")
+    model, tokenizer, _ = load_checkpoint(trained_checkpoint)
+    sources = tokenizer.encode_batch(src.read_text().splitlines(), side="source")
+    budgets = [max_new_tokens_for(len(s)) for s in sources]
+    options = DecodingOptions(beam_size=3, num_hypotheses=3, length_penalty=1.2)
+    expected = decode(model, sources, budgets, options)
+    assert [[text for text, _ in hyps] for hyps in lists] == [tokenizer.decode_batch([h.tokens for h in hyps])
+                                                               for hyps in expected]  # fmt: skip
+    assert [[score for _, score in hyps] for hyps in lists] == [[pytest.approx(h.score, abs=1e-6) for h in hyps]
+                                                                 for hyps in expected]  # fmt: skip
+    assert all(len(hyps) == 3 and [s for _, s in hyps] == sorted((s for _, s in hyps), reverse=True)
+               for hyps in lists)  # fmt: skip
+    best = [hyps[0][0] for hyps in lists]
+    assert (tmp_path / "hyp").read_text().splitlines() == best
+    assert result["bleu"] == score(best, ref.read_text().splitlines())["bleu"]
+
+
+def test_nmt_eval_closest_to_ref_picks_the_n_best_hypothesis_nearest_the_reference(
+    tmp_path, capsys, trained_checkpoint, corpus
+):
+    """Sequence-level interpolation: of each source's n-best, the one with the highest sentence BLEU is kept."""
+    src, ref = corpus
+    refs = ref.read_text().splitlines()
+    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(src), "--ref", str(ref), "--beam", "4",
+               "--n-best", "4", "--closest-to-ref", "--hyp-out", str(tmp_path / "inter"),
+               "--n-best-out", str(tmp_path / "nbest")])  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    picked, lists = (tmp_path / "inter").read_text().splitlines(), read_nbest(tmp_path / "nbest")
+    bleu = sacrebleu.BLEU(effective_order=True)
+    for choice, hyps, reference in zip(picked, lists, refs):
+        scores = [bleu.sentence_score(text, [reference]).score for text, _ in hyps]
+        assert choice in [text for text, _ in hyps]
+        assert bleu.sentence_score(choice, [reference]).score == max(scores)
+    best = [hyps[0][0] for hyps in lists]
+    assert picked != best, "on this corpus some source's closest hypothesis is not its best"
+    assert score(picked, refs)["bleu"] > score(best, refs)["bleu"] == result["bleu"]
+    assert closest_to_reference([[("a b", -1.0), ("a b", -2.0)]], ["c"]) == ["a b"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
-    [([], "give --ref to score the translations, --hyp-out to keep them"), (["--hyp-out", "h", "--record", "x"],
-     "--record stores scores: it needs --ref")],
+    [([], "give --ref to score the translations, --hyp-out (or --n-best-out) to keep them"),
+     (["--hyp-out", "h", "--record", "x"], "--record stores scores: it needs --ref"),
+     (["--hyp-out", "h", "--beam", "2", "--n-best", "3"], "--n-best must be between 1 and --beam (2)"),
+     (["--hyp-out", "h", "--beam", "2", "--n-best", "2"], "--n-best keeps hypotheses for --n-best-out or"),
+     (["--n-best-out", "h", "--beam", "2"], "--n-best-out writes the n-best lists: give --n-best N > 1"),
+     (["--hyp-out", "h", "--beam", "2", "--n-best", "2", "--closest-to-ref"],
+      "--closest-to-ref picks among n-best hypotheses by their references: it needs --ref")],
 )  # fmt: skip
 def test_nmt_eval_refuses_a_run_with_nothing_to_do_or_scores_to_record_without_ref(
     capsys, trained_checkpoint, corpus, args, message
