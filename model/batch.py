@@ -188,8 +188,11 @@ def decode(
         for row, (i, _) in enumerate(live):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
         rows, length = len(live) * per, max(budgets[i] for i, _ in live) + 1
-        if cache is None:
-            batch = RowBatch(model, KVCache(model, rows, length, width))
+        if cache is None:  # an Ensemble (model/ensemble.py) makes a cache of its own
+            new_cache = getattr(model, "new_cache", None)
+            batch = RowBatch(
+                model, new_cache(rows, length, width) if new_cache else KVCache(model, rows, length, width)
+            )
         elif cache.n or rows > cache.max_batch or length > cache.max_len or width > cache.max_src_len:
             raise ValueError(f"the cache must be empty, with room for {rows} rows, {length} positions, {width} tokens")
         else:

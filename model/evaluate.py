@@ -103,7 +103,11 @@ def score(hyps: list[str], refs: list[str]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="nmt-eval", description=__doc__)
-    p.add_argument("--model-dir", required=True)
+    p.add_argument(
+        "--model-dir", required=True, nargs="+",
+        help="a checkpoint; several with one vocabulary decode as an ensemble (the log of their mean probabilities: "
+        "model/ensemble.py), e.g. a teacher for distillation",
+    )  # fmt: skip
     p.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     p.add_argument("--ref", help="reference translations, one a line (plain or .gz): score against them")
     p.add_argument(
@@ -150,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         p.error("give --ref to score the translations, --hyp-out (or --n-best-out) to keep them, or both")
     if args.record and not args.ref:
         p.error("--record stores scores: it needs --ref")
+    if args.record and len(args.model_dir) > 1:
+        p.error("--record stores one checkpoint's scores, not an ensemble's")
     if not 1 <= args.n_best <= args.beam:
         p.error(f"--n-best must be between 1 and --beam ({args.beam})")
     if args.n_best > 1 and not (args.n_best_out or args.closest_to_ref):
@@ -164,17 +170,26 @@ def main(argv: list[str] | None = None) -> None:
 
     from model.checkpoint import load_checkpoint
 
-    model, tokenizer, _ = load_checkpoint(args.model_dir, device=args.device)
+    loaded = [load_checkpoint(d, device=args.device)[:2] for d in args.model_dir]
+    model, tokenizer = loaded[0]
     if args.quantize == "int8":
         from model.quantize import quantize_int8
 
-        quantize_int8(model)
+        for member, _ in loaded:
+            quantize_int8(member)
+    if len(loaded) > 1:
+        from model.ensemble import Ensemble
+
+        specs = {t.hf.to_str() if hasattr(t, "hf") else None for _, t in loaded}
+        if len(specs) > 1 or None in specs:
+            sys.exit("nmt-eval: an ensemble's checkpoints must share one BPE vocabulary (the same tokenizer.json)")
+        model = Ensemble([member for member, _ in loaded])
     src = list(read_lines(args.src))
     refs = list(read_lines(args.ref)) if args.ref else None
     if refs is not None and len(src) != len(refs):
         sys.exit(f"nmt-eval: {args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
     t0 = time.perf_counter()
-    if args.beam == 1:
+    if args.beam == 1 and len(loaded) == 1:
         hyps = translate_corpus(model, tokenizer, src, batch_size=args.batch_size)
         lines = hyps
     else:
@@ -199,12 +214,14 @@ def main(argv: list[str] | None = None) -> None:
         "seconds": round(seconds, 2),
         "decoding": decoding,
     }
+    if len(loaded) > 1:
+        result["decoding"] += f", ensemble of {len(loaded)}"
     if args.record:
         from model.checkpoint import read_metadata, write_metadata
 
-        meta = read_metadata(args.model_dir)
+        meta = read_metadata(args.model_dir[0])
         meta.setdefault("scores", {})[args.record] = {**result, "src": args.src}
-        write_metadata(args.model_dir, meta)
+        write_metadata(args.model_dir[0], meta)
     print(json.dumps(result))
 
 
