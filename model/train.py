@@ -31,6 +31,8 @@ from model.tokenizer import Tokenizer, read_lines
 from model.transformer import Transformer, TransformerConfig
 
 STATE = "train_state"  # subdirectory of --out holding what resuming needs
+# What a checkpoint trained with --init-from records of the one it started from (whose own may hold a "started_from")
+STARTED_FROM = ("name", "command", "training_data", "steps", "epochs", "train_seconds", "valid", "started_from")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -268,6 +270,11 @@ def main(argv: list[str] | None = None) -> None:
         config = TransformerConfig.from_dict({**share(json.loads((init / "config.json").read_text()) if rank == 0
                                                       else None, world), **dropouts})  # fmt: skip
     model = Transformer(config).to(device)
+    started_from = None  # --init-from: how that checkpoint was made, recorded in this one's metadata
+    if init and rank == 0:
+        from model.checkpoint import read_metadata
+
+        started_from = {"checkpoint": str(init), **{k: v for k, v in read_metadata(init).items() if k in STARTED_FROM}}
     if init and rank == 0 and not resuming:  # DDP hands rank 0's weights to the others
         from model.checkpoint import load_checkpoint
 
@@ -309,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
             "epochs": info["epoch"], "train_seconds": round(info["seconds"], 1), "parameters": model.num_parameters(),
             "valid": {k: v for k, v in metrics.items() if k != "samples"},
         }  # fmt: skip
+        if init:
+            meta["started_from"] = started_from
         save_checkpoint(out, model, tokenizer, meta)
 
     deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else math.inf

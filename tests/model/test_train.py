@@ -85,6 +85,13 @@ def test_init_from_starts_from_the_checkpoint_weights_shape_and_vocabulary(tmp_p
     start_weights, tuned_weights = start.state_dict(), tuned.state_dict()
     assert all(torch.equal(start_weights[k], tuned_weights[k]) for k in start_weights)
     assert f"--init-from {trained_checkpoint}" in meta["command"]
+    _, _, start_meta = load_checkpoint(trained_checkpoint)
+    assert meta["started_from"] == {"checkpoint": str(trained_checkpoint),
+                                    **{k: start_meta[k] for k in ("name", "command", "training_data", "steps",
+                                                                  "epochs", "train_seconds", "valid")}}  # fmt: skip
+    again = tmp_path / "again"  # a chain of runs: each records the one before
+    train_main([*train_args(tmp_path, pairs, again, epochs=1), "--init-from", str(tmp_path / "tuned"), "--lr", "0"])
+    assert load_checkpoint(again)[2]["started_from"]["started_from"] == meta["started_from"]
 
 
 def test_init_from_a_directory_nmt_train_did_not_write_is_refused(tmp_path, pairs):
