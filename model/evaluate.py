@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     p.add_argument(
         "--n-best", type=int, default=1,
-        help="with --beam: keep the N best hypotheses of each source (--n-best-out, --closest-to-ref)",
+        help="with --beam: keep the N best hypotheses of each source (--n-best-out, --closest-out)",
     )  # fmt: skip
     p.add_argument(
         "--n-best-out", metavar="FILE",
@@ -131,10 +131,9 @@ def main(argv: list[str] | None = None) -> None:
         "and Marian's n-best format; index from 0)",
     )  # fmt: skip
     p.add_argument(
-        "--closest-to-ref", action="store_true",
-        help="with --n-best and --ref: --hyp-out gets, for each source, the n-best hypothesis with the highest "
-        "sentence BLEU against its reference (sequence-level interpolation, for distillation); the scores printed "
-        "stay those of the best hypotheses",
+        "--closest-out", metavar="FILE",
+        help="with --ref and --n-best: write, for each source, the one of its n-best hypotheses with the highest "
+        "sentence BLEU against its reference, one a line (sequence-level interpolation, for distillation)",
     )  # fmt: skip
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
@@ -158,13 +157,12 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--record stores one checkpoint's scores, not an ensemble's")
     if not 1 <= args.n_best <= args.beam:
         p.error(f"--n-best must be between 1 and --beam ({args.beam})")
-    if args.n_best > 1 and not (args.n_best_out or args.closest_to_ref):
-        p.error("--n-best keeps hypotheses for --n-best-out or --closest-to-ref: give one of them")
+    if args.n_best > 1 and not (args.n_best_out or args.closest_out):
+        p.error("--n-best keeps hypotheses for --n-best-out or --closest-out: give one of them")
     if args.n_best_out and args.n_best == 1:
         p.error("--n-best-out writes the n-best lists: give --n-best N > 1 (and --beam N or more)")
-    if args.closest_to_ref and not (args.ref and args.hyp_out and args.n_best > 1):
-        p.error("--closest-to-ref picks among n-best hypotheses by their references: it needs --ref, --hyp-out and "
-                "--n-best > 1")  # fmt: skip
+    if args.closest_out and not (args.ref and args.n_best > 1):
+        p.error("--closest-out picks among n-best hypotheses by their references: it needs --ref and --n-best > 1")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -191,22 +189,23 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     if args.beam == 1 and len(loaded) == 1:
         hyps = translate_corpus(model, tokenizer, src, batch_size=args.batch_size)
-        lines = hyps
     else:
         nbest = beam_translate_corpus(
             model, tokenizer, src, args.beam, args.length_penalty, batch_size=args.batch_size, n_best=args.n_best
         )
         hyps = [found[0][0] for found in nbest]
-        lines = closest_to_reference(nbest, refs) if args.closest_to_ref else hyps
+        if args.closest_out:
+            with open(args.closest_out, "w", encoding="utf-8") as f:
+                f.writelines(text + "\n" for text in closest_to_reference(nbest, refs))
         if args.n_best_out:
             with open(args.n_best_out, "w", encoding="utf-8") as f:
                 f.writelines(
-                    f"{i} ||| {text} ||| {score:.6f}\n" for i, found in enumerate(nbest) for text, score in found
+                    f"{i} ||| {text} ||| {value:.6f}\n" for i, found in enumerate(nbest) for text, value in found
                 )
     seconds = time.perf_counter() - t0
     if args.hyp_out:
         with open(args.hyp_out, "w", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in lines)
+            f.writelines(h + "\n" for h in hyps)
     decoding = decoding_description(args.beam, args.length_penalty) + (", int8" if args.quantize == "int8" else "")
     result = {
         **(score(hyps, refs) if refs is not None else {}),

@@ -127,14 +127,14 @@ def test_nmt_eval_n_best_writes_each_sources_hypotheses_best_first(tmp_path, cap
     assert result["bleu"] == score(best, ref.read_text().splitlines())["bleu"]
 
 
-def test_nmt_eval_closest_to_ref_picks_the_n_best_hypothesis_nearest_the_reference(
+def test_nmt_eval_closest_out_picks_the_n_best_hypothesis_nearest_the_reference(
     tmp_path, capsys, trained_checkpoint, corpus
 ):
     """Sequence-level interpolation: of each source's n-best, the one with the highest sentence BLEU is kept."""
     src, ref = corpus
     refs = ref.read_text().splitlines()
     eval_main(["--model-dir", str(trained_checkpoint), "--src", str(src), "--ref", str(ref), "--beam", "4",
-               "--n-best", "4", "--closest-to-ref", "--hyp-out", str(tmp_path / "inter"),
+               "--n-best", "4", "--closest-out", str(tmp_path / "inter"), "--hyp-out", str(tmp_path / "hyp"),
                "--n-best-out", str(tmp_path / "nbest")])  # fmt: skip
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     picked, lists = (tmp_path / "inter").read_text().splitlines(), read_nbest(tmp_path / "nbest")
@@ -144,6 +144,7 @@ def test_nmt_eval_closest_to_ref_picks_the_n_best_hypothesis_nearest_the_referen
         assert choice in [text for text, _ in hyps]
         assert bleu.sentence_score(choice, [reference]).score == max(scores)
     best = [hyps[0][0] for hyps in lists]
+    assert (tmp_path / "hyp").read_text().splitlines() == best, "--hyp-out keeps the best hypotheses"
     assert picked != best, "on this corpus some source's closest hypothesis is not its best"
     assert score(picked, refs)["bleu"] > score(best, refs)["bleu"] == result["bleu"]
     assert closest_to_reference([[("a b", -1.0), ("a b", -2.0)]], ["c"]) == ["a b"]
@@ -154,10 +155,10 @@ def test_nmt_eval_closest_to_ref_picks_the_n_best_hypothesis_nearest_the_referen
     [([], "give --ref to score the translations, --hyp-out (or --n-best-out) to keep them"),
      (["--hyp-out", "h", "--record", "x"], "--record stores scores: it needs --ref"),
      (["--hyp-out", "h", "--beam", "2", "--n-best", "3"], "--n-best must be between 1 and --beam (2)"),
-     (["--hyp-out", "h", "--beam", "2", "--n-best", "2"], "--n-best keeps hypotheses for --n-best-out or"),
+     (["--hyp-out", "h", "--beam", "2", "--n-best", "2"], "--n-best keeps hypotheses for --n-best-out or --closest-out"),
      (["--n-best-out", "h", "--beam", "2"], "--n-best-out writes the n-best lists: give --n-best N > 1"),
-     (["--hyp-out", "h", "--beam", "2", "--n-best", "2", "--closest-to-ref"],
-      "--closest-to-ref picks among n-best hypotheses by their references: it needs --ref")],
+     (["--hyp-out", "h", "--beam", "2", "--n-best", "2", "--closest-out", "c"],
+      "--closest-out picks among n-best hypotheses by their references: it needs --ref")],
 )  # fmt: skip
 def test_nmt_eval_refuses_a_run_with_nothing_to_do_or_scores_to_record_without_ref(
     capsys, trained_checkpoint, corpus, args, message
