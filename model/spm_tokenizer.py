@@ -135,17 +135,19 @@ class SentencePieceTokenizer:
     # ---- ids to text ---------------------------------------------------------------------------------------
 
     def _decode_run(self, pieces: list[str], side: str) -> str:
-        """SentencePiece's decode_pieces: known pieces with "▁" as spaces (the first one's dropped), control pieces
-        as nothing, pieces the model does not know verbatim."""
+        """SentencePiece's decode_pieces: known pieces with "▁" as spaces, control pieces as nothing, pieces the model
+        does not know verbatim; until some text is out, each piece's leading "▁" is dropped (so "▁", "▁w" gives "w")."""
         out, known, control = [], self._known[side], self._control[side]
         for p in pieces:
             if p in control:
                 continue
+            text = p
             if p in known:
                 text = p.replace("▁", " ")
-                out.append(text[1:] if not out and text.startswith(" ") else text)
-            else:
-                out.append(p)
+                if not out and text.startswith(" "):
+                    text = text[1:]
+            if text:
+                out.append(text)
         return "".join(out)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True, side: str = "target") -> str:

@@ -83,6 +83,12 @@ def test_decoding_equals_marian_tokenizer_with_and_without_special_tokens(marian
         ids = [rng.randrange(vocab) for _ in range(rng.randrange(0, 14))]
         for skip in (True, False):
             assert tok.decode(ids, skip) == htok.decode(ids, skip_special_tokens=skip), (ids, skip)
+    # SentencePiece drops the leading "▁" of every piece until some text is out: "▁", "▁", "▁a" decodes to "a"
+    space = [i for i in range(vocab) if tok.id_to_token(i) == "▁"]
+    word = next(i for i in range(vocab) if tok.id_to_token(i).startswith("▁") and len(tok.id_to_token(i)) > 1)
+    for ids in ([*space, *space, word], [*space, word, *space, *space, word], [tok.eos_id, *space, *space, word]):
+        for skip in (True, False):
+            assert tok.decode(ids, skip) == htok.decode(ids, skip_special_tokens=skip), (ids, skip)
 
 
 def test_greedy_decoding_gives_transformers_tokens_alone_and_in_a_batch(marian):
