@@ -40,7 +40,7 @@ def train_spm(lines: list[str], prefix: Path, vocab_size: int) -> Path:
     spm.SentencePieceTrainer.train(
         input=str(text), model_prefix=str(prefix), vocab_size=vocab_size, model_type="unigram",
         character_coverage=1.0, normalization_rule_name="nmt_nfkc", eos_id=0, unk_id=1, bos_id=-1, pad_id=-1,
-        minloglevel=2, num_threads=1,
+        minloglevel=2, num_threads=1, hard_vocab_limit=False,  # synthetic sentences (no data at hand) hold fewer pieces
     )  # fmt: skip
     return prefix.with_suffix(".model")
 
@@ -71,12 +71,12 @@ def build_marian(
     (out / "source.spm").write_bytes(src_spm.read_bytes())
     (out / "target.spm").write_bytes(tgt_spm.read_bytes())
 
-    def vocab_of(*models: Path) -> dict[str, int]:
+    def vocab_of(*models: Path, size: int = vocab_size) -> dict[str, int]:
         vocab = {"</s>": 0, "<unk>": 1}
         for m in models:
             for piece in normal_pieces(m):
                 vocab.setdefault(piece, len(vocab))
-        while len(vocab) < vocab_size - 1:
+        while len(vocab) < size - 1:
             vocab[f"▁unused{len(vocab)}"] = len(vocab)
         vocab["<pad>"] = len(vocab)
         return vocab
@@ -85,7 +85,9 @@ def build_marian(
         vocab = tgt_vocab = vocab_of(src_spm, tgt_spm)
         (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     else:
-        vocab, tgt_vocab = vocab_of(src_spm), vocab_of(tgt_spm)
+        tgt_vocab = vocab_of(tgt_spm)
+        # <pad> (the decoder's start) is one id in both embeddings, so the source vocabulary is at least as long
+        vocab = vocab_of(src_spm, size=max(vocab_size, len(tgt_vocab)))
         (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
         (out / "target_vocab.json").write_text(json.dumps(tgt_vocab, ensure_ascii=False), encoding="utf-8")
     (out / "tokenizer_config.json").write_text(
