@@ -4,12 +4,14 @@ import shutil
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from model.checkpoint import load_checkpoint
 from model.evaluate import main as eval_main
 from model.evaluate import translate_corpus
-from model.train import language_of
+from model.train import batch_loss, language_of
 from model.train import main as train_main
+from model.transformer import Transformer, TransformerConfig
 from tests.conftest import train_args, write_corpus
 
 
@@ -111,3 +113,46 @@ def test_resume_at_the_epochs_already_done_only_averages_the_last_snapshots(tmp_
     assert after["step"] == before["step"] and after["history"] == before["history"]
     averaged = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith('{"averaged"')]
     assert len(averaged) == 1 and averaged[0]["averaged"] == ["epoch1.safetensors", "epoch2.safetensors"]
+
+
+def _tiny_model(dropout: float) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(src_vocab_size=50, tgt_vocab_size=50, d_model=32, n_heads=4,
+                                         n_encoder_layers=1, n_decoder_layers=1, d_ff=64, dropout=dropout))  # fmt: skip
+
+
+def test_r_drop_adds_the_symmetric_divergence_of_two_dropout_runs_to_their_mean_cross_entropy():
+    src = torch.randint(4, 50, (3, 7))
+    tgt = torch.randint(4, 50, (3, 6))
+    tgt[0, 4:] = 0  # padding: neither term counts it
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    model = _tiny_model(dropout=0.3).train()
+
+    torch.manual_seed(5)
+    got = batch_loss(model, src, tgt_in, tgt_out, pad_id=0, label_smoothing=0.1, r_drop=4.0)
+    torch.manual_seed(5)  # the same dropout masks: the reference, written with torch's own KL divergence
+    lp1, lp2 = model(torch.cat([src, src]), torch.cat([tgt_in, tgt_in])).float().log_softmax(-1).chunk(2)
+    keep = tgt_out != 0
+    ce = sum(F.cross_entropy(lp.flatten(0, 1), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1,
+                             reduction="sum") for lp in (lp1, lp2))  # fmt: skip
+    kl = F.kl_div(lp2, lp1, log_target=True, reduction="none").sum(-1) + F.kl_div(
+        lp1, lp2, log_target=True, reduction="none"
+    ).sum(-1)
+    kl_masked = kl[keep].sum()
+    assert kl_masked > 0.01  # the two runs' dropout differed
+    torch.testing.assert_close(got, (ce + 4.0 * kl_masked / 2) / 2)
+
+    model.eval()  # no dropout: both runs agree, and R-Drop's loss is the plain loss
+    plain = batch_loss(model, src, tgt_in, tgt_out, pad_id=0, label_smoothing=0.1)
+    torch.testing.assert_close(batch_loss(model, src, tgt_in, tgt_out, 0, 0.1, r_drop=4.0), plain)
+
+
+def test_training_with_r_drop_learns_and_records_it(tmp_path, pairs):
+    args = train_args(tmp_path, pairs, tmp_path / "ck", epochs=3)
+    dropout = args.index("--dropout") + 1
+    args[dropout] = "0.1"
+    train_main([*args, "--r-drop", "2"])
+    state = json.loads((tmp_path / "ck" / "train_state" / "state.json").read_text())
+    losses = [h["valid_loss"] for h in state["history"]]
+    assert losses[-1] < losses[0], losses
+    assert "--r-drop 2" in json.loads((tmp_path / "ck" / "metadata.json").read_text())["command"]
