@@ -115,6 +115,7 @@ def test_half_precision_on_cpu_is_refused_before_starting():
         main(["--device", "cpu", "--dtype", "float16"])
 
 
+@pytest.mark.compiles
 def test_two_precompiles_at_once_on_one_directory_both_succeed_and_a_server_then_loads_every_graph(
     tiny_checkpoint, tmp_path
 ):

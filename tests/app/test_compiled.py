@@ -9,7 +9,7 @@ from app.settings import Settings
 from tests.app.conftest import StepGate, serve
 from tests.app.test_api import assert_stream_matches, sse
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.compiles]
 TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps.", "Hi", ""]
 
 

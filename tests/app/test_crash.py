@@ -164,6 +164,7 @@ def killed_while_compiling(tiny_checkpoint, tmp_path_factory):
     }  # fmt: skip
 
 
+@pytest.mark.compiles
 def test_a_server_killed_while_compiling_restarts_on_its_leftovers_serves_and_ends_compiled(
     killed_while_compiling, eager
 ):
@@ -181,6 +182,7 @@ def test_a_server_killed_while_compiling_restarts_on_its_leftovers_serves_and_en
     assert events[-1]["text"] == eager[1]["text"] and [e["token"]["id"] for e in events[:-1]] == eager[1]["token_ids"]
 
 
+@pytest.mark.compiles
 def test_after_the_restart_every_package_is_whole_and_only_the_dead_builds_leftover_is_gone(killed_while_compiling):
     k = killed_while_compiling
     assert len(packages(k["directory"])) == 3 and k["last"].stat().st_size > 0, "the empty package was rebuilt"
@@ -211,6 +213,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.compiles
 def test_every_kind_of_broken_package_is_ignored_with_a_warning(killed_while_compiling, tmp_path, caplog,
                                                                 monkeypatch):  # fmt: skip
     """What compile_graphs does with each: `_load` gives None (build it again) and says why; a whole copy loads."""

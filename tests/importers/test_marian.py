@@ -108,7 +108,7 @@ def test_greedy_decoding_gives_transformers_tokens_alone_and_in_a_batch(marian):
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.compiles)], ids=["eager", "compiled"])
 async def test_the_engine_translates_as_transformers_batched_and_alone(marian, compiled):
     layout, hf, htok, model, tok, _ = marian
     if compiled and layout == "separate":

@@ -23,6 +23,7 @@ from tests.model.test_decoding import SOURCES, batch
 
 MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
 LONGEST = [list(range(40, 55)) + [2]]  # 16 tokens: the cache's whole source window
+pytestmark = pytest.mark.compiles  # `pytest -m "not compiles"` leaves them out: pyproject.toml
 
 
 def test_graphs_cover_one_row_two_rows_the_screens_minimum_and_the_large_rows():
