@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--label-smoothing", type=float, default=0.1)
     a("--r-drop", type=float, default=0.0, metavar="ALPHA", help="R-Drop: each sentence runs twice under different "
       "dropout, and ALPHA weighs the symmetric KL divergence of the two predictions (0 = off; 5 in the paper's "
-      "translation runs); a step then costs about twice as much")  # fmt: skip
+      "translation runs); a step then costs about 2.5 times as much")  # fmt: skip
     a("--lr", type=float, default=4e-3, help="peak learning rate after warm-up")
     a("--warmup", type=int, default=1000, help="warm-up steps; then lr decays as 1/sqrt(step)")
     a("--weight-decay", type=float, default=0.0)

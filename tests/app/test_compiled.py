@@ -9,7 +9,7 @@ from app.settings import Settings
 from tests.app.conftest import StepGate, serve
 from tests.app.test_api import assert_stream_matches, sse
 
-pytestmark = [pytest.mark.anyio, pytest.mark.compiles]
+pytestmark = pytest.mark.anyio
 TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps.", "Hi", ""]
 
 
@@ -23,6 +23,7 @@ async def translate(settings: Settings, startup_timeout: float = 60) -> tuple[di
         return info, r.json()["translations"]
 
 
+@pytest.mark.compiles
 async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_restart_loads_its_graphs(
     trained_checkpoint, tmp_path
 ):
@@ -59,6 +60,7 @@ async def test_a_screened_server_translates_exactly_like_a_float32_one(trained_c
     assert [t["score"] for t in screened] == pytest.approx([t["score"] for t in plain], abs=1e-2)
 
 
+@pytest.mark.compiles
 async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_across_the_swap(
     trained_checkpoint, monkeypatch, tmp_path
 ):
@@ -95,6 +97,7 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         assert again["translations"][0]["token_ids"] == plain["translations"][0]["token_ids"]
 
 
+@pytest.mark.compiles
 async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8_model(trained_checkpoint, tmp_path):
     """NMT_QUANTIZE=int8: /info reports it (the logit screen off); the compiled int8 graphs give the eager int8
     model's translations (the same function, as in float32); /attention runs the int8 layers too."""

@@ -23,7 +23,6 @@ from tests.model.test_decoding import SOURCES, batch
 
 MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
 LONGEST = [list(range(40, 55)) + [2]]  # 16 tokens: the cache's whole source window
-pytestmark = pytest.mark.compiles  # `pytest -m "not compiles"` leaves them out: pyproject.toml
 
 
 def test_graphs_cover_one_row_two_rows_the_screens_minimum_and_the_large_rows():
@@ -57,6 +56,7 @@ def assert_greedy_equal(compiled, eager, cache, screen=False):
         assert cache.n == 0, "greedy_decode hands the cache back empty"
 
 
+@pytest.mark.compiles
 def test_compiled_greedy_decoding_equals_eager_for_every_row_count(trained_checkpoint, large_rows_from_3,
                                                                    packages_dir):  # fmt: skip
     """1 and 2 rows in float32, 3 and 4 rows with the bfloat16 screen (model/screen.py) inside the compiled step
@@ -77,6 +77,7 @@ def test_compiled_greedy_decoding_equals_eager_for_every_row_count(trained_check
     assert not hasattr(compiled, "compiled_step") and not hasattr(compiled, "compiled_prefill")
 
 
+@pytest.mark.compiles
 def test_compiled_beam_search_and_sampling_equal_eager(trained_checkpoint, large_rows_from_3, packages_dir):
     """Beam search and sampling step through the compiled full step (log-probabilities), also beside greedy rows."""
     eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
@@ -120,6 +121,7 @@ def compile_one_row(model, cache, directory, **options):
     return compile_model(model, cache, steps=("greedy",), directory=directory, mode="default", **options)
 
 
+@pytest.mark.compiles
 def test_a_restart_loads_the_graphs_the_first_start_built(one_row, trained_checkpoint, tmp_path, caplog):
     restarted, cache, built = one_row  # another model object with the same weights
     eager = load_checkpoint(trained_checkpoint)[0]
@@ -135,6 +137,7 @@ def test_a_restart_loads_the_graphs_the_first_start_built(one_row, trained_check
     assert graphs.missed == 0
 
 
+@pytest.mark.compiles
 def test_loading_leaves_nothing_unpacked_behind(one_row, trained_checkpoint, tmp_path, tmp_path_factory, monkeypatch):
     """AOTInductor unpacks each package under TMPDIR and removes it only when the runner is destroyed, which a
     stopped or killed server never does: each start left its graphs' libraries behind."""
@@ -148,6 +151,7 @@ def test_loading_leaves_nothing_unpacked_behind(one_row, trained_checkpoint, tmp
     assert got[0].tokens == want[0].tokens and graphs.missed == 0
 
 
+@pytest.mark.compiles
 def test_the_graphs_so_far_can_serve_while_the_others_are_built(one_row, trained_checkpoint, tmp_path, caplog):
     """`ready` gets each partial result (the server adopts them one by one): the rows and steps without a graph yet
     run eagerly, decode the same tokens, and are not counted as missed."""
@@ -184,6 +188,7 @@ def packages(directory):
     return sorted(p for p in directory.glob("*/*.pt2") if not p.name.startswith("."))
 
 
+@pytest.mark.compiles
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="oneDNN packs the frozen weights on CPU")
 def test_the_weights_are_frozen_into_the_package_as_packed_linears(one_row_packages):
     """Inductor freezes only what is compiled without autograd: a package built with it on ran its Linears as
@@ -194,6 +199,7 @@ def test_the_weights_are_frozen_into_the_package_as_packed_linears(one_row_packa
     assert "aoti_torch_cpu__linear_pointwise" in wrapper and "aoti_torch_cpu_addmm_out" not in wrapper
 
 
+@pytest.mark.compiles
 def test_a_corrupt_or_truncated_package_is_ignored_with_a_warning_and_built_again(one_row, tmp_path, caplog):
     model, cache, built = one_row
     step, prefill = packages(tmp_path)  # greedy_step-..., prefill-...
@@ -209,6 +215,7 @@ def test_a_corrupt_or_truncated_package_is_ignored_with_a_warning_and_built_agai
     assert greedy_decode(model, batch([SOURCES[0]]), 30, cache)[0].tokens and graphs.missed == 0
 
 
+@pytest.mark.compiles
 def test_a_package_built_by_another_torch_version_is_ignored_with_a_warning(one_row, tmp_path, caplog, monkeypatch):
     model, cache, built = one_row
     real = model_compile.environment
@@ -253,6 +260,7 @@ print(json.dumps({"first": first, "broken": broken, "repaired": vector_isa()}))
 """
 
 
+@pytest.mark.compiles
 def test_broken_vector_isa_probes_left_by_a_killed_build_are_rebuilt_so_kernels_stay_vectorised(tmp_path):
     """Inductor's ISA probe libraries, half-written as a kill -9 leaves them, make it pick a narrower ISA or none (the
     kernels then slower, silently); vector_isa() removes them, probes again and finds the first start's ISA, with a
@@ -269,6 +277,7 @@ def test_broken_vector_isa_probes_left_by_a_killed_build_are_rebuilt_so_kernels_
     assert "probe libraries" in run.stdout and "were removed and the probes run again" in run.stdout
 
 
+@pytest.mark.compiles
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="oneDNN runs the int8 linears on CPU")
 def test_int8_graphs_run_their_linears_in_int8_and_decode_as_the_eager_int8_model(trained_checkpoint, tmp_path):
     """model/quantize.py's layers, compiled: packages of their own whose linears (the output projection included)
