@@ -63,6 +63,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--r-drop", type=float, default=0.0, metavar="ALPHA", help="R-Drop: each sentence runs twice under different "
       "dropout, and ALPHA weighs the symmetric KL divergence of the two predictions (0 = off; 5 in the paper's "
       "translation runs); a step then costs about 2.5 times as much")  # fmt: skip
+    a("--teacher", action="append", default=[], metavar="DIR", help="word-level knowledge distillation: this "
+      "checkpoint (repeat for an ensemble, whose probabilities are averaged) predicts every target token beside the "
+      "student, and the student also learns its distribution (see --kd-alpha). Teachers must share the student's "
+      "vocabulary; a student trained from scratch takes the first teacher's. Each costs a forward pass a step")  # fmt: skip
+    a("--kd-alpha", type=float, default=0.5, metavar="A", help="with --teacher: the loss is (1 - A) x the "
+      "label-smoothed cross-entropy on the training targets + A x KL(teachers || student), per target token")  # fmt: skip
     a("--lr", type=float, default=4e-3, help="peak learning rate after warm-up")
     a("--warmup", type=int, default=1000, help="warm-up steps; then lr decays as 1/sqrt(step)")
     a("--weight-decay", type=float, default=0.0)
@@ -121,10 +127,21 @@ def collate(pairs, idx: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Ten
     return src, tgt[:, :-1], tgt[:, 1:]
 
 
-def batch_loss(net, src, tgt_in, tgt_out, pad_id: int, label_smoothing: float, r_drop: float = 0.0) -> torch.Tensor:
-    """The batch's loss summed over its target tokens. With r_drop > 0 (R-Drop, Liang et al. 2021, as its fairseq
-    code): the batch runs twice under different dropout; the mean of the two cross-entropies plus r_drop times the
-    mean of KL(p1 || p2) and KL(p2 || p1) of the two predicted distributions, per target token."""
+def teacher_probs(teachers: list, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    """(B, T, V): the teachers' next-token distributions, averaged (an ensemble averages probabilities)."""
+    with torch.no_grad():  # not inference_mode: the result is a constant inside the student's autograd graph
+        return sum(t(src, tgt_in).float().softmax(-1) for t in teachers) / len(teachers)
+
+
+def batch_loss(
+    net, src, tgt_in, tgt_out, pad_id: int, label_smoothing: float, r_drop: float = 0.0,
+    teacher: torch.Tensor | None = None, kd_alpha: float = 0.0,
+) -> torch.Tensor:  # fmt: skip
+    """The batch's loss summed over its target tokens. With teacher, the teachers' distributions (B, T, V) for each
+    target token (word-level knowledge distillation, Kim & Rush 2016): (1 - kd_alpha) x the cross-entropy +
+    kd_alpha x KL(teacher || student). With r_drop > 0 (R-Drop, Liang et al. 2021, as its fairseq code): the batch
+    runs twice under different dropout; the mean of the two losses plus r_drop times the mean of KL(p1 || p2) and
+    KL(p2 || p1) of the two predicted distributions, per target token."""
     if r_drop:
         src, tgt_in = torch.cat([src, src]), torch.cat([tgt_in, tgt_in])
     logits = net(src, tgt_in).float()  # (B or 2B, T, V)
@@ -132,6 +149,10 @@ def batch_loss(net, src, tgt_in, tgt_out, pad_id: int, label_smoothing: float, r
     loss = F.cross_entropy(
         logits.flatten(0, 1), gold.flatten(), ignore_index=pad_id, label_smoothing=label_smoothing, reduction="sum"
     )
+    if teacher is not None:
+        pt = torch.cat([teacher, teacher]) if r_drop else teacher
+        kd = (pt * (pt.clamp_min(1e-30).log() - logits.log_softmax(-1))).sum(-1)  # (B or 2B, T): KL(pt || student)
+        loss = (1 - kd_alpha) * loss + kd_alpha * kd.masked_fill(gold == pad_id, 0.0).sum()
     if not r_drop:
         return loss
     lp1, lp2 = logits.log_softmax(-1).chunk(2)  # (B, T, V) each
@@ -257,10 +278,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(
             f"nmt-train: --init-from {init} is not a checkpoint written by nmt-train (config.json, tokenizer.json)"
         )
+    for t in args.teacher:
+        if rank == 0 and not ((Path(t) / "config.json").is_file() and (Path(t) / "tokenizer.json").is_file()):
+            sys.exit(f"nmt-train: --teacher {t} is not a checkpoint written by nmt-train (config.json, tokenizer.json)")
+    if args.teacher and not 0 <= args.kd_alpha <= 1:
+        sys.exit(f"nmt-train: --kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
+    vocab_from = init or (Path(args.teacher[0]) if args.teacher else None)  # a student of teachers: their vocabulary
     if rank == 0 and resuming:
         tokenizer = Tokenizer.from_file(state_dir / "tokenizer.json")
-    elif rank == 0 and init:
-        tokenizer = Tokenizer.from_file(init / "tokenizer.json")
+    elif rank == 0 and vocab_from:
+        tokenizer = Tokenizer.from_file(vocab_from / "tokenizer.json")
         state_dir.mkdir(parents=True, exist_ok=True)
         tokenizer.save(state_dir / "tokenizer.json")
     elif rank == 0:
@@ -292,6 +319,16 @@ def main(argv: list[str] | None = None) -> None:
         config = TransformerConfig.from_dict({**share(json.loads((init / "config.json").read_text()) if rank == 0
                                                       else None, world), **dropouts})  # fmt: skip
     model = Transformer(config).to(device)
+    teachers = []
+    if args.teacher:
+        from model.checkpoint import load_checkpoint
+
+        for t in args.teacher:
+            teacher, teacher_tokenizer, _ = load_checkpoint(t, device)  # eval(): no dropout
+            if teacher_tokenizer.hf.to_str() != tokenizer.hf.to_str():
+                sys.exit(f"nmt-train: --teacher {t} has another vocabulary than the student's: distill into a "
+                         "student with its vocabulary (--init-from a checkpoint of it, or from scratch)")  # fmt: skip
+            teachers.append(teacher.requires_grad_(False))
     started_from = None  # --init-from: how that checkpoint was made, recorded in this one's metadata
     if init and rank == 0:
         from model.checkpoint import read_metadata
@@ -340,6 +377,8 @@ def main(argv: list[str] | None = None) -> None:
         }  # fmt: skip
         if init:
             meta["started_from"] = started_from
+        if teachers:
+            meta["distillation"] = {"teachers": args.teacher, "kd_alpha": args.kd_alpha}
         save_checkpoint(out, model, tokenizer, meta)
 
     deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else math.inf
@@ -365,7 +404,9 @@ def main(argv: list[str] | None = None) -> None:
             for g in optimizer.param_groups:
                 g["lr"] = lr
             with autocast:
-                loss_sum = batch_loss(net, src, tgt_in, tgt_out, config.pad_id, args.label_smoothing, args.r_drop)
+                teacher = teacher_probs(teachers, src, tgt_in) if teachers else None
+                loss_sum = batch_loss(net, src, tgt_in, tgt_out, config.pad_id, args.label_smoothing, args.r_drop,
+                                      teacher, args.kd_alpha)  # fmt: skip
             loss_sum = loss_sum * bool(shard)
             optimizer.zero_grad(set_to_none=True)
             # DDP divides the ranks' summed gradients by world: this gives the gradient of the batch's mean loss.

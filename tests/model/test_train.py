@@ -156,3 +156,64 @@ def test_training_with_r_drop_learns_and_records_it(tmp_path, pairs):
     losses = [h["valid_loss"] for h in state["history"]]
     assert losses[-1] < losses[0], losses
     assert "--r-drop 2" in json.loads((tmp_path / "ck" / "metadata.json").read_text())["command"]
+
+
+def test_distillation_adds_the_kl_divergence_from_the_teachers_to_the_cross_entropy():
+    src = torch.randint(4, 50, (3, 7))
+    tgt = torch.randint(4, 50, (3, 6))
+    tgt[0, 4:] = 0  # padding: neither term counts it
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    model = _tiny_model(dropout=0.0).eval()
+    teachers = [_tiny_model(dropout=0.0).eval() for _ in range(2)]
+    with torch.no_grad():
+        for i, t in enumerate(teachers):
+            for w in t.parameters():
+                w.add_(0.5 * (i + 1) * torch.randn_like(w))
+    from model.train import teacher_probs
+
+    pt = teacher_probs(teachers, src, tgt_in)
+    mean = (teachers[0](src, tgt_in).softmax(-1) + teachers[1](src, tgt_in).softmax(-1)) / 2
+    torch.testing.assert_close(pt, mean.detach())  # an ensemble: probabilities averaged
+
+    got = batch_loss(model, src, tgt_in, tgt_out, pad_id=0, label_smoothing=0.1, teacher=pt, kd_alpha=0.3)
+    logp = model(src, tgt_in).float().log_softmax(-1)
+    ce = F.cross_entropy(logp.flatten(0, 1), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1, reduction="sum")
+    kl = F.kl_div(logp, pt, reduction="none").sum(-1)[tgt_out != 0].sum()  # torch's own KL(pt || student)
+    assert kl > 0.01
+    torch.testing.assert_close(got, 0.7 * ce + 0.3 * kl)
+
+    # A student that already predicts its teacher's distribution has nothing left to learn from it at alpha 1.
+    own = model(src, tgt_in).softmax(-1).detach()
+    alone = batch_loss(model, src, tgt_in, tgt_out, 0, 0.1, teacher=own, kd_alpha=1.0)
+    alone.backward()
+    assert abs(alone.item()) < 1e-4
+    assert max(p.grad.abs().max().item() for p in model.parameters() if p.grad is not None) < 1e-5
+
+
+def test_a_student_trained_on_its_teacher_alone_learns_to_translate_like_it(tmp_path, trained_checkpoint, pairs):
+    """--kd-alpha 1: the training targets only give the prefixes; all the student learns is the teacher's
+    distribution. From scratch it takes the teacher's vocabulary and records its teachers."""
+    args = train_args(tmp_path, pairs, tmp_path / "student", epochs=12)
+    args[args.index("--vocab-size") + 1] = "300"  # ignored: a student of teachers has their vocabulary
+    train_main([*args, "--teacher", str(trained_checkpoint), "--kd-alpha", "1"])
+    teacher, teacher_tok, _ = load_checkpoint(trained_checkpoint)
+    student, student_tok, meta = load_checkpoint(tmp_path / "student")
+    assert student_tok.hf.to_str() == teacher_tok.hf.to_str()
+    assert meta["distillation"] == {"teachers": [str(trained_checkpoint)], "kd_alpha": 1.0}
+    valid = [s for s, _ in pairs[360:]]
+    same = sum(a == b for a, b in zip(translate_corpus(student, student_tok, valid),
+                                      translate_corpus(teacher, teacher_tok, valid)))  # fmt: skip
+    assert meta["valid"]["valid_bleu"] > 50 and same >= 3 * len(valid) // 4, (meta["valid"], same, len(valid))
+
+
+def test_a_teacher_with_another_vocabulary_is_refused(tmp_path, trained_checkpoint, pairs):
+    other = tmp_path / "other"
+    train_main(train_args(tmp_path, pairs, other, epochs=1)[:-4] + ["--epochs", "1", "--seed", "1",
+                                                                   "--vocab-size", "300"])  # fmt: skip
+    args = train_args(tmp_path, pairs, tmp_path / "student", epochs=1)
+    with pytest.raises(SystemExit, match="has another vocabulary than the student's"):
+        train_main([*args, "--init-from", str(trained_checkpoint), "--teacher", str(other)])
+    with pytest.raises(SystemExit, match="is not a checkpoint written by nmt-train"):
+        train_main([*args, "--teacher", str(tmp_path / "nowhere")])
+    with pytest.raises(SystemExit, match="--kd-alpha must lie between 0 and 1"):
+        train_main([*args, "--teacher", str(trained_checkpoint), "--kd-alpha", "1.5"])
