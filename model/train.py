@@ -96,6 +96,11 @@ def language_of(path: str) -> str:
     return code if code.isalpha() and 2 <= len(code) <= 3 else "unknown"
 
 
+def written_by_nmt_train(dir_: Path) -> bool:
+    """Whether dir_ holds a checkpoint nmt-train wrote (--init-from and --teacher take no other)."""
+    return (dir_ / "config.json").is_file() and (dir_ / "tokenizer.json").is_file()
+
+
 def make_batches(pairs: list[tuple[list[int], list[int]]], batch_tokens: int, seed: int) -> list[list[int]]:
     """Indices grouped by similar length so that (rows x longest side) stays under batch_tokens."""
     rng = random.Random(seed)
@@ -274,12 +279,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("nmt-train: source and target files must have the same number of lines")
     resuming = share(args.resume and (state_dir / "state.json").exists(), world)
     init = Path(args.init_from) if args.init_from else None
-    if init and rank == 0 and not ((init / "config.json").is_file() and (init / "tokenizer.json").is_file()):
+    if init and rank == 0 and not written_by_nmt_train(init):
         sys.exit(
             f"nmt-train: --init-from {init} is not a checkpoint written by nmt-train (config.json, tokenizer.json)"
         )
     for t in args.teacher:
-        if rank == 0 and not ((Path(t) / "config.json").is_file() and (Path(t) / "tokenizer.json").is_file()):
+        if rank == 0 and not written_by_nmt_train(Path(t)):
             sys.exit(f"nmt-train: --teacher {t} is not a checkpoint written by nmt-train (config.json, tokenizer.json)")
     if args.teacher and not 0 <= args.kd_alpha <= 1:
         sys.exit(f"nmt-train: --kd-alpha must lie between 0 and 1, not {args.kd_alpha}")

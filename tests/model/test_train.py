@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from model.checkpoint import load_checkpoint
 from model.evaluate import main as eval_main
 from model.evaluate import translate_corpus
-from model.train import batch_loss, language_of
+from model.train import batch_loss, language_of, teacher_probs
 from model.train import main as train_main
 from model.transformer import Transformer, TransformerConfig
 from tests.conftest import train_args, write_corpus
@@ -121,11 +121,16 @@ def _tiny_model(dropout: float) -> Transformer:
                                          n_encoder_layers=1, n_decoder_layers=1, d_ff=64, dropout=dropout))  # fmt: skip
 
 
-def test_r_drop_adds_the_symmetric_divergence_of_two_dropout_runs_to_their_mean_cross_entropy():
+def _tiny_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """src (3, 7), tgt_in and tgt_out (3, 5) for _tiny_model, the first target padded from its 5th token."""
     src = torch.randint(4, 50, (3, 7))
     tgt = torch.randint(4, 50, (3, 6))
-    tgt[0, 4:] = 0  # padding: neither term counts it
-    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    tgt[0, 4:] = 0  # padding: no loss term counts it
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def test_r_drop_adds_the_symmetric_divergence_of_two_dropout_runs_to_their_mean_cross_entropy():
+    src, tgt_in, tgt_out = _tiny_batch()
     model = _tiny_model(dropout=0.3).train()
 
     torch.manual_seed(5)
@@ -159,18 +164,13 @@ def test_training_with_r_drop_learns_and_records_it(tmp_path, pairs):
 
 
 def test_distillation_adds_the_kl_divergence_from_the_teachers_to_the_cross_entropy():
-    src = torch.randint(4, 50, (3, 7))
-    tgt = torch.randint(4, 50, (3, 6))
-    tgt[0, 4:] = 0  # padding: neither term counts it
-    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    src, tgt_in, tgt_out = _tiny_batch()
     model = _tiny_model(dropout=0.0).eval()
     teachers = [_tiny_model(dropout=0.0).eval() for _ in range(2)]
     with torch.no_grad():
         for i, t in enumerate(teachers):
             for w in t.parameters():
                 w.add_(0.5 * (i + 1) * torch.randn_like(w))
-    from model.train import teacher_probs
-
     pt = teacher_probs(teachers, src, tgt_in)
     mean = (teachers[0](src, tgt_in).softmax(-1) + teachers[1](src, tgt_in).softmax(-1)) / 2
     torch.testing.assert_close(pt, mean.detach())  # an ensemble: probabilities averaged
