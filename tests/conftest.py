@@ -104,3 +104,12 @@ def marian_models(tmp_path_factory):
             import_marian(hf, root / f"{layout}-ours", {"name": f"tiny-marian-{layout}", "path": str(hf)}),
         )
     return out
+
+
+def pytest_collection_modifyitems(items):
+    """The files that compile graphs first, the most compiling tests first: run on several workers (scripts/test.sh,
+    each file whole on one worker), the longest files start at once instead of ending the run alone."""
+    compiling: dict[str, int] = {}
+    for item in items:
+        compiling[item.path] = compiling.get(item.path, 0) + bool(item.get_closest_marker("compiles"))
+    items.sort(key=lambda item: -compiling[item.path])  # stable: a file's tests keep their order
