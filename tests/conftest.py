@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import Counter
 
 import pytest
 import torch
@@ -109,7 +110,5 @@ def marian_models(tmp_path_factory):
 def pytest_collection_modifyitems(items):
     """The files that compile graphs first, the most compiling tests first: run on several workers (scripts/test.sh,
     each file whole on one worker), the longest files start at once instead of ending the run alone."""
-    compiling: dict[str, int] = {}
-    for item in items:
-        compiling[item.path] = compiling.get(item.path, 0) + bool(item.get_closest_marker("compiles"))
+    compiling = Counter(item.path for item in items if item.get_closest_marker("compiles"))
     items.sort(key=lambda item: -compiling[item.path])  # stable: a file's tests keep their order
