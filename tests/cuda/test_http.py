@@ -37,9 +37,9 @@ async def served(bundled):
     seconds: dict[str, float] = {}
     load = Engine.from_settings.__func__
 
-    def timed(cls, s, metrics=None):
+    def timed(cls, s, metrics=None, **where):  # where: Models.load's model_dir, name, threads, gpu_memory_fraction
         t0 = time.perf_counter()
-        engine = load(cls, s, metrics)
+        engine = load(cls, s, metrics, **where)
         seconds["load"] = time.perf_counter() - t0
         return engine
 
