@@ -119,10 +119,14 @@ async def health() -> s.StatusResponse:
     "/ready", response_model=s.ReadyResponse, response_model_exclude_none=True,
     responses={503: {"model": s.ErrorResponse}},
 )  # fmt: skip
-async def ready(models: ModelsDep):
+async def ready(models: ModelsDep, request: Request):
     """Readiness: 200 once every model has loaded and warmed up (`partial` when some failed to load and the others
-    serve), 503 before, when none loaded, and while shutting down. `models` says each one's state."""
+    serve), 503 before, when none loaded, and while shutting down. `models` says each one's state. With NMT_WORKERS,
+    200 only once every worker has loaded (`workers`)."""
     states = models.states()
+    group = request.app.state.workers
+    if group is not None and "loading" not in states.values() and (loaded := group.loaded_count()) < group.count:
+        return error(503, f"{loaded} of the server's {group.count} workers have loaded", "not_ready")
     if "loading" not in states.values() and "ready" in states.values():
         status = "ready" if all(v == "ready" for v in states.values()) else "partial"
         return s.ReadyResponse(status=status, models=states)
@@ -135,9 +139,12 @@ async def ready(models: ModelsDep):
 
 
 @router.get("/info", response_model=s.InfoResponse)
-async def info(engine: EngineDep, models: ModelsDep) -> s.InfoResponse:
-    """One model (`?model=`, default the first): its config and size, the device, and the request limits."""
-    return s.InfoResponse(version=VERSION, models=models.names, **engine.info())
+async def info(engine: EngineDep, models: ModelsDep, request: Request) -> s.InfoResponse:
+    """One model (`?model=`, default the first): its config and size, the device, and the request limits; with
+    NMT_WORKERS, those of the worker that answers (`worker`)."""
+    group = request.app.state.workers
+    worker = s.WorkerInfo(**group.info()) if group is not None else None
+    return s.InfoResponse(version=VERSION, models=models.names, worker=worker, **engine.info())
 
 
 @router.get("/models", response_model=s.ModelsResponse, response_model_exclude_none=True)

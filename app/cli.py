@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from typing import get_args
@@ -18,6 +19,7 @@ from app.device import resolve_device
 from app.main import create_app
 from app.protocol import HttpProtocol
 from app.settings import Dtype, LogLevel, Settings
+from app.workers import WorkerGroup, serve_workers
 
 STOP_GRACE_S = 5  # after NMT_SHUTDOWN_TIMEOUT_S, for the last answers to go out before uvicorn cancels what is left
 
@@ -30,6 +32,7 @@ def parse_args(argv: list[str] | None) -> dict:
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=get_args(Dtype), help="float32 (default); half types need CUDA")
     p.add_argument("--log-level", choices=get_args(LogLevel), help="default info")
+    p.add_argument("--workers", type=int, help="server processes sharing the port (default 1; Linux)")
     p.add_argument(
         "--precompile", action="store_true",
         help="compile the graphs these settings serve with into NMT_COMPILE_CACHE_DIR (or load them to check), then "
@@ -46,11 +49,23 @@ def main(argv: list[str] | None = None) -> None:
         resolve_device(settings.device, settings.dtype)
     except (ValidationError, ValueError) as e:
         sys.exit(f"nmt-serve: {e}")
-    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
-    logging.basicConfig(level=level, format="%(levelname)s:     %(name)s: %(message)s")
+    configure_logging(settings)
     if precompile:
         sys.exit(run_precompile(settings))
+    if settings.workers > 1:
+        sys.exit(serve_workers(settings))
+    sys.exit(serve(settings))
 
+
+def configure_logging(settings: Settings) -> None:
+    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
+    logging.basicConfig(level=level, format="%(levelname)s:     %(name)s: %(message)s")
+
+
+def serve(
+    settings: Settings, sockets: list[socket.socket] | None = None, group: WorkerGroup | None = None
+) -> int | str:
+    """Run one server until it is stopped: 0, or what went wrong. `sockets`/`group`: a worker's (app/workers.py)."""
     failure: list[str] = []
     server: uvicorn.Server | None = None
 
@@ -60,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             server.should_exit = True  # uvicorn then shuts down as on SIGTERM
 
     app = create_app(settings, on_load_failure=stop_on_load_failure)
+    app.state.workers = group
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         timeout_graceful_shutdown=settings.shutdown_timeout_s + STOP_GRACE_S,
@@ -72,15 +88,16 @@ def main(argv: list[str] | None = None) -> None:
     # graceful stop exits with status 0.
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if failure:
         where = f"the models ({settings.models})" if settings.models else f"the model from {settings.model_dir}"
-        sys.exit(f"nmt-serve: could not load {where}: {failure[0]}")
+        return f"nmt-serve: could not load {where}: {failure[0]}"
     if not server.started:
-        sys.exit(1)  # uvicorn has said why (e.g. the port is taken)
+        return 1  # uvicorn has said why (e.g. the port is taken)
+    return 0
 
 
 class Server(uvicorn.Server):

@@ -44,6 +44,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     )  # fmt: skip
     app.state.settings = settings or Settings()
     app.state.engine, app.state.load_error, app.state.on_load_failure = None, None, on_load_failure
+    app.state.workers = None  # a WorkerGroup when this app is one of NMT_WORKERS processes (app/workers.py)
     app.state.metrics = Metrics()  # its own registry, so several apps in one process do not collide
     app.state.models = Models(app.state.settings, app.state.metrics)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
@@ -88,6 +89,8 @@ async def load(app: FastAPI) -> None:
             app.state.on_load_failure("; ".join(f"{name}: {e}" for name, e in models.errors.items()))
         return
     freeze_startup_objects()
+    if app.state.workers is not None:
+        app.state.workers.loaded()
 
 
 def freeze_startup_objects() -> None:

@@ -337,6 +337,15 @@ class MemoryInfo(BaseModel):
     allocated_bytes: int | None = Field(None, description="on a GPU: what PyTorch has allocated on it now")
 
 
+class WorkerInfo(BaseModel):
+    """The worker that answered, when the server runs several (NMT_WORKERS)."""
+
+    index: int = Field(description="this worker's number, from 0")
+    count: int = Field(description="the server's workers (NMT_WORKERS)")
+    loaded: int = Field(description="how many of them have loaded their models")
+    pid: int = Field(description="this worker's process id")
+
+
 class InfoResponse(BaseModel):
     model: str
     models: list[str] = Field(description="every model this server serves (GET /models); `?model=` picks one here")
@@ -358,3 +367,4 @@ class InfoResponse(BaseModel):
     memory: MemoryInfo
     languages: dict[str, str] = Field(description='the language pair, e.g. {"source": "en", "target": "de"}')
     metadata: dict[str, Any]
+    worker: WorkerInfo | None = Field(None, description="with NMT_WORKERS > 1: the worker that answered, else null")

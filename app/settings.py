@@ -147,6 +147,15 @@ class Settings(BaseSettings):
         description="CPU threads for the model (one OpenMP team, on the engine's worker thread); "
         "`0` = `OMP_NUM_THREADS`, else one per core. `/info` reports it (`threads`)",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="server processes sharing the port (Linux's SO_REUSEPORT), each with its own event loop and its "
+        "own copy of the models, sharing `gpu_memory_fraction` and the cores out among them. For a GPU that one "
+        "process cannot keep busy with one-sentence requests; `/ready` is 200 once every worker has loaded, `/info` "
+        "and `/metrics` are the answering worker's",
+    )
     api_key: SecretStr | None = Field(
         None,
         description="when set, every endpoint except `/health`, `/ready`, `/docs`, `/openapi.json` and the "

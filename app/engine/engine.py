@@ -107,7 +107,7 @@ class Engine:
         model, tokenizer, metadata = load_checkpoint(model_dir, device=device, dtype=dtype)
         sizing = decoder_rows(
             model.config, device, dtype, s.max_new_tokens + 1, s.max_input_tokens, s.max_batch_size, fraction,
-            s.prefill_tokens,
+            s.prefill_tokens, shared=s.workers > 1,
         )  # fmt: skip
         return cls(
             model, tokenizer, name=name or metadata.get("name") or Path(model_dir).name, metadata=metadata,

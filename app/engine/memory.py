@@ -60,12 +60,17 @@ def gpu_rows(
 
 def decoder_rows(
     c: TransformerConfig, device: torch.device, dtype: torch.dtype, max_len: int, max_src_len: int,
-    setting: int | None, fraction: float, prefill_tokens: int,
+    setting: int | None, fraction: float, prefill_tokens: int, shared: bool = False,
 ) -> Sizing:  # fmt: skip
-    """The KV cache's rows for a model loaded on `device`: the setting when given, else CPU_ROWS or gpu_rows."""
+    """The KV cache's rows for a model loaded on `device`: the setting when given, else CPU_ROWS or gpu_rows.
+    `shared`: one of several server processes on the GPU (NMT_WORKERS), each sizing its cache from its own share of
+    the memory (`fraction`) at the same time, so only this process's own allocations count as in use: what the GPU
+    reports in use would hold the other workers' caches, or not yet, depending on who loaded first."""
     if setting is not None:
         return Sizing(setting, "setting")
     if device.type != "cuda":
         return Sizing(CPU_ROWS, "cpu")
     free, total = torch.cuda.mem_get_info(device)
+    if shared:
+        free = total - torch.cuda.memory_reserved(device)
     return gpu_rows(c, max_len, max_src_len, dtype.itemsize, free, total, fraction, prefill_tokens)

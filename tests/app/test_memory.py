@@ -39,6 +39,20 @@ def test_gpu_rows_fill_the_fraction_after_what_is_in_use():
     assert sizing.rows / 2.2 < half < sizing.rows / 1.5
 
 
+def test_a_worker_counts_only_its_own_memory_as_in_use(monkeypatch):
+    """NMT_WORKERS: the others' caches, which the GPU reports in use or not depending on who loaded first, must not
+    shrink this worker's share (8 workers x 0.1125 of 140 GiB, with 20 GiB in use by the others, sized no row)."""
+    total, own = 140 * GiB, 1 * GiB
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (total - 21 * GiB, total))  # 20 GiB the others'
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: own)
+    cuda = torch.device("cuda")
+    with pytest.raises(ValueError, match="leaves no room"):
+        decoder_rows(OPUS, cuda, torch.float16, 257, 256, None, 0.9 / 8, 2048)
+    sizing = decoder_rows(OPUS, cuda, torch.float16, 257, 256, None, 0.9 / 8, 2048, shared=True)
+    assert sizing.rows == gpu_rows(OPUS, 257, 256, 2, total - own, total, 0.9 / 8, 2048).rows
+    assert sizing.budget <= 0.9 / 8 * total - own  # eight of them stay within 0.9 of the GPU
+
+
 def test_the_setting_wins_and_a_cpu_gets_its_default(tiny_model):
     c, cpu = tiny_model.config, torch.device("cpu")
     assert decoder_rows(c, cpu, torch.float32, 257, 256, 7, 0.9, 2048).rows == 7

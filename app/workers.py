@@ -1,0 +1,159 @@
+"""NMT_WORKERS: several server processes on one port, as `uvicorn --workers` and gunicorn run them, for a GPU that one
+process's event loop cannot keep busy.
+
+Each worker is a whole server (its event loop, its engines, its KV cache and graphs) in a process of its own, started
+with `spawn` (CUDA cannot be forked). Each binds its own listening socket to the port with SO_REUSEPORT, so the
+kernel spreads the connections over the workers evenly by their addresses; with one shared socket, asyncio's accept
+loop lets whichever worker wakes first take a whole burst of them. The parent binds the port first (and keeps it,
+without listening) so that a port in use fails at once and port 0 picks one port for all.
+
+The parent only supervises: SIGTERM or SIGINT is passed on to every worker once, and each drains as a single server
+does; a worker that dies stops the others and the parent exits non-zero, for the service manager to restart the whole
+server. The workers run in a process group of their own (a terminal's Ctrl-C reaches them once, through the parent)
+and die with the parent (PR_SET_PDEATHSIG) if it is killed.
+
+What the workers share is one flag each: loaded or not. `/ready` answers 200 only once every worker has loaded, so
+a readiness probe that reaches any of them means them all. Everything else is each worker's own: `/info`, `/metrics`
+and the queue limits are those of the worker the connection reached (`/info`'s `worker` says which)."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+from app.settings import Settings
+
+log = logging.getLogger("nmt_serve")
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class WorkerGroup:
+    """This worker's place among the server's workers, and the loaded flags they share."""
+
+    index: int
+    count: int
+    flags: Any  # multiprocessing.Array("b", count), one per worker
+
+    def loaded(self) -> None:
+        self.flags[self.index] = 1
+
+    def loaded_count(self) -> int:
+        return sum(self.flags[:])
+
+    def info(self) -> dict[str, int]:
+        return {"index": self.index, "count": self.count, "loaded": self.loaded_count(), "pid": os.getpid()}
+
+
+def share(settings: Settings, workers: int, cores: int) -> Settings:
+    """One worker's settings: its share of the GPU's memory and of the CPU's cores (unless NMT_THREADS says)."""
+    return settings.model_copy(update={
+        "gpu_memory_fraction": settings.gpu_memory_fraction / workers,
+        "threads": settings.threads or max(1, cores // workers),
+    })  # fmt: skip
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port) with SO_REUSEPORT, not yet listening (asyncio's server listens on it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(False)
+    return sock
+
+
+def die_with_parent() -> None:
+    """Linux: SIGTERM to this process when the parent dies, whatever killed it; and out of the terminal's group."""
+    os.setpgrp()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the parent's SIGTERM still reaches the workers
+        pass
+
+
+def run_worker(settings: Settings, index: int, count: int, flags: Any, port: int, parent: int) -> None:
+    """A worker's process: one server on its own SO_REUSEPORT socket (app/cli.py's serve)."""
+    die_with_parent()
+    if os.getppid() != parent:  # the parent died before PR_SET_PDEATHSIG was in place
+        sys.exit(1)
+    from app.cli import configure_logging, serve
+
+    configure_logging(settings)
+    sock = listening_socket(settings.host, port)
+    sys.exit(serve(settings, sockets=[sock], group=WorkerGroup(index, count, flags)))
+
+
+def serve_workers(settings: Settings) -> int:
+    """NMT_WORKERS > 1: start the workers, pass signals on, and return the exit status when they have all ended."""
+    n = settings.workers
+    if not hasattr(socket, "SO_REUSEPORT"):
+        print("nmt-serve: NMT_WORKERS > 1 needs SO_REUSEPORT (Linux); run one worker here", file=sys.stderr)
+        return 2
+    try:
+        holder = listening_socket(settings.host, settings.port)  # fails at once if the port is taken
+    except OSError as e:
+        print(f"nmt-serve: cannot bind {settings.host}:{settings.port}: {e}", file=sys.stderr)
+        return 1
+    port = holder.getsockname()[1]
+    import torch  # the cores the workers share out: the same count a single server would use
+
+    each = share(settings, n, torch.get_num_threads())
+    ctx = multiprocessing.get_context("spawn")
+    flags = ctx.Array("b", n, lock=False)
+    procs = [
+        ctx.Process(target=run_worker, args=(each, i, n, flags, port, os.getpid()), name=f"nmt-serve-worker-{i}")
+        for i in range(n)
+    ]
+    stopping = False
+
+    def terminate_all() -> None:
+        for p in procs:
+            if p.pid is not None and p.exitcode is None:
+                os.kill(p.pid, signal.SIGTERM)
+
+    def stop(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        if not stopping:  # once: a second SIGTERM to uvicorn would cut the drain short
+            stopping = True
+            terminate_all()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for p in procs:
+            p.start()
+        if stopping:  # a signal came while they started
+            terminate_all()
+        log.info("%d workers on %s:%d (pids %s)", n, settings.host, port, ", ".join(str(p.pid) for p in procs))
+        running = {p.sentinel: p for p in procs}
+        failed: list[str] = []
+        while running:
+            for sentinel in wait(list(running)):
+                p = running.pop(sentinel)
+                p.join()
+                if not stopping:
+                    failed.append(f"{p.name} (pid {p.pid}) exited with status {p.exitcode}")
+                    stop(signal.SIGTERM, None)  # one worker down: the server stops, for its manager to restart it
+                elif p.exitcode not in (0, None):
+                    failed.append(f"{p.name} (pid {p.pid}) exited with status {p.exitcode}")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        holder.close()
+    if failed:
+        print(f"nmt-serve: {'; '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0

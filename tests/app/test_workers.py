@@ -1,0 +1,128 @@
+"""NMT_WORKERS: several server processes on one port (app/workers.py), started for real and talked to over TCP."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from app.workers import WorkerGroup, share
+from tests.app.conftest import serve
+from tests.app.test_cli import env, nmt_serve, start_server, wait_ready
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
+
+
+def workers_seen(base: str, connections: int = 40) -> dict[int, dict]:
+    """/info over `connections` fresh connections (the kernel picks a worker for each): the workers that answered."""
+    seen = {}
+    for _ in range(connections):
+        with httpx.Client(base_url=base, timeout=30) as client:  # a new connection, a new source port
+            worker = client.get("/info").json()["worker"]
+            seen[worker["index"]] = worker
+    return seen
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture
+def two_workers(tiny_checkpoint):
+    proc, base = start_server(tiny_checkpoint, log_level="info", NMT_WORKERS="2", NMT_COMPILE="off")
+    try:
+        wait_ready(proc, base, timeout=120)
+        yield proc, base
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_two_workers_share_the_port_translate_alike_and_stop_together_on_sigterm(two_workers):
+    proc, base = two_workers
+    seen = workers_seen(base)
+    assert sorted(seen) == [0, 1]  # 40 connections all on one worker: 1 in 2**39
+    assert all(w["count"] == 2 and w["loaded"] == 2 for w in seen.values())
+    pids = {w["pid"] for w in seen.values()}
+    assert len(pids) == 2 and proc.pid not in pids
+    texts = ["A man is riding a bike.", "Two dogs play in the snow."]
+    answers = set()
+    for _ in range(12):
+        with httpx.Client(base_url=base, timeout=30) as client:
+            r = client.post("/translate", json={"text": texts})
+            assert r.status_code == 200
+            answers.add(tuple(t["text"] for t in r.json()["translations"]))
+    assert len(answers) == 1  # every worker serves the same model
+    with httpx.Client(base_url=base, timeout=30) as client:
+        info = client.get("/info").json()
+    assert info["threads"] == 1  # OMP_NUM_THREADS=1 shared out between two: at least one each
+
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert all(gone(pid) for pid in pids)
+    assert "2 workers on 127.0.0.1" in out
+
+
+def test_a_worker_that_dies_stops_the_server_with_a_failure(two_workers):
+    proc, base = two_workers
+    seen = workers_seen(base)
+    victim, other = seen[0]["pid"], seen[1]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert f"nmt-serve-worker-0 (pid {victim}) exited with status -9" in out
+    deadline = time.monotonic() + 10
+    while not gone(other) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(other)
+
+
+def test_a_taken_port_fails_before_any_worker_starts(tiny_checkpoint):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            nmt_serve("--model-dir", str(tiny_checkpoint), "--port", str(port), "--workers", "2"),
+            env={**env(), "NMT_COMPILE": "off"}, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot bind 127.0.0.1:{port}" in done.stderr
+
+
+def test_each_worker_takes_its_share_of_the_gpu_memory_and_the_cores():
+    s = Settings(gpu_memory_fraction=0.8, workers=4)
+    each = share(s, 4, cores=16)
+    assert each.gpu_memory_fraction == pytest.approx(0.2) and each.threads == 4
+    assert share(s, 4, cores=2).threads == 1  # never none
+    assert share(Settings(threads=3, workers=2), 2, cores=16).threads == 3  # NMT_THREADS is each worker's
+
+
+@pytest.mark.anyio
+async def test_ready_waits_for_every_worker_and_info_names_the_one_that_answers(settings):
+    flags = multiprocessing.get_context("spawn").Array("b", 3, lock=False)
+    async with serve(settings) as (app, client):
+        app.state.workers = group = WorkerGroup(1, 3, flags)
+        group.loaded()
+        r = await client.get("/ready")
+        assert r.status_code == 503
+        assert r.json() == {"error": "1 of the server's 3 workers have loaded", "type": "not_ready"}
+        flags[0] = flags[2] = 1
+        assert (await client.get("/ready")).status_code == 200
+        worker = (await client.get("/info")).json()["worker"]
+        assert worker == {"index": 1, "count": 3, "loaded": 3, "pid": os.getpid()}
+        app.state.workers = None
+        assert (await client.get("/info")).json()["worker"] is None
