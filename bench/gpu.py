@@ -9,7 +9,8 @@ tail of its output, and the next one still runs. The steps:
 - tests: `pytest -m cuda tests/cuda`, read back from its JUnit XML (counts, each test's outcome and seconds);
 - bench: bench/gpu_step.py, and bench/peers.py on CUDA for the bundled model and an OPUS-MT-shaped one, each read
   from the last JSON line it prints;
-- load: bench/load.py on CUDA at concurrency 1, 32 and 256, against in-process decoding at batch 1 and 256.
+- load: bench/load.py on CUDA at concurrency 1, 32 and 256, against in-process decoding at batch 1 and 256; then
+  concurrency 256 with 2, 4 and 8 server workers (NMT_WORKERS).
 
 Writes OUT/gpu-check.json (the GPU, driver, CUDA, torch and Python versions, the date, every step's figures),
 OUT/gpu-check.md (the same as tables, for reading) and each step's whole output in OUT/logs/. With --skip, the
@@ -66,7 +67,8 @@ def plan(out: Path, data: Path, quick: bool) -> list[Step]:
              [py, "bench/peers.py", "--device", "cuda", "--model", "opus-shape", "--src", src, *less, *rounds],
              120 if quick else 360, "OPUS-MT-shaped model against its peers (bench/peers.py --model opus-shape)"),
         Step("load", "load",
-             [py, "bench/load.py", "--device", "cuda", "--levels", "1,32,256", "--src", src, "--pause-ms", "0", *less],
+             [py, "bench/load.py", "--device", "cuda", "--levels", "1,32,256", "--src", src, "--pause-ms", "0",
+              "--workers", "1,2,4,8", "--client-procs", "4", "--repeat", "1" if quick else "3", *less],
              180 if quick else 360, "served over HTTP (bench/load.py)"),
     ]  # fmt: skip
 

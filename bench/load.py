@@ -285,18 +285,60 @@ async def drive(url: str, sentences: list[str], concurrency: int, client: str = 
     finally:
         if pool is not None:
             await pool.aclose()
-    wall = time.perf_counter() - t0
+    return summarize(concurrency, len(sentences), errors, out_tokens, latencies, t0, time.perf_counter())
+
+
+def summarize(
+    concurrency: int, sentences: int, errors: int, out_tokens: int, latencies: list[float], t0: float, t1: float
+) -> dict:
+    wall = t1 - t0
     return {
         "concurrency": concurrency,
-        "sentences": len(sentences),
+        "sentences": sentences,
         "errors": errors,
-        "sent_s": round(len(sentences) / wall, 1),
+        "sent_s": round(sentences / wall, 1),
         "out_tok_s": round(out_tokens / wall, 1),
         "p50_ms": round(1000 * percentile(latencies, 50), 1),
         "p95_ms": round(1000 * percentile(latencies, 95), 1),
         "p99_ms": round(1000 * percentile(latencies, 99), 1),
         "latencies": latencies,  # seconds, dropped from what is printed
+        "span": (t0, t1),  # perf_counter, the same clock in every process here (CLOCK_MONOTONIC); dropped too
     }
+
+
+def drive_in(url: str, sentences: list[str], concurrency: int, client: str, procs: int) -> dict:
+    """`drive`, by `procs` client processes together when concurrency allows (each a share of the connections and
+    of the sentences, started together): one asyncio client spends ~0.14 ms of CPU a request, which caps it near
+    7,000 requests/s, below what several server workers on a GPU answer."""
+    procs = max(1, min(procs, concurrency))
+    if procs == 1:
+        return asyncio.run(drive(url, sentences, concurrency, client))
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")  # the children only drive HTTP: nothing of the parent's CUDA
+    start, results = ctx.Barrier(procs), ctx.Queue()
+    shares = [concurrency // procs + (k < concurrency % procs) for k in range(procs)]
+    children = [
+        ctx.Process(target=drive_child, args=(url, sentences[k::procs], shares[k], client, start, results))
+        for k in range(procs)
+    ]
+    for child in children:
+        child.start()
+    rows = [results.get(timeout=600) for _ in children]
+    for child in children:
+        child.join()
+    return summarize(
+        concurrency, sum(r["sentences"] for r in rows), sum(r["errors"] for r in rows),
+        sum(r["out_tokens"] for r in rows), [x for r in rows for x in r["latencies"]],
+        min(r["span"][0] for r in rows), max(r["span"][1] for r in rows),
+    )  # fmt: skip
+
+
+def drive_child(url: str, sentences: list[str], concurrency: int, client: str, start, results) -> None:
+    start.wait()
+    row = asyncio.run(drive(url, sentences, concurrency, client))
+    row["out_tokens"] = round(row["out_tok_s"] * (row["span"][1] - row["span"][0]))
+    results.put(row)
 
 
 @contextmanager
@@ -350,7 +392,8 @@ def sizes(value: str) -> list[int]:
     """--documents: "1,5,20" -> [1, 5, 20], each at least 1."""
     out = [int(x) for x in value.split(",")]
     if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: sentences per document, each at least 1 (e.g. 1,5,20)")
+        raise argparse.ArgumentTypeError(f"{value!r}: counts (sentences per document, workers), each at least 1 "
+                                         "(e.g. 1,5,20)")  # fmt: skip
     return out
 
 
@@ -445,6 +488,101 @@ def run_documents(args: argparse.Namespace, levels: list[int], settings: dict, s
     return summary
 
 
+def server_settings(settings: dict[str, str], workers: int, compile: bool) -> dict[str, str]:
+    """The NMT_* settings for a server of `workers` processes. With several, each must have its graphs when /ready
+    says 200 (NMT_COMPILE=blocking): /info's compile state is only the answering worker's."""
+    out = {**settings, "NMT_WORKERS": str(workers)}
+    if workers > 1 and compile:
+        out["NMT_COMPILE"] = "blocking"
+    return out
+
+
+def drive_levels(
+    url: str, pid: int, sentences: list[str], levels: list[int], args: argparse.Namespace, workers: int
+) -> list:
+    """Every level once, printed as it ends; the rows without their latencies. At the highest level, where each of
+    the server's workers spent that time (`profile`)."""
+    rows = []
+    for level in levels:
+        before = workers_now(url, pid) if level == levels[-1] else None
+        row = drive_in(url, sentences, level, args.client, args.client_procs)
+        if before is not None:
+            row["profile"] = where_the_time_went(before, workers_now(url, pid), row["span"][1] - row["span"][0])
+        del row["latencies"], row["span"]
+        row["workers"] = workers
+        rows.append(row)
+        print(
+            f"workers {workers} concurrency {level:>3}: {row['sent_s']:>7} sent/s {row['out_tok_s']:>8} out tok/s | "
+            f"p50 {row['p50_ms']:>7} ms p95 {row['p95_ms']:>7} ms p99 {row['p99_ms']:>7} ms | errors {row['errors']}",
+            flush=True,
+        )
+        for index, p in enumerate(row.get("profile", [])):
+            print(f"  worker {index}: " + ", ".join(f"{k} {v}" for k, v in p.items()), flush=True)
+    return rows
+
+
+ENGINE_COUNTERS = {
+    "nmt_decoder_step_duration_seconds_sum": "step_s", "nmt_decoder_steps_total": "steps",
+    "nmt_prefill_duration_seconds_sum": "prefill_s", "nmt_prefill_duration_seconds_count": "prefills",
+    "nmt_generated_tokens_total": "tokens", "nmt_prefilled_sequences_total": "prefilled",
+}  # fmt: skip
+
+
+def workers_now(url: str, pid: int) -> list[dict]:
+    """Each server worker's engine counters (its /metrics) and CPU seconds so far, its event loop's (the main
+    thread's) apart, in worker order. One worker: the server process itself. Several: fresh connections until each
+    has answered (the kernel picks the worker), /info then /metrics on the same one."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    seen: dict[int, dict] = {}
+    for _ in range(200):
+        with httpx.Client(base_url=url, timeout=30) as client:
+            worker = client.get("/info").json().get("worker") or {"index": 0, "count": 1, "pid": pid}
+            if worker["index"] in seen:
+                continue
+            counters = dict.fromkeys(ENGINE_COUNTERS.values(), 0.0)
+            for family in text_string_to_metric_families(client.get("/metrics").text):
+                for sample in family.samples:
+                    if sample.name in ENGINE_COUNTERS:
+                        counters[ENGINE_COUNTERS[sample.name]] += sample.value
+            seen[worker["index"]] = {**counters, **cpu_seconds(worker["pid"])}
+            if len(seen) == worker["count"]:
+                break
+    return [seen[k] for k in sorted(seen)]
+
+
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """A process's CPU seconds (user + system) and its main thread's (the event loop's), from /proc (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def read(path: str) -> float:
+        try:
+            fields = Path(path).read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+    return {"cpu_s": read(f"/proc/{pid}/stat"), "loop_cpu_s": read(f"/proc/{pid}/task/{pid}/stat")}
+
+
+def where_the_time_went(before: list[dict], after: list[dict], wall: float) -> list[dict]:
+    """Per worker over one level: the share of the wall time its engine spent in decoder steps and in prefills (as
+    the batcher times them), the cores its process and its event loop kept busy, steps a second, rows a step and
+    sequences an admission."""
+    out = []
+    for b, a in zip(before, after, strict=True):
+        d = {k: a[k] - b[k] for k in a}
+        out.append({
+            "steps_busy": round(d["step_s"] / wall, 2), "prefill_busy": round(d["prefill_s"] / wall, 2),
+            "process_cores": round(d["cpu_s"] / wall, 2), "loop_cores": round(d["loop_cpu_s"] / wall, 2),
+            "steps_per_s": round(d["steps"] / wall), "rows_per_step": round(d["tokens"] / max(d["steps"], 1), 1),
+            "step_ms": round(1000 * d["step_s"] / max(d["steps"], 1), 2),
+            "prefill_ms": round(1000 * d["prefill_s"] / max(d["prefills"], 1), 2),
+            "seqs_per_prefill": round(d["prefilled"] / max(d["prefills"], 1), 1),
+        })  # fmt: skip
+    return out
+
+
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[int], int, dict[str, str]]:
     """The arguments, the levels, the in-process batch (0 = none) and the NMT_* settings the server gets."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -454,6 +592,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, in-process and in the server")
     p.add_argument("--server-arg", action="append", default=[], help="extra nmt-serve argument (repeatable)")
+    p.add_argument("--workers", type=sizes, default=[1], metavar="N,N,...", help="the server's NMT_WORKERS; with "
+                   "several counts, the first runs everything and each other one the highest level, one server after "
+                   "another")  # fmt: skip
+    p.add_argument("--client-procs", type=int, default=1, help="client processes sharing each level's connections "
+                   "(one asyncio client tops out near 7,000 requests/s)")  # fmt: skip
+    p.add_argument("--repeat", type=int, default=1, help="send the sentences this many times at each level")
     p.add_argument("--pause-ms", type=float, default=3.0, help="also time in-process decoding with the cores idle "
                    "this long before each sentence (0 = not)")  # fmt: skip
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager model, in-process and served")
@@ -523,19 +667,11 @@ def main() -> None:
     decode = in_process_decoder(args.model_dir, args.threads, args.compile, args.device, args.dtype, args.quantize)
     with ExitStack() as stack:
         peer, ct2 = stack.enter_context(ct2_in_process(args)) if args.ct2_rounds else (None, None)
-        url, _ = stack.enter_context(
-            running_server(args.model_dir, args.threads, args.server_arg, args.compile, settings)
-        )
-        results = []
-        for level in levels:
-            row = asyncio.run(drive(url, sentences, level, args.client))
-            del row["latencies"]
-            results.append(row)
-            print(
-                f"concurrency {level:>3}: {row['sent_s']:>7} sent/s {row['out_tok_s']:>8} out tok/s | "
-                f"p50 {row['p50_ms']:>7} ms p95 {row['p95_ms']:>7} ms p99 {row['p99_ms']:>7} ms | errors {row['errors']}",
-                flush=True,
-            )
+        url, server = stack.enter_context(
+            running_server(args.model_dir, args.threads, args.server_arg, args.compile,
+                           server_settings(settings, args.workers[0], args.compile))
+        )  # fmt: skip
+        results = drive_levels(url, server.pid, sentences * args.repeat, levels, args, args.workers[0])
         # The same sentences alone, in process and over HTTP, taking turns 100 at a time: a shared VM's speed
         # drifts by tens of percent within minutes, so the two must be timed side by side, not one after the other.
         alone, paused, served = [], [], []
@@ -554,9 +690,13 @@ def main() -> None:
             theirs_alone = ct2(1)
             ours_alone = asyncio.run(drive(url, sentences, 1, args.client))["sent_s"]
             batching.append((ours / ours_alone, theirs / theirs_alone))
+    for workers in args.workers[1:]:  # the other worker counts at the highest level, one server after another
+        with running_server(args.model_dir, args.threads, args.server_arg, args.compile,
+                            server_settings(settings, workers, args.compile)) as (url, server):  # fmt: skip
+            results += drive_levels(url, server.pid, sentences * args.repeat, levels[-1:], args, workers)
 
     summary = {"cpu": cpu, "quantize": args.quantize, "levels": results}
-    by = {r["concurrency"]: r for r in results}
+    by = {r["concurrency"]: r for r in results if r["workers"] == args.workers[0]}
     if 1 in by and 32 in by:
         summary["sent_s_c32_over_c1"] = round(by[32]["sent_s"] / by[1]["sent_s"], 2)
         print(f"batching pays: concurrency 32 / concurrency 1 sentences/s = {summary['sent_s_c32_over_c1']}x "
@@ -566,7 +706,11 @@ def main() -> None:
         key = f"c{batch}_over_in_process_b{batch}"
         summary[key] = round(by[batch]["sent_s"] / in_process_batch, 2)
         print(f"served at concurrency {batch} / in-process batch {batch}: {by[batch]['sent_s']} / "
-              f"{in_process_batch:.1f} sent/s = {summary[key]}x")  # fmt: skip
+              f"{in_process_batch:.1f} sent/s = {summary[key]}x (workers {args.workers[0]})")  # fmt: skip
+        for row in results:
+            if row["workers"] != args.workers[0] and row["concurrency"] == batch:
+                summary[f"{key}_workers{row['workers']}"] = ratio = round(row["sent_s"] / in_process_batch, 2)
+                print(f"  with {row['workers']} workers: {row['sent_s']} / {in_process_batch:.1f} sent/s = {ratio}x")
     p50 = {name: round(1000 * statistics.median(x), 1) for name, x in (("in_process", alone), ("http_c1", served))}
     summary["p50_ms"] = p50
     summary["p50_c1_over_in_process"] = round(p50["http_c1"] / p50["in_process"], 2)

@@ -69,7 +69,7 @@ def test_documents_switch_the_levels_and_the_queue_and_leave_the_default_as_it_w
 def test_a_size_below_one_is_refused(capsys):
     with pytest.raises(SystemExit):
         load.parse_args(["--src", "x", "--documents", "1,0"])
-    assert "sentences per document, each at least 1" in capsys.readouterr().err
+    assert "sentences per document, workers), each at least 1" in capsys.readouterr().err
 
 
 def test_quantize_reaches_the_server_and_isa_is_a_known_limit():
