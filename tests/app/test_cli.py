@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -56,16 +58,23 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout: float = 90) -> None:
     pytest.fail(f"nmt-serve did not become ready:\n{proc.communicate(timeout=10)[0]}")
 
 
-@pytest.fixture
-def server(tiny_checkpoint):
-    proc, base = start_server(tiny_checkpoint, log_level="info")
+@contextmanager
+def live_server(model_dir, timeout: float = 60, **extra_env: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A ready nmt-serve (logging at info) and its base URL; killed afterwards unless the test stopped it."""
+    proc, base = start_server(model_dir, log_level="info", **extra_env)
     try:
-        wait_ready(proc, base, timeout=60)
+        wait_ready(proc, base, timeout=timeout)
         yield proc, base
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def server(tiny_checkpoint):
+    with live_server(tiny_checkpoint) as pair:
+        yield pair
 
 
 def test_nmt_serve_answers_over_tcp_and_stops_cleanly(server, tokenizer):

@@ -15,7 +15,7 @@ import pytest
 from app.settings import Settings
 from app.workers import WorkerGroup, share
 from tests.app.conftest import serve
-from tests.app.test_cli import env, nmt_serve, start_server, wait_ready
+from tests.app.test_cli import env, live_server, nmt_serve
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
 
@@ -40,14 +40,8 @@ def gone(pid: int) -> bool:
 
 @pytest.fixture
 def two_workers(tiny_checkpoint):
-    proc, base = start_server(tiny_checkpoint, log_level="info", NMT_WORKERS="2", NMT_COMPILE="off")
-    try:
-        wait_ready(proc, base, timeout=120)
-        yield proc, base
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with live_server(tiny_checkpoint, timeout=120, NMT_WORKERS="2", NMT_COMPILE="off") as pair:
+        yield pair
 
 
 def test_two_workers_share_the_port_translate_alike_and_stop_together_on_sigterm(two_workers):
