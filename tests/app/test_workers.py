@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -44,7 +45,7 @@ def two_workers(tiny_checkpoint):
         yield pair
 
 
-def test_two_workers_share_the_port_translate_alike_and_stop_together_on_sigterm(two_workers):
+def test_two_workers_share_the_port_translate_alike_and_drain_together_on_sigterm(two_workers):
     proc, base = two_workers
     seen = workers_seen(base)
     assert sorted(seen) == [0, 1]  # 40 connections all on one worker: 1 in 2**39
@@ -63,11 +64,18 @@ def test_two_workers_share_the_port_translate_alike_and_stop_together_on_sigterm
         info = client.get("/info").json()
     assert info["threads"] == 1  # OMP_NUM_THREADS=1 shared out between two: at least one each
 
-    proc.send_signal(signal.SIGTERM)
+    # SIGTERM to the parent after a long stream's first event: its worker drains it to the end, then all exit 0
+    body = {"text": "Two girls are playing in the park.", "stream": True, "max_new_tokens": 250}
+    with httpx.Client(base_url=base, timeout=60) as client, client.stream("POST", "/translate", json=body) as r:
+        lines = (line for line in r.iter_lines() if line)
+        first = next(lines)
+        proc.send_signal(signal.SIGTERM)
+        *tokens, last = [json.loads(line.removeprefix("data: ")) for line in (first, *lines)]
+    assert last["finish_reason"] in ("eos", "length") and last["usage"]["output_tokens"] >= len(tokens)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     assert all(gone(pid) for pid in pids)
-    assert "2 workers on 127.0.0.1" in out
+    assert "2 workers on 127.0.0.1" in out and out.count("engine stopped") == 2
 
 
 def test_a_worker_that_dies_stops_the_server_with_a_failure(two_workers):
