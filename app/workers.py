@@ -144,11 +144,9 @@ def serve_workers(settings: Settings) -> int:
             for sentinel in wait(list(running)):
                 p = running.pop(sentinel)
                 p.join()
-                if not stopping:
+                if not stopping or p.exitcode != 0:
                     failed.append(f"{p.name} (pid {p.pid}) exited with status {p.exitcode}")
-                    stop(signal.SIGTERM, None)  # one worker down: the server stops, for its manager to restart it
-                elif p.exitcode not in (0, None):
-                    failed.append(f"{p.name} (pid {p.pid}) exited with status {p.exitcode}")
+                stop(signal.SIGTERM, None)  # one worker down: the server stops, for its manager to restart it
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -302,6 +302,7 @@ def summarize(
         "p95_ms": round(1000 * percentile(latencies, 95), 1),
         "p99_ms": round(1000 * percentile(latencies, 99), 1),
         "latencies": latencies,  # seconds, dropped from what is printed
+        "out_tokens": out_tokens,  # dropped too
         "span": (t0, t1),  # perf_counter, the same clock in every process here (CLOCK_MONOTONIC); dropped too
     }
 
@@ -336,9 +337,7 @@ def drive_in(url: str, sentences: list[str], concurrency: int, client: str, proc
 
 def drive_child(url: str, sentences: list[str], concurrency: int, client: str, start, results) -> None:
     start.wait()
-    row = asyncio.run(drive(url, sentences, concurrency, client))
-    row["out_tokens"] = round(row["out_tok_s"] * (row["span"][1] - row["span"][0]))
-    results.put(row)
+    results.put(asyncio.run(drive(url, sentences, concurrency, client)))
 
 
 @contextmanager
@@ -508,7 +507,7 @@ def drive_levels(
         row = drive_in(url, sentences, level, args.client, args.client_procs)
         if before is not None:
             row["profile"] = where_the_time_went(before, workers_now(url, pid), row["span"][1] - row["span"][0])
-        del row["latencies"], row["span"]
+        del row["latencies"], row["out_tokens"], row["span"]
         row["workers"] = workers
         rows.append(row)
         print(
