@@ -13,8 +13,12 @@ import math
 import os
 import random
 import shlex
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -231,6 +235,30 @@ def share(obj, world: int):
     return box[0]
 
 
+@contextmanager
+def stop_on_signals() -> Iterator[list[int]]:
+    """SIGTERM and SIGINT (Ctrl-C, a scheduler taking the machine back, torchrun passing its own on) ask the run to
+    stop after the update in progress, its state saved for --resume: the signals received are appended to the list
+    yielded. A second one stops at once, as without this. The handlers before are put back on the way out."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
+        yield got
+        return
+
+    def handler(signum: int, frame) -> None:
+        if got:  # asked twice: stop now
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        got.append(signum)
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield got
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
 def average_snapshots(paths: list[Path]) -> dict[str, torch.Tensor]:
     avg: dict[str, torch.Tensor] = {}
     for p in paths:
@@ -260,6 +288,12 @@ def validate(model, tokenizer, valid_pairs, valid_src, valid_ref, pad_id, device
 
 
 def main(argv: list[str] | None = None) -> None:
+    with stop_on_signals() as signals:
+        train(argv, signals)
+
+
+def train(argv: list[str] | None, signals: list[int]) -> None:
+    """nmt-train's work; a signal in `signals` stops it after the update in progress (stop_on_signals)."""
     args = parse_args(argv)
     command = "nmt-train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     rank, world, device = init_distributed(args)
@@ -421,17 +455,18 @@ def main(argv: list[str] | None = None) -> None:
             info["step"] += 1
             info["batch_in_epoch"] += 1
             tokens_seen += tokens
-            totals = torch.stack([loss_sum.detach(), torch.tensor(float(time.monotonic() > deadline), device=device)])
+            stop = time.monotonic() > deadline or bool(signals)
+            totals = torch.stack([loss_sum.detach(), torch.tensor(float(stop), device=device)])
             if world > 1:
-                dist.all_reduce(totals)  # the batch's loss; stop if any rank is past the deadline
-            loss, past_deadline = totals.tolist()
+                dist.all_reduce(totals)  # the batch's loss; stop if any rank is past the deadline or was signalled
+            loss, stop = totals.tolist()
             loss /= tokens
             elapsed = time.perf_counter() - t0
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / elapsed:.0f}", refresh=False)
             if steps_log:
                 steps_log.write(json.dumps({"step": info["step"], "epoch": epoch, "loss": loss, "lr": lr,
                                             "sentences": len(idx), "tokens": tokens}) + "\n")  # fmt: skip
-            if past_deadline or info["step"] >= max_steps:
+            if stop or info["step"] >= max_steps:
                 stopped = True
                 break
         info["seconds"] += time.perf_counter() - t0
@@ -468,6 +503,9 @@ def main(argv: list[str] | None = None) -> None:
         dist.barrier()
         del net
         dist.destroy_process_group()
+    if signals:  # no averaging: whoever sent the signal wants the process gone soon
+        say(f"stopped by {signal.Signals(signals[0]).name} at step {info['step']}; state saved, --resume continues")
+        sys.exit(128 + signals[0])
     if rank:
         return
 

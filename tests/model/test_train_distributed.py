@@ -1,8 +1,11 @@
 """torchrun: N processes (gloo, CPU) train as one does, resume under another N, and only rank 0 writes or talks."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +117,54 @@ def test_a_rank_without_sentences_still_takes_its_part(runs):
     torchrun(2, args(dir_ / "two-small", "--batch-tokens", "20", "--max-steps", "4"))
     assert [s["sentences"] for s in steps(dir_ / "two-small.jsonl")] == [1, 1, 1, 1]
     assert_same_training(dir_ / "two-small.jsonl", dir_ / "two-small", dir_ / "one-small.jsonl", dir_ / "one-small")
+
+
+def test_a_signal_stops_one_process_after_its_update_and_resume_goes_on_as_the_run_would_have(runs, monkeypatch):
+    """SIGTERM or Ctrl-C: the update in progress ends, the state is saved, the process exits 128 + the signal's
+    number, its signal handlers as they were; --resume then takes the steps the uninterrupted run took."""
+    from model import train
+
+    dir_, args = runs
+    lr_at, before = train.lr_at, signal.getsignal(signal.SIGTERM)
+
+    def signalled(step: int, peak: float, warmup: int) -> float:  # asked at the start of each update
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return lr_at(step, peak, warmup)
+
+    monkeypatch.setattr(train, "lr_at", signalled)
+    with pytest.raises(SystemExit) as stopped:
+        train_main(args(dir_ / "signalled"))
+    assert stopped.value.code == 128 + signal.SIGTERM and signal.getsignal(signal.SIGTERM) is before
+    state = json.loads((dir_ / "signalled" / "train_state" / "state.json").read_text())
+    assert (state["step"], state["epoch"], state["batch_in_epoch"]) == (6, 0, 6)
+    monkeypatch.undo()
+    train_main(args(dir_ / "signalled", "--resume"))
+    assert_same_training(dir_ / "signalled.jsonl", dir_ / "signalled", dir_ / "one.jsonl", dir_ / "one")
+
+
+def test_sigterm_to_torchrun_stops_every_rank_with_the_state_saved(runs):
+    """As a scheduler stops a job: SIGTERM to torchrun, which passes it on to its processes; they stop after the
+    same update, rank 0 saves the state at it, and --resume (here in one process) goes on from the next step."""
+    dir_, args = runs
+    out, log = dir_ / "preempted", dir_ / "preempted.jsonl"
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    job = subprocess.Popen([*run, "-m", "model.train", *args(out, "--epochs", "200")], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (log.exists() and len(log.read_text().splitlines()) >= 3):
+            assert job.poll() is None and time.monotonic() < deadline, "no updates were logged"
+            time.sleep(0.05)
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode != 0  # torchrun says it was stopped
+    assert "stopped by SIGTERM" in err and "state saved, --resume continues" in err
+    state = json.loads((out / "train_state" / "state.json").read_text())
+    logged = steps(log)
+    assert 3 <= state["step"] == logged[-1]["step"] < 200 * 12  # the last update logged is the one saved
+    assert state["batch_in_epoch"] == state["step"] - 12 * state["epoch"]
+    train_main(args(out, "--epochs", "200", "--resume", "--max-steps", str(state["step"] + 2)))
+    assert [s["step"] for s in steps(log)[len(logged) :]] == [state["step"] + 1, state["step"] + 2]
