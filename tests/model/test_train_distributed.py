@@ -19,11 +19,15 @@ from tests.conftest import train_args
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def torchrun(n: int, args: list[str], log_dir: Path | None = None) -> None:
+def torchrun_command(n: int, args: list[str], log_dir: Path | None = None) -> list[str]:
     """`torchrun --nproc-per-node n -m model.train args` on a free port; log_dir keeps each rank's stdout/stderr."""
     logs = ["--log-dir", str(log_dir), "--redirects", "3"] if log_dir else []
     run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), *logs]
-    done = subprocess.run([*run, "-m", "model.train", *args], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    return [*run, "-m", "model.train", *args]
+
+
+def torchrun(n: int, args: list[str], log_dir: Path | None = None) -> None:
+    done = subprocess.run(torchrun_command(n, args, log_dir), cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -148,8 +152,7 @@ def test_sigterm_to_torchrun_stops_every_rank_with_the_state_saved(runs):
     same update, rank 0 saves the state at it, and --resume (here in one process) goes on from the next step."""
     dir_, args = runs
     out, log = dir_ / "preempted", dir_ / "preempted.jsonl"
-    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    job = subprocess.Popen([*run, "-m", "model.train", *args(out, "--epochs", "200")], cwd=ROOT,
+    job = subprocess.Popen(torchrun_command(2, args(out, "--epochs", "200")), cwd=ROOT,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
