@@ -52,6 +52,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--init-from", metavar="DIR", help="start from this nmt-train checkpoint's weights, shape and vocabulary (the "
       "shape and --vocab-size flags are then ignored; dropout and the rest apply): fine-tuning, e.g. on a teacher's "
       "translations")  # fmt: skip
+    a("--grow-encoder", type=int, default=0, metavar="N", help="with --init-from: add N encoder layers above the "
+      "checkpoint's, each starting as the identity (its attention's and feed-forward's output projections zero), so "
+      "that the grown model first translates exactly as the checkpoint does; the encoder runs once a sentence, so its "
+      "depth costs far less to serve than the decoder's")  # fmt: skip
     a("--vocab-size", type=int, default=8000, help="joint BPE vocabulary incl. 256 byte tokens")
     a("--d-model", type=int, default=256)
     a("--heads", type=int, default=4)
@@ -168,6 +172,23 @@ def batch_loss(
     kl = (lp1.exp() * (lp1 - lp2) + lp2.exp() * (lp2 - lp1)).sum(-1)  # (B, T): KL(p1||p2) + KL(p2||p1)
     kl = kl.masked_fill(tgt_out == pad_id, 0.0).sum()
     return (loss + r_drop * kl / 2) / 2
+
+
+def load_grown(model: Transformer, start: Transformer) -> None:
+    """model <- start's weights, where model may have more encoder layers than start: those, above start's, keep their
+    initialisation but for the output projections of their attention and feed-forward, which are zeroed. In a pre-LN
+    layer the residual then carries its input through unchanged, so model computes what start computes (and learns
+    the new layers from there, as ReZero and Fixup start their residual branches at zero). Post-LN layers are not
+    the identity at zero: the caller refuses them."""
+    missing, unexpected = model.load_state_dict(start.state_dict(), strict=False)
+    grown = tuple(f"encoder_layers.{i}." for i in range(start.config.n_encoder_layers, model.config.n_encoder_layers))
+    if unexpected or any(not k.startswith(grown) for k in missing):
+        raise ValueError(f"cannot grow {start.config} into {model.config}: {unexpected or missing}")
+    with torch.no_grad():
+        for layer in model.encoder_layers[start.config.n_encoder_layers :]:
+            for linear in (layer.self_attn.out_proj, layer.ffn.w2):
+                linear.weight.zero_()
+                linear.bias.zero_()
 
 
 def lr_at(step: int, peak: float, warmup: int) -> float:
@@ -320,6 +341,8 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
     for t in args.teacher:
         if rank == 0 and not written_by_nmt_train(Path(t)):
             sys.exit(f"nmt-train: --teacher {t} is not a checkpoint written by nmt-train (config.json, tokenizer.json)")
+    if args.grow_encoder and not (init and args.grow_encoder > 0):
+        sys.exit("nmt-train: --grow-encoder takes a positive number of layers and needs --init-from")
     if args.teacher and not 0 <= args.kd_alpha <= 1:
         sys.exit(f"nmt-train: --kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
     vocab_from = init or (Path(args.teacher[0]) if args.teacher else None)  # a student of teachers: their vocabulary
@@ -357,6 +380,9 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
         dropouts = {k: getattr(args, k) for k in ("dropout", "attention_dropout", "activation_dropout")}
         config = TransformerConfig.from_dict({**share(json.loads((init / "config.json").read_text()) if rank == 0
                                                       else None, world), **dropouts})  # fmt: skip
+        config.n_encoder_layers += args.grow_encoder
+        if args.grow_encoder and not config.norm_first:
+            sys.exit("nmt-train: --grow-encoder needs a pre-LN checkpoint: a post-LN layer is not the identity at zero")
     model = Transformer(config).to(device)
     teachers = []
     if args.teacher:
@@ -376,7 +402,7 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
     if init and rank == 0 and not resuming:  # DDP hands rank 0's weights to the others
         from model.checkpoint import load_checkpoint
 
-        model.load_state_dict(load_checkpoint(init)[0].state_dict())
+        load_grown(model, load_checkpoint(init)[0])
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=args.weight_decay
     )

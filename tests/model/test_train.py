@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from model.checkpoint import load_checkpoint
 from model.evaluate import main as eval_main
 from model.evaluate import translate_corpus
-from model.train import batch_loss, language_of, teacher_probs
+from model.train import batch_loss, language_of, load_grown, teacher_probs
 from model.train import main as train_main
 from model.transformer import Transformer, TransformerConfig
-from tests.conftest import train_args, write_corpus
+from tests.conftest import tiny_config, train_args, write_corpus
 
 
 def test_short_training_run_writes_a_loadable_checkpoint_and_learns(trained_checkpoint):
@@ -94,6 +94,41 @@ def test_init_from_starts_from_the_checkpoint_weights_shape_and_vocabulary(tmp_p
     again = tmp_path / "again"  # a chain of runs: each records the one before
     train_main([*train_args(tmp_path, pairs, again, epochs=1), "--init-from", str(tmp_path / "tuned"), "--lr", "0"])
     assert load_checkpoint(again)[2]["started_from"]["started_from"] == meta["started_from"]
+
+
+def test_a_grown_encoder_computes_what_the_model_it_grew_from_computes(tokenizer):
+    start = Transformer(tiny_config(tokenizer)).eval()
+    grown = Transformer(dataclasses.replace(start.config, n_encoder_layers=start.config.n_encoder_layers + 2)).eval()
+    load_grown(grown, start)
+    src, tgt = torch.randint(4, tokenizer.vocab_size, (3, 9)), torch.randint(4, tokenizer.vocab_size, (3, 7))
+    assert torch.equal(grown(src, tgt), start(src, tgt))
+    assert all(torch.equal(grown.state_dict()[k], v) for k, v in start.state_dict().items())
+    new = grown.encoder_layers[2]
+    assert new.self_attn.qkv_proj.weight.abs().sum() > 0 and not new.self_attn.out_proj.weight.any()
+    with pytest.raises(ValueError, match="cannot grow"):  # only upward, only the encoder
+        load_grown(start, grown)
+
+
+def test_grow_encoder_adds_layers_that_first_change_no_translation_then_learn(tmp_path, trained_checkpoint, pairs):
+    args = train_args(tmp_path, pairs, tmp_path / "grown", epochs=1)
+    train_main([*args, "--init-from", str(trained_checkpoint), "--grow-encoder", "2", "--lr", "0"])
+    start, tok, _ = load_checkpoint(trained_checkpoint)
+    grown, _, meta = load_checkpoint(tmp_path / "grown")
+    assert grown.config == dataclasses.replace(start.config, n_encoder_layers=start.config.n_encoder_layers + 2)
+    sources = [s for s, _ in pairs[360:]]
+    assert translate_corpus(grown, tok, sources) == translate_corpus(start, tok, sources)
+    assert "--grow-encoder 2" in meta["command"] and meta["started_from"]["checkpoint"] == str(trained_checkpoint)
+    train_main([*train_args(tmp_path, pairs, tmp_path / "learnt", epochs=1), "--init-from", str(trained_checkpoint),
+                "--grow-encoder", "2"])  # fmt: skip
+    learnt = load_checkpoint(tmp_path / "learnt")[0]
+    assert learnt.encoder_layers[-1].ffn.w2.weight.abs().sum() > 0  # the zeroed projections took gradients
+
+
+@pytest.mark.parametrize("extra", [["--grow-encoder", "1"], ["--init-from", "CK", "--grow-encoder", "-1"]])
+def test_grow_encoder_needs_init_from_and_a_positive_count(tmp_path, trained_checkpoint, pairs, extra):
+    args = train_args(tmp_path, pairs, tmp_path / "grown", epochs=1)
+    with pytest.raises(SystemExit, match="--grow-encoder takes a positive number of layers and needs --init-from"):
+        train_main([*args, *[str(trained_checkpoint) if a == "CK" else a for a in extra]])
 
 
 def test_init_from_a_directory_nmt_train_did_not_write_is_refused(tmp_path, pairs):
