@@ -131,6 +131,14 @@ def test_grow_encoder_needs_init_from_and_a_positive_count(tmp_path, trained_che
         train_main([*args, *[str(trained_checkpoint) if a == "CK" else a for a in extra]])
 
 
+def test_a_post_ln_checkpoint_cannot_grow(tmp_path, pairs):
+    """A post-LN layer normalises its output: with zero projections it is a LayerNorm, not the identity."""
+    train_main([*train_args(tmp_path, pairs, tmp_path / "post", epochs=1), "--norm", "post"])
+    args = train_args(tmp_path, pairs, tmp_path / "grown", epochs=1)
+    with pytest.raises(SystemExit, match="--grow-encoder needs a pre-LN checkpoint"):
+        train_main([*args, "--init-from", str(tmp_path / "post"), "--grow-encoder", "1"])
+
+
 def test_init_from_a_directory_nmt_train_did_not_write_is_refused(tmp_path, pairs):
     args = train_args(tmp_path, pairs, tmp_path / "tuned", epochs=1)
     with pytest.raises(SystemExit, match="is not a checkpoint written by nmt-train"):
