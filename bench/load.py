@@ -32,6 +32,10 @@ server splits into its sentences, every one a sequence of the running batch. Pri
 documents/s, sentences/s and p50/p99 latency, and the ratio a document is judged by: p50 latency of the largest
 documents over the smallest at concurrency 1 (20 sentences over 1: goal < 3x, its sentences decode side by side). At
 concurrency 1 the sizes take turns, the largest size's worth of sentences at a time, so that drift falls on all alike.
+--repeat sends the sentences that many times; with --workers N,N,... the first count runs every level and each other
+one the highest (with each worker's profile, as above). On a GPU the corpus is also decoded in process in batches of
+the sentences the highest level keeps in flight (the level times the largest size), and each row at that level gets
+its sentences/s over that (`over_in_process`).
 """
 
 from __future__ import annotations
@@ -453,38 +457,69 @@ def document_goal(rows: list[dict], goal: float = 3.0) -> tuple[float, str] | No
 
 
 def run_documents(args: argparse.Namespace, levels: list[int], settings: dict, sentences: list[str]) -> dict:
-    """The document mode: per size, concurrency 1 (the sizes taking turns) and then every other level."""
+    """The document mode: per size, concurrency 1 (the sizes taking turns) and then every other level, on a server of
+    the first --workers count; then the highest level on each other count. At the highest level, where each worker
+    spent the time (`profile`, as drive_levels)."""
     from app.segment import segment
 
+    sentences = sentences * args.repeat
     by_size = {size: documents(sentences, size, args.paragraph) for size in args.documents}
     by_size = {size: docs for size, docs in by_size.items() if docs}
     found = {size: sum(len(segment(d)) for d in docs) for size, docs in by_size.items()}  # what the server will split
     for size, docs in by_size.items():
         print(f"{len(docs)} documents of {size} sentences ({found[size]} as the server splits them)", flush=True)
     rows = []
-    with running_server(args.model_dir, args.threads, args.server_arg, args.compile, settings) as (url, _):
-        asyncio.run(drive(url, [d for docs in by_size.values() for d in docs[:2]], 1, args.client))  # warm-up
-        for level in levels:
-            if level == 1:  # the sizes take turns
-                timed = asyncio.run(document_turns(url, by_size, args.client))
-            else:
-                timed = {}
-                for size, docs in by_size.items():
-                    t0 = time.perf_counter()
-                    row = asyncio.run(drive(url, docs, level, args.client))
-                    timed[size] = {**row, "documents": len(docs), "seconds": time.perf_counter() - t0}
-            level_rows = [document_row(size, level, found[size], t["documents"], t["seconds"], t["latencies"],
-                                       t["errors"]) for size, t in timed.items()]  # fmt: skip
-            for r in level_rows:
-                print(f"{r['sentences_per_document']:>3} sentences/document, concurrency {level:>3}: {r['doc_s']:>7} "
-                      f"docs/s {r['sent_s']:>7} sent/s | p50 {r['p50_ms']:>8} ms p99 {r['p99_ms']:>8} ms | "
-                      f"errors {r['errors']}", flush=True)  # fmt: skip
-            rows += level_rows
+    for workers in args.workers:
+        run_levels = levels if workers == args.workers[0] else levels[-1:]
+        with running_server(args.model_dir, args.threads, args.server_arg, args.compile,
+                            server_settings(settings, workers, args.compile)) as (url, server):  # fmt: skip
+            asyncio.run(drive(url, [d for docs in by_size.values() for d in docs[:2]], 1, args.client))  # warm-up
+            for level in run_levels:
+                if level == 1:  # the sizes take turns
+                    timed = asyncio.run(document_turns(url, by_size, args.client))
+                else:
+                    timed = {}
+                    for size, docs in by_size.items():
+                        before = workers_now(url, server.pid) if level == levels[-1] else None
+                        t0 = time.perf_counter()
+                        row = asyncio.run(drive(url, docs, level, args.client))
+                        seconds = time.perf_counter() - t0
+                        timed[size] = {**row, "documents": len(docs), "seconds": seconds}
+                        if before is not None:
+                            timed[size]["profile"] = where_the_time_went(before, workers_now(url, server.pid), seconds)
+                level_rows = []
+                for size, t in timed.items():
+                    r = document_row(size, level, found[size], t["documents"], t["seconds"], t["latencies"],
+                                     t["errors"])  # fmt: skip
+                    level_rows.append(
+                        {**r, "workers": workers, **({"profile": t["profile"]} if "profile" in t else {})}
+                    )
+                for r in level_rows:
+                    print(f"workers {workers} {r['sentences_per_document']:>3} sentences/document, concurrency "
+                          f"{level:>3}: {r['doc_s']:>7} docs/s {r['sent_s']:>7} sent/s | p50 {r['p50_ms']:>8} ms p99 "
+                          f"{r['p99_ms']:>8} ms | errors {r['errors']}", flush=True)  # fmt: skip
+                    for index, p in enumerate(r.get("profile", [])):
+                        print(f"  worker {index}: " + ", ".join(f"{k} {v}" for k, v in p.items()), flush=True)
+                rows += level_rows
     summary = {"documents": rows}
     if (goal := document_goal(rows)) is not None:
         summary["p50_c1_largest_over_smallest"] = goal[0]
         print(goal[1])
     return summary
+
+
+def against_in_process(rows: list[dict], level: int, sent_s: float) -> list[str]:
+    """Documents: each row at the highest level gets its sentences/s over in-process batched decoding's
+    (`over_in_process`); the lines that say so."""
+    lines = []
+    for r in rows:
+        if r["concurrency"] == level:
+            r["over_in_process"] = round(r["sent_s"] / sent_s, 2)
+            lines.append(
+                f"workers {r['workers']}, {r['sentences_per_document']} sentences/document at concurrency "
+                f"{level} / in-process batched: {r['sent_s']} / {sent_s:.1f} sent/s = {r['over_in_process']}x"
+            )
+    return lines
 
 
 def server_settings(settings: dict[str, str], workers: int, compile: bool) -> dict[str, str]:
@@ -625,7 +660,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     args = p.parse_args(argv)
     levels = [int(x) for x in (args.levels or ("1,32" if args.documents else "1,8,32,64")).split(",")]
     cuda = args.device.startswith("cuda")
-    batch = max(levels) if args.in_process_batch is None and cuda else args.in_process_batch or 0
+    # in-process batches as many sentences as the highest level keeps in flight (documents: each of its largest size)
+    in_flight = max(levels) * max(args.documents, default=1)
+    batch = in_flight if args.in_process_batch is None and cuda else args.in_process_batch or 0
     if cuda and args.ct2_rounds and not args.documents:
         print("CTranslate2 rounds skipped on --device cuda: they time CTranslate2 on the CPU "
               "(bench/peers.py --device cuda races on the GPU)", flush=True)  # fmt: skip
@@ -653,16 +690,20 @@ def main() -> None:
     print(f"CPU: {cpu}", flush=True)
     sentences = [s for s in read_lines(args.src) if s.strip()]
     sentences = sentences[: args.limit] if args.limit else sentences
-    if args.documents:
-        print(json.dumps({"cpu": cpu, **run_documents(args, levels, settings, sentences)}))
-        return
-
     in_process_batch = None
     if batch:  # before the server starts: its batch is sized from the GPU memory it finds free
         in_process_batch = in_process_batched(
             args.model_dir, args.threads, args.compile, batch, sentences, args.device, args.dtype, args.quantize
         )
         print(f"in process, batch {batch}: {in_process_batch:.1f} sent/s", flush=True)
+    if args.documents:
+        summary = run_documents(args, levels, settings, sentences)
+        if in_process_batch:
+            summary["in_process_batch"] = {"batch": batch, "sent_s": round(in_process_batch, 1)}
+            for line in against_in_process(summary["documents"], max(levels), in_process_batch):
+                print(line, flush=True)
+        print(json.dumps({"cpu": cpu, **summary}))
+        return
     decode = in_process_decoder(args.model_dir, args.threads, args.compile, args.device, args.dtype, args.quantize)
     with ExitStack() as stack:
         peer, ct2 = stack.enter_context(ct2_in_process(args)) if args.ct2_rounds else (None, None)

@@ -81,3 +81,21 @@ def test_quantize_reaches_the_server_and_isa_is_a_known_limit():
         load.parse_args(["--src", "x.txt", "--quantize", "int8", "--device", "cuda"])  # int8 is the CPU's
     with pytest.raises(SystemExit):
         load.parse_args(["--src", "x.txt", "--isa", "sse2"])
+
+
+def test_on_a_gpu_documents_are_raced_against_a_batch_of_what_the_highest_level_keeps_in_flight():
+    _, levels, batch, _ = load.parse_args(["--src", "x", "--device", "cuda", "--documents", "1,8", "--levels", "32"])
+    assert (levels, batch) == ([32], 32 * 8)
+    assert load.parse_args(["--src", "x", "--device", "cuda", "--levels", "1,32,256"])[2] == 256
+    assert load.parse_args(["--src", "x", "--documents", "1,8", "--levels", "32"])[2] == 0  # the CPU: not asked for
+    assert load.parse_args(["--src", "x", "--documents", "8", "--in-process-batch", "64"])[2] == 64
+
+
+def test_rows_at_the_highest_level_get_their_share_of_in_process_decoding():
+    rows = [{**row(8, 1, 50.0), "workers": 1}, {**row(8, 32, 90.0), "workers": 1}, {**row(8, 32, 60.0), "workers": 4}]
+    rows[1]["sent_s"], rows[2]["sent_s"] = 2000.0, 5000.0
+    lines = load.against_in_process(rows, 32, 7000.0)
+    assert [r.get("over_in_process") for r in rows] == [None, 0.29, 0.71]
+    head = "sentences/document at concurrency 32 / in-process batched"
+    assert lines == [f"workers 1, 8 {head}: 2000.0 / 7000.0 sent/s = 0.29x",
+                     f"workers 4, 8 {head}: 5000.0 / 7000.0 sent/s = 0.71x"]  # fmt: skip
