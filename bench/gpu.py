@@ -10,7 +10,9 @@ tail of its output, and the next one still runs. The steps:
 - bench: bench/gpu_step.py, and bench/peers.py on CUDA for the bundled model and an OPUS-MT-shaped one, each read
   from the last JSON line it prints;
 - load: bench/load.py on CUDA at concurrency 1, 32 and 256, against in-process decoding at batch 1 and 256; then
-  concurrency 256 with 2, 4 and 8 server workers (NMT_WORKERS).
+  concurrency 256 with 2, 4 and 8 server workers (NMT_WORKERS); then, where the driver has NVIDIA's MPS
+  (nvidia-cuda-mps-control), concurrency 256 with 1, 4 and 8 workers under it, and sixteen sentences a request (256
+  in flight) with 4 and 8 workers under it, each against in-process batch 256.
 
 Writes OUT/gpu-check.json (the GPU, driver, CUDA, torch and Python versions, the date, every step's figures),
 OUT/gpu-check.md (the same as tables, for reading) and each step's whole output in OUT/logs/. With --skip, the
@@ -24,6 +26,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,7 +73,23 @@ def plan(out: Path, data: Path, quick: bool) -> list[Step]:
              [py, "bench/load.py", "--device", "cuda", "--levels", "1,32,256", "--src", src, "--pause-ms", "0",
               "--workers", "1,2,4,8", "--client-procs", "4", "--repeat", "1" if quick else "3", *less],
              180 if quick else 360, "served over HTTP (bench/load.py)"),
+        Step("load_mps", "load",
+             [py, "bench/load.py", "--device", "cuda", "--mps", "--levels", "256", "--src", src, "--pause-ms", "0",
+              "--workers", "1,4,8", "--client-procs", "4", "--repeat", "1" if quick else "3", *less],
+             180 if quick else 300, "served under NVIDIA MPS, 1, 4 and 8 workers (bench/load.py --mps)"),
+        Step("load_documents_mps", "load",
+             [py, "bench/load.py", "--device", "cuda", "--mps", "--documents", "16", "--levels", "16", "--src", src,
+              "--pause-ms", "0", "--workers", "4,8", "--repeat", "1" if quick else "4", "--in-process-batch", "256",
+              *less],
+             120 if quick else 180, "sixteen sentences a request under NVIDIA MPS (bench/load.py --mps --documents 16)"),
     ]  # fmt: skip
+
+
+def unavailable(step: Step, mps: bool) -> str | None:
+    """Why this host cannot run the step (a step under MPS where the driver has no nvidia-cuda-mps-control), or None."""
+    if "--mps" in step.command and not mps:
+        return "no nvidia-cuda-mps-control on the PATH: NVIDIA's Multi-Process Service is not installed here"
+    return None
 
 
 # ---- running ---------------------------------------------------------------------------------------------------
@@ -294,9 +313,13 @@ def main() -> None:
     scripts = sysconfig.get_path("scripts")  # nmt-serve, for load.py, from this Python's environment
     env = {**os.environ, "NMT_TEST_DATA": str(data), "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
     results = {"environment": environment(), "quick": args.quick, "data": str(data), "steps": {}}
+    mps = shutil.which("nvidia-cuda-mps-control") is not None
     for step in plan(out, data, args.quick):
         if step.group in skip:
             results["steps"][step.name] = earlier.get(step.name) or {"title": step.title, "status": "skipped"}
+            continue
+        if (why := unavailable(step, mps)) is not None:
+            results["steps"][step.name] = {"title": step.title, "status": "skipped", "error": why}
             continue
         print(f"gpu.py: {step.name}: {' '.join(step.command)} (limit {step.timeout:.0f} s)", flush=True)
         if step.group == "tests":

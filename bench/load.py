@@ -22,7 +22,9 @@ On a GPU (--device cuda; the server gets NMT_DEVICE and NMT_DTYPE, and sizes its
 decoding runs there too, on CUDA graphs captured as the server captures them (model/cuda_graphs.py), and the
 corpus is also decoded in process in batches of the largest level (--in-process-batch): the service at that
 concurrency over that is what serving costs against batched decoding with no server in between. The CTranslate2
-rounds are left out there (they time CTranslate2 on the CPU; bench/peers.py --device cuda races on the GPU).
+rounds are left out there (they time CTranslate2 on the CPU; bench/peers.py --device cuda races on the GPU). With
+--mps the whole run (in-process decoding and the servers) is under NVIDIA's Multi-Process Service, a control daemon of
+the run's own, started before CUDA and stopped at the end: several workers' kernels then share the GPU at once.
 
     python bench/load.py --src ... --documents 1,5,20 [--levels 1,32] [--paragraph 5]
 
@@ -35,7 +37,7 @@ concurrency 1 the sizes take turns, the largest size's worth of sentences at a t
 --repeat sends the sentences that many times; with --workers N,N,... the first count runs every level and each other
 one the highest (with each worker's profile, as above). On a GPU the corpus is also decoded in process in batches of
 the sentences the highest level keeps in flight (the level times the largest size), and each row at that level gets
-its sentences/s over that (`over_in_process`).
+its sentences/s over that (`sent_s_over_in_process`).
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -510,14 +514,14 @@ def run_documents(args: argparse.Namespace, levels: list[int], settings: dict, s
 
 def against_in_process(rows: list[dict], level: int, sent_s: float) -> list[str]:
     """Documents: each row at the highest level gets its sentences/s over in-process batched decoding's
-    (`over_in_process`); the lines that say so."""
+    (`sent_s_over_in_process`); the lines that say so."""
     lines = []
     for r in rows:
         if r["concurrency"] == level:
-            r["over_in_process"] = round(r["sent_s"] / sent_s, 2)
+            r["sent_s_over_in_process"] = round(r["sent_s"] / sent_s, 2)
             lines.append(
                 f"workers {r['workers']}, {r['sentences_per_document']} sentences/document at concurrency "
-                f"{level} / in-process batched: {r['sent_s']} / {sent_s:.1f} sent/s = {r['over_in_process']}x"
+                f"{level} / in-process batched: {r['sent_s']} / {sent_s:.1f} sent/s = {r['sent_s_over_in_process']}x"
             )
     return lines
 
@@ -653,6 +657,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         help="keep every engine (the server, in-process decoding, "
         "CTranslate2) to these instructions, as on a CPU without AVX-512 (bench/peers.py's ISA_LIMITS)",
     )
+    p.add_argument("--mps", action="store_true", help="--device cuda: run under NVIDIA's Multi-Process Service, a "
+                   "control daemon of this run's own, so that several workers' kernels share the GPU at once")  # fmt: skip
     p.add_argument("--documents", type=sizes, default=[], metavar="N,N,...", help="document mode, and only it: "
                    "documents of N consecutive sentences, one a request (e.g. 1,5,20)")  # fmt: skip
     p.add_argument("--paragraph", type=int, default=5, help="--documents: a paragraph break after every N sentences "
@@ -674,14 +680,53 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     queue = max(levels) * max(args.documents, default=1)
     if args.quantize != "none" and cuda:
         p.error("--quantize int8 is for the CPU")
+    if args.mps and not cuda:
+        p.error("--mps needs --device cuda: MPS shares an NVIDIA GPU between processes")
+    if args.mps and args.isa:
+        p.error("--mps with --isa: --isa starts the run again, which would leave the MPS daemon behind")
     settings = {"NMT_DEVICE": args.device, "NMT_DTYPE": args.dtype, "NMT_MAX_QUEUE": str(max(256, queue)),
                 "NMT_QUANTIZE": args.quantize}  # fmt: skip
     return args, levels, batch, settings
 
 
+@contextmanager
+def mps_daemon(directory: Path) -> Iterator[dict[str, str]]:
+    """NVIDIA's Multi-Process Service for the run: its control daemon started with pipe and log directories of its own
+    under `directory` (a host's own daemon, if any, is left alone), this process and the servers it starts made its
+    clients (CUDA_MPS_PIPE_DIRECTORY before CUDA starts here), and the daemon told to quit at the end, whatever
+    happened. Yields the variables set."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        raise SystemExit("--mps: no nvidia-cuda-mps-control on the PATH (it comes with NVIDIA's driver)")
+    variables = {"CUDA_MPS_PIPE_DIRECTORY": str(directory / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(directory / "log")}
+    for d in variables.values():
+        Path(d).mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **variables}
+    subprocess.run([control, "-d"], env=env, stdin=subprocess.DEVNULL, check=True, timeout=60)
+    before = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield variables
+    finally:
+        subprocess.run([control], input="quit\n", text=True, env=env, timeout=60, check=False)
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main() -> None:
     args, levels, batch, settings = parse_args()
+    with ExitStack() as stack:
+        if args.mps:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nmt-mps-")))
+            stack.enter_context(mps_daemon(directory))
+            print(f"MPS: a control daemon of this run's own ({directory})", flush=True)
+        run(args, levels, batch, settings)
 
+
+def run(args: argparse.Namespace, levels: list[int], batch: int, settings: dict[str, str]) -> None:
     from bench.common import cpu_description
     from model.tokenizer import read_lines
 
@@ -702,7 +747,7 @@ def main() -> None:
             summary["in_process_batch"] = {"batch": batch, "sent_s": round(in_process_batch, 1)}
             for line in against_in_process(summary["documents"], max(levels), in_process_batch):
                 print(line, flush=True)
-        print(json.dumps({"cpu": cpu, **summary}))
+        print(json.dumps({"cpu": cpu, "mps": args.mps, **summary}))
         return
     decode = in_process_decoder(args.model_dir, args.threads, args.compile, args.device, args.dtype, args.quantize)
     with ExitStack() as stack:
@@ -735,7 +780,7 @@ def main() -> None:
                             server_settings(settings, workers, args.compile)) as (url, server):  # fmt: skip
             results += drive_levels(url, server.pid, sentences * args.repeat, levels[-1:], args, workers)
 
-    summary = {"cpu": cpu, "quantize": args.quantize, "levels": results}
+    summary = {"cpu": cpu, "mps": args.mps, "quantize": args.quantize, "levels": results}
     by = {r["concurrency"]: r for r in results if r["workers"] == args.workers[0]}
     if 1 in by and 32 in by:
         summary["sent_s_c32_over_c1"] = round(by[32]["sent_s"] / by[1]["sent_s"], 2)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.gpu import Step, last_json, read_junit, render_markdown, run_step
+from bench.gpu import Step, last_json, plan, read_junit, render_markdown, run_step, unavailable
 from bench.load import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,3 +139,19 @@ def test_load_on_the_cpu_is_as_before():
         "NMT_DEVICE": "cpu", "NMT_DTYPE": "float32", "NMT_MAX_QUEUE": "256", "NMT_QUANTIZE": "none"
     }  # fmt: skip
     assert parse_args(["--src", "x", "--in-process-batch", "8"])[2] == 8
+
+
+def test_the_load_group_ends_under_mps_where_the_driver_has_it(tmp_path):
+    steps = {s.name: s for s in plan(tmp_path, tmp_path, quick=False)}
+    mps = [s for s in steps.values() if "--mps" in s.command]
+    assert [s.name for s in mps] == ["load_mps", "load_documents_mps"] and {s.group for s in mps} == {"load"}
+    assert list(steps)[-2:] == ["load_mps", "load_documents_mps"]  # after the load without MPS
+    documents = steps["load_documents_mps"].command
+    assert documents[documents.index("--documents") + 1] == "16" and documents[documents.index("--levels") + 1] == "16"
+    assert documents[documents.index("--in-process-batch") + 1] == "256"  # 16 x 16 in flight, as the others' 256
+    for step in mps:
+        assert unavailable(step, mps=True) is None
+        assert "no nvidia-cuda-mps-control" in unavailable(step, mps=False)
+    assert all(unavailable(s, mps=False) is None for s in steps.values() if s not in mps)
+    quick = {s.name: s for s in plan(tmp_path, tmp_path, quick=True)}
+    assert quick["load_mps"].timeout < steps["load_mps"].timeout and "300" in quick["load_mps"].command

@@ -1,8 +1,10 @@
-"""bench/load.py --documents, the parts that need no server: the documents it builds, its arguments, its verdict."""
+"""bench/load.py --documents, the parts that need no server: the documents it builds, its arguments, its verdict;
+and --mps's daemon, with a stand-in for NVIDIA's control program."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -95,7 +97,53 @@ def test_rows_at_the_highest_level_get_their_share_of_in_process_decoding():
     rows = [{**row(8, 1, 50.0), "workers": 1}, {**row(8, 32, 90.0), "workers": 1}, {**row(8, 32, 60.0), "workers": 4}]
     rows[1]["sent_s"], rows[2]["sent_s"] = 2000.0, 5000.0
     lines = load.against_in_process(rows, 32, 7000.0)
-    assert [r.get("over_in_process") for r in rows] == [None, 0.29, 0.71]
+    assert [r.get("sent_s_over_in_process") for r in rows] == [None, 0.29, 0.71]
     head = "sentences/document at concurrency 32 / in-process batched"
     assert lines == [f"workers 1, 8 {head}: 2000.0 / 7000.0 sent/s = 0.29x",
                      f"workers 4, 8 {head}: 5000.0 / 7000.0 sent/s = 0.71x"]  # fmt: skip
+
+
+@pytest.fixture
+def fake_mps_control(tmp_path, monkeypatch):
+    """A stand-in for NVIDIA's nvidia-cuda-mps-control on the PATH that writes down each call: its arguments, what it
+    read on standard input and the directories it was given."""
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    control = bin_dir / "nvidia-cuda-mps-control"
+    control.write_text(f'#!/bin/sh\nif [ "$1" = -d ]; then echo "daemon $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY"'
+                       f' >> {calls}; else echo "command $(cat) $CUDA_MPS_PIPE_DIRECTORY" >> {calls}; fi\n')  # fmt: skip
+    control.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    return calls
+
+
+def test_mps_starts_a_daemon_of_its_own_makes_this_run_its_client_and_stops_it(fake_mps_control, tmp_path):
+    pipe, log = tmp_path / "mps" / "pipe", tmp_path / "mps" / "log"
+    with load.mps_daemon(tmp_path / "mps") as variables:
+        assert variables == {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(log)}
+        assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe) and pipe.is_dir() and log.is_dir()
+        assert fake_mps_control.read_text().splitlines() == [f"daemon {pipe} {log}"]
+    assert fake_mps_control.read_text().splitlines() == [f"daemon {pipe} {log}", f"command quit {pipe}"]
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ and "CUDA_MPS_LOG_DIRECTORY" not in os.environ
+
+
+def test_mps_is_stopped_when_the_run_fails(fake_mps_control, tmp_path):
+    with pytest.raises(RuntimeError), load.mps_daemon(tmp_path):
+        raise RuntimeError("a level failed")
+    assert fake_mps_control.read_text().splitlines()[-1] == f"command quit {tmp_path / 'pipe'}"
+
+
+def test_mps_without_its_control_program_or_without_a_gpu_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SystemExit, match="no nvidia-cuda-mps-control on the PATH"), load.mps_daemon(tmp_path):
+        pass
+    with pytest.raises(SystemExit):
+        load.parse_args(["--src", "x", "--mps"])
+    assert "--mps needs --device cuda" in capsys.readouterr().err
+    assert load.parse_args(["--src", "x", "--device", "cuda", "--mps"])[0].mps
+    with pytest.raises(SystemExit):
+        load.parse_args(["--src", "x", "--device", "cuda", "--mps", "--isa", "avx2"])
+    assert "leave the MPS daemon behind" in capsys.readouterr().err
