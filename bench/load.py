@@ -502,8 +502,7 @@ def run_documents(args: argparse.Namespace, levels: list[int], settings: dict, s
                     print(f"workers {workers} {r['sentences_per_document']:>3} sentences/document, concurrency "
                           f"{level:>3}: {r['doc_s']:>7} docs/s {r['sent_s']:>7} sent/s | p50 {r['p50_ms']:>8} ms p99 "
                           f"{r['p99_ms']:>8} ms | errors {r['errors']}", flush=True)  # fmt: skip
-                    for index, p in enumerate(r.get("profile", [])):
-                        print(f"  worker {index}: " + ", ".join(f"{k} {v}" for k, v in p.items()), flush=True)
+                    print_profile(r.get("profile", []))
                 rows += level_rows
     summary = {"documents": rows}
     if (goal := document_goal(rows)) is not None:
@@ -535,6 +534,12 @@ def server_settings(settings: dict[str, str], workers: int, compile: bool) -> di
     return out
 
 
+def print_profile(profile: list[dict]) -> None:
+    """Where each worker's time went over a level (where_the_time_went), a line each."""
+    for index, p in enumerate(profile):
+        print(f"  worker {index}: " + ", ".join(f"{k} {v}" for k, v in p.items()), flush=True)
+
+
 def drive_levels(
     url: str, pid: int, sentences: list[str], levels: list[int], args: argparse.Namespace, workers: int
 ) -> list:
@@ -554,8 +559,7 @@ def drive_levels(
             f"p50 {row['p50_ms']:>7} ms p95 {row['p95_ms']:>7} ms p99 {row['p99_ms']:>7} ms | errors {row['errors']}",
             flush=True,
         )
-        for index, p in enumerate(row.get("profile", [])):
-            print(f"  worker {index}: " + ", ".join(f"{k} {v}" for k, v in p.items()), flush=True)
+        print_profile(row.get("profile", []))
     return rows
 
 
@@ -675,16 +679,15 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         args.ct2_rounds = 0
     if args.dtype != "float32" and not cuda:
         p.error(f"--dtype {args.dtype} needs --device cuda; on the CPU use float32")
-    # NMT_MAX_QUEUE: every request of the highest level (every sentence of its documents) is in flight at once and
-    # must not get 429
-    queue = max(levels) * max(args.documents, default=1)
     if args.quantize != "none" and cuda:
         p.error("--quantize int8 is for the CPU")
     if args.mps and not cuda:
         p.error("--mps needs --device cuda: MPS shares an NVIDIA GPU between processes")
     if args.mps and args.isa:
         p.error("--mps with --isa: --isa starts the run again, which would leave the MPS daemon behind")
-    settings = {"NMT_DEVICE": args.device, "NMT_DTYPE": args.dtype, "NMT_MAX_QUEUE": str(max(256, queue)),
+    # NMT_MAX_QUEUE: every request of the highest level (every sentence of its documents) is in flight at once and
+    # must not get 429
+    settings = {"NMT_DEVICE": args.device, "NMT_DTYPE": args.dtype, "NMT_MAX_QUEUE": str(max(256, in_flight)),
                 "NMT_QUANTIZE": args.quantize}  # fmt: skip
     return args, levels, batch, settings
 
