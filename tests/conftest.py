@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections import Counter
 
@@ -19,8 +21,10 @@ torch.set_num_threads(1)  # tiny models: threads cost more than they give, and t
 # tens of seconds each time. tests/model/test_compile.py and tests/app/test_compiled.py compile on purpose.
 os.environ["NMT_COMPILE"] = "0"
 # Compiled graphs (model/compile.py) are kept in a directory of this run's own: tests that compile one checkpoint
-# with one cache shape share them, and no package from outside the run is ever loaded.
+# with one cache shape share them, and no package from outside the run is ever loaded. Each process (every xdist
+# worker) has its own, removed when it exits: tens of MB a run would otherwise pile up in the temporary directory.
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-serve-tests-inductor-")
+atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
