@@ -75,6 +75,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
       "checkpoint (repeat for an ensemble, whose probabilities are averaged) predicts every target token beside the "
       "student, and the student also learns its distribution (see --kd-alpha). Teachers must share the student's "
       "vocabulary; a student trained from scratch takes the first teacher's. Each costs a forward pass a step")  # fmt: skip
+    a("--bpe-dropout", type=float, default=0.0, metavar="P", help="BPE-dropout (Provilkov et al. 2020) on the "
+      "source side: each epoch encodes the training sources anew, each BPE merge skipped with probability P (0.1 in "
+      "the paper), so that the model reads a word cut in many ways. The targets, the teachers' inputs and validation "
+      "keep the segmentation served (0 = off)")  # fmt: skip
     a("--kd-alpha", type=float, default=0.5, metavar="A", help="with --teacher: the loss is (1 - A) x the "
       "label-smoothed cross-entropy on the training targets + A x KL(teachers || student), per target token")  # fmt: skip
     a("--lr", type=float, default=4e-3, help="peak learning rate after warm-up")
@@ -138,6 +142,15 @@ def collate(pairs, idx: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Ten
         src[r, : len(s)] = torch.tensor(s)
         tgt[r, : len(t)] = torch.tensor(t)
     return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def dropout_sources(tokenizer: Tokenizer, texts: list[str], p: float) -> list[list[int]]:
+    """texts' source-side ids under BPE-dropout p: each merge skipped with probability p, drawn afresh each call (the
+    library's own random numbers, which no seed fixes). A copy of the tokenizer draws them: the caller's keeps its
+    deterministic merges."""
+    dropped = Tokenizer(HFTokenizer.from_str(tokenizer.hf.to_str()))
+    dropped.hf.model.dropout = p
+    return dropped.encode_batch(texts, "source")
 
 
 def teacher_probs(teachers: list, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
@@ -343,6 +356,8 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
             sys.exit(f"nmt-train: --teacher {t} is not a checkpoint written by nmt-train (config.json, tokenizer.json)")
     if args.grow_encoder and not (init and args.grow_encoder > 0):
         sys.exit("nmt-train: --grow-encoder takes a positive number of layers and needs --init-from")
+    if not 0 <= args.bpe_dropout < 1:
+        sys.exit(f"nmt-train: --bpe-dropout is a probability below 1, not {args.bpe_dropout}")
     if args.teacher and not 0 <= args.kd_alpha <= 1:
         sys.exit(f"nmt-train: --kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
     vocab_from = init or (Path(args.teacher[0]) if args.teacher else None)  # a student of teachers: their vocabulary
@@ -363,7 +378,10 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
     def encode_pairs(src, tgt):
         return list(zip(tokenizer.encode_batch(src, "source"), tokenizer.encode_batch(tgt, "target")))
 
-    train_pairs = [p for p in encode_pairs(train_src, train_tgt) if max(map(len, p)) <= args.max_len]
+    encoded = encode_pairs(train_src, train_tgt)
+    kept = [i for i, p in enumerate(encoded) if max(map(len, p)) <= args.max_len]
+    train_pairs, kept_src = [encoded[i] for i in kept], [train_src[i] for i in kept]
+    del encoded
     valid_pairs = encode_pairs(valid_src, valid_ref) if rank == 0 else []
     if args.valid_bleu_sentences:
         valid_src, valid_ref = valid_src[: args.valid_bleu_sentences], valid_ref[: args.valid_bleu_sentences]
@@ -446,6 +464,20 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
             meta["distillation"] = {"teachers": args.teacher, "kd_alpha": args.kd_alpha}
         save_checkpoint(out, model, tokenizer, meta)
 
+    sources_file = state_dir / "epoch_sources.json"  # --bpe-dropout: the sources of the epoch a run stopped in
+
+    def epoch_sources(epoch: int) -> list[list[int]]:
+        """The training sources under BPE-dropout for this epoch, drawn by rank 0 and shared; resuming mid-epoch,
+        those the stopped run drew, so that the rest of the epoch's batches are the ones it would have taken."""
+        drawn = None
+        if rank == 0 and info["batch_in_epoch"] and sources_file.exists():
+            saved = json.loads(sources_file.read_text())
+            drawn = saved["sources"] if saved["epoch"] == epoch else None
+        if rank == 0 and drawn is None:  # a source cut past --max-len keeps its served pieces
+            drawn = [d if len(d) <= args.max_len else s for d, (s, _) in
+                     zip(dropout_sources(tokenizer, kept_src, args.bpe_dropout), train_pairs, strict=True)]  # fmt: skip
+        return share(drawn, world)
+
     deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else math.inf
     max_steps = args.max_steps or math.inf
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
@@ -454,7 +486,10 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
     stopped = False
     while info["epoch"] < args.epochs and info["step"] < max_steps and not stopped:
         epoch = info["epoch"] + 1
-        batches = make_batches(train_pairs, args.batch_tokens, seed=args.seed * 1000 + epoch)
+        pairs = train_pairs  # what the student reads this epoch; the teachers read train_pairs' sources
+        if args.bpe_dropout:
+            pairs = [(s, t) for s, (_, t) in zip(epoch_sources(epoch), train_pairs, strict=True)]
+        batches = make_batches(pairs, args.batch_tokens, seed=args.seed * 1000 + epoch)
         bar = tqdm(batches[info["batch_in_epoch"] :], desc=f"epoch {epoch}", mininterval=5, file=sys.stderr,
                    disable=rank != 0)  # fmt: skip
         tokens_seen, t0 = 0, time.perf_counter()
@@ -463,13 +498,16 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
             # any (a batch shorter than the world) runs one sentence with weight 0, for DDP's all-reduce.
             shard = idx[rank::world]
             tokens = sum(len(train_pairs[i][1]) - 1 for i in idx)  # target tokens in the whole batch
-            batch = collate(train_pairs, shard or idx[:1], config.pad_id)
+            batch = collate(pairs, shard or idx[:1], config.pad_id)
             src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
+            teacher_src = src
+            if teachers and pairs is not train_pairs:
+                teacher_src = collate(train_pairs, shard or idx[:1], config.pad_id)[0].to(device, non_blocking=True)
             lr = lr_at(info["step"] + 1, args.lr, args.warmup)
             for g in optimizer.param_groups:
                 g["lr"] = lr
             with autocast:
-                teacher = teacher_probs(teachers, src, tgt_in) if teachers else None
+                teacher = teacher_probs(teachers, teacher_src, tgt_in) if teachers else None
                 loss_sum = batch_loss(net, src, tgt_in, tgt_out, config.pad_id, args.label_smoothing, args.r_drop,
                                       teacher, args.kd_alpha)  # fmt: skip
             loss_sum = loss_sum * bool(shard)
@@ -497,11 +535,17 @@ def train(argv: list[str] | None, signals: list[int]) -> None:
                 break
         info["seconds"] += time.perf_counter() - t0
         if stopped and info["batch_in_epoch"] < len(batches):
+            if rank == 0 and pairs is not train_pairs:  # before the state that says the epoch is under way
+                drawn = json.dumps({"epoch": epoch, "sources": [s for s, _ in pairs]})
+                sources_file.with_suffix(".tmp").write_text(drawn)
+                sources_file.with_suffix(".tmp").replace(sources_file)
             if rank == 0:
                 save_state(state_dir, model, optimizer, info)
             say(f"stopped mid-epoch {epoch} at step {info['step']}; state saved, --resume continues")
             break
         info["epoch"], info["batch_in_epoch"], info["epoch_step"] = epoch, 0, info["step"]
+        if rank == 0:
+            sources_file.unlink(missing_ok=True)
         if rank:
             continue  # rank 0 validates and writes; the others wait for it in the next step's collectives
         snap = state_dir / f"epoch{epoch}.safetensors"

@@ -6,10 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import model.train
 from model.checkpoint import load_checkpoint
 from model.evaluate import main as eval_main
 from model.evaluate import translate_corpus
-from model.train import batch_loss, language_of, load_grown, teacher_probs
+from model.train import batch_loss, dropout_sources, language_of, load_grown, teacher_probs
 from model.train import main as train_main
 from model.transformer import Transformer, TransformerConfig
 from tests.conftest import tiny_config, train_args, write_corpus
@@ -260,3 +261,63 @@ def test_a_teacher_with_another_vocabulary_is_refused(tmp_path, trained_checkpoi
         train_main([*args, "--teacher", str(tmp_path / "nowhere")])
     with pytest.raises(SystemExit, match="--kd-alpha must lie between 0 and 1"):
         train_main([*args, "--teacher", str(trained_checkpoint), "--kd-alpha", "1.5"])
+
+
+def test_bpe_dropout_cuts_words_in_many_ways_that_all_read_back_as_the_text(tokenizer, pairs):
+    texts = [s for s, _ in pairs[:50]]
+    plain = tokenizer.encode_batch(texts, "source")
+    assert dropout_sources(tokenizer, texts, 0.0) == plain
+    first, second = dropout_sources(tokenizer, texts, 0.3), dropout_sources(tokenizer, texts, 0.3)
+    assert first != plain and second != first  # drawn afresh each call
+    assert sum(map(len, first)) > sum(map(len, plain))  # skipped merges leave more, shorter pieces
+    for ids in (*first, *second):
+        assert ids[-1] == tokenizer.eos_id
+    assert tokenizer.decode_batch(first) == tokenizer.decode_batch(plain) == tokenizer.decode_batch(second)
+    assert tokenizer.encode_batch(texts, "source") == plain  # the caller's tokenizer keeps its merges
+
+
+def test_bpe_dropout_feeds_the_student_cut_sources_the_teacher_the_served_ones_and_resumes_on_the_same_draw(
+    tmp_path, trained_checkpoint, pairs, monkeypatch
+):  # fmt: skip
+    """A student of trained_checkpoint under --bpe-dropout: the student reads sources cut in other ways than the
+    tokenizer serves them, its teacher the served ones; a run stopped mid-epoch saves the epoch's draw, and the
+    resumed run finishes that epoch on it, then draws the next."""
+    served = {tuple(ids) for ids in load_checkpoint(trained_checkpoint)[1].encode_batch([s for s, _ in pairs[:360]])}
+    seen: dict[str, set] = {"student": set(), "teacher": set()}
+    draws = []
+
+    def rows(src):
+        return {tuple(i for i in row if i != 0) for row in src.tolist()}
+
+    def student_loss(net, src, *rest, **kw):
+        seen["student"] |= rows(src)
+        return batch_loss(net, src, *rest, **kw)
+
+    def teacher(teachers, src, tgt_in):
+        seen["teacher"] |= rows(src)
+        return teacher_probs(teachers, src, tgt_in)
+
+    def draw(*a):
+        draws.append(a[1])
+        return dropout_sources(*a)
+
+    monkeypatch.setattr(model.train, "batch_loss", student_loss)
+    monkeypatch.setattr(model.train, "teacher_probs", teacher)
+    monkeypatch.setattr(model.train, "dropout_sources", draw)
+    out = tmp_path / "student"
+    args = train_args(tmp_path, pairs, out, epochs=2)
+    args = [*args, "--teacher", str(trained_checkpoint), "--bpe-dropout", "0.2", "--dropout", "0.1"]
+    train_main([*args, "--max-steps", "3"])
+    saved = json.loads((out / "train_state" / "epoch_sources.json").read_text())
+    assert saved["epoch"] == 1 and len(saved["sources"]) == 360 and len(draws) == 1
+    assert seen["teacher"] <= served and seen["student"] - served  # some of the student's sources are cut anew
+
+    train_main([*args, "--resume"])
+    assert len(draws) == 2  # epoch 2's draw only: epoch 1 went on with the saved one
+    assert not (out / "train_state" / "epoch_sources.json").exists()
+    state = json.loads((out / "train_state" / "state.json").read_text())
+    assert [h["epoch"] for h in state["history"]] == [1, 2]
+    assert "--bpe-dropout 0.2" in json.loads((out / "metadata.json").read_text())["command"]
+    assert seen["teacher"] <= served and len(seen["student"] - served) > 100
+    with pytest.raises(SystemExit, match="--bpe-dropout is a probability below 1"):
+        train_main([*args[:-2], "--bpe-dropout", "1"])
