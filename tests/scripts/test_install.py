@@ -109,7 +109,7 @@ def test_install_makes_the_project_environment_with_an_externally_managed_python
     assert installed["torch"].startswith("2.13.0")
     assert installed["nmt-serve"] == "0.1.0"
     # The console scripts the README names run from the environment.
-    for command in ("nmt-serve", "nmt-train", "nmt-eval"):
+    for command in ("nmt-serve", "nmt-train", "nmt-eval", "nmt-distil"):
         help_ = subprocess.run(
             [repo / ".venv" / "bin" / command, "--help"], capture_output=True, text=True, check=False
         )
