@@ -63,8 +63,10 @@ def tool(name: str) -> str:
 
 def finished(run: Path, epochs: int) -> bool:
     """Whether nmt-train has done `epochs` epochs in `run` (its state says so) and written the checkpoint."""
-    state = run / "train_state" / "state.json"
-    done = state.is_file() and json.loads(state.read_text())["epoch"] >= epochs
+    try:
+        done = json.loads((run / "train_state" / "state.json").read_text())["epoch"] >= epochs
+    except (OSError, ValueError, KeyError):  # none yet, or unreadable: nmt-train says what is wrong with it
+        return False
     return done and (run / "model.safetensors").is_file()
 
 
@@ -92,15 +94,18 @@ class Steps:
         log.close()
 
     def wait(self) -> None:
-        """Until every process has ended; the first failure (or a signal) ends nmt-distil."""
+        """Until every process has ended. The first failure stops the others (SIGTERM: their state saved) and ends
+        nmt-distil with its log's last lines; a signal ends it once they have stopped."""
         failed = None
         while self.running:
             for name, process in list(self.running.items()):
                 if process.poll() is None:
                     continue
                 del self.running[name]
-                if process.returncode and failed is None:
+                if process.returncode and failed is None and not self.signals:
                     failed = (name, process.returncode)
+                    for other in self.running.values():
+                        other.send_signal(signal.SIGTERM)
                 elif not process.returncode:
                     print(f"nmt-distil: {name} done", file=sys.stderr)
             time.sleep(0.2)

@@ -116,6 +116,17 @@ def test_a_failing_step_ends_the_run_with_its_log(data, tmp_path):
     assert not (tmp_path / "run" / "student").exists()
 
 
+def test_a_failing_teacher_stops_the_others_with_their_state_saved(data, tmp_path):
+    out = tmp_path / "run"
+    (out / "teacher-2" / "train_state").mkdir(parents=True)
+    (out / "teacher-2" / "train_state" / "state.json").write_text("{ cut short")  # a state nmt-train cannot resume
+    failed = run(distil(data, out, "--teacher-epochs", "40"))
+    assert failed.returncode == 1 and "teacher-2 failed (exit 1)" in failed.stderr
+    assert "Traceback" in failed.stderr, "the failed step's last lines come with the message"
+    assert "stopped by SIGTERM" in (out / "logs" / "teacher-1.log").read_text(), "teacher 1 stopped, not 40 epochs on"
+    assert (out / "teacher-1" / "train_state" / "state.json").is_file()
+
+
 def test_sigterm_stops_the_teachers_with_their_state_saved_and_a_run_again_finishes(data, tmp_path):
     """nmt-distil passes the signal on once: each teacher stops after its update in progress, its state saved."""
     out = tmp_path / "run"
