@@ -5,7 +5,8 @@ It runs `nmt-train` and `nmt-eval` as they are, one process a step, each step's 
   1. N teachers from scratch (seeds 1..N), P at a time: OUT/teacher-1 ... OUT/teacher-N;
   2. the teachers' ensemble translates the training sources with beam search: OUT/teachers.beam.LANG;
   3. the student: teacher 1 fine-tuned on those translations, with the N teachers' next-token distributions beside
-     them (`--teacher` N times): OUT/student, a checkpoint `nmt-serve` serves.
+     them (`--teacher` N times), or a model of its own shape trained on them from scratch: OUT/student, a checkpoint
+     `nmt-serve` serves.
 Run again, it skips what is done and resumes what was stopped (`nmt-train --resume`). SIGTERM or Ctrl-C stops the
 steps in flight with their state saved (nmt-train's own stop), and it exits with 128 + the signal's number."""
 
@@ -45,9 +46,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("--beam", type=int, default=4, help="the ensemble's beam for the student's training targets")
     a("--length-penalty", type=float, default=1.2)
     a("--kd-alpha", type=float, default=0.5, help="the student's share of word-level distillation (nmt-train's)")
+    a("--student-from-scratch", action="store_true", help="train the student from random weights (its shape from "
+      "--student-args, else the teachers' defaults; their settings, and the teachers' vocabulary) instead of "
+      "fine-tuning teacher 1: give it a teacher's epochs too")  # fmt: skip
     a("--train-args", default="", help="more nmt-train options for every run, e.g. --train-args='--device cuda --bf16'")
     a("--teacher-args", default="", help=f"more nmt-train options for the teachers (after: {TEACHER})")
-    a("--student-args", default="", help=f"more nmt-train options for the student (after: {STUDENT})")
+    a("--student-args", default="", help=f"more nmt-train options for the student (after: {STUDENT}; from scratch "
+      "after the teachers' settings)")  # fmt: skip
     a("--eval-args", default="", help="more nmt-eval options for the translations, e.g. --eval-args='--device cuda'")
     args = p.parse_args(argv)
     if args.teachers < 1 or args.parallel < 1:
@@ -153,8 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     student = out / "student"
     if not finished(student, args.student_epochs):
         distil = [arg for t in teachers for arg in ("--teacher", str(t))]
-        steps.run("student", [*train, "--train-tgt", str(targets), "--out", str(student), "--init-from", str(teachers[0]),
-                              *distil, "--kd-alpha", str(args.kd_alpha), *shlex.split(STUDENT),
+        start = TEACHER if args.student_from_scratch else f"--init-from {shlex.quote(str(teachers[0]))} {STUDENT}"
+        steps.run("student", [*train, "--train-tgt", str(targets), "--out", str(student), *shlex.split(start),
+                              *distil, "--kd-alpha", str(args.kd_alpha),
                               "--epochs", str(args.student_epochs), "--seed", str(args.teachers + 1),
                               *shlex.split(args.train_args), *shlex.split(args.student_args)])  # fmt: skip
 

@@ -94,6 +94,21 @@ def test_run_again_it_skips_what_is_done_and_goes_on_where_more_is_asked(recipe,
     assert epochs(out / "student") == 3
 
 
+def test_a_student_of_another_shape_from_scratch_keeps_the_teachers_vocabulary(recipe, data, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(recipe[0], out)
+    shutil.rmtree(out / "student")
+    shape = "--d-model 48 --heads 4 --d-ff 96 --encoder-layers 3 --decoder-layers 1"
+    done = run(distil(data, out, "--student-from-scratch", f"--student-args={shape}"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    model, _, metadata = load_checkpoint(out / "student")
+    c = model.config
+    assert (c.d_model, c.d_ff, c.n_encoder_layers, c.n_decoder_layers) == (48, 96, 3, 1)
+    assert "started_from" not in metadata and len(re.findall(r"--teacher ", metadata["command"])) == 2
+    assert "--warmup 800" in metadata["command"] and "--warmup 100" not in metadata["command"], "a teacher's schedule"
+    assert (out / "student" / "tokenizer.json").read_text() == (out / "teacher-1" / "tokenizer.json").read_text()
+
+
 def test_teachers_of_different_vocabularies_are_refused_before_they_translate(recipe, data, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(recipe[0], out)
