@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import corpus_arguments, cpu_description, load_corpus, pad_batch
 
-from model.decoding import KVCache, greedy_decode
+from model.decoding import KVCache, greedy_decode, remove_rows
 from model.transformer import Transformer, TransformerConfig
 
 SHAPE = re.compile(r"d(\d+)-e(\d+)-d(\d+)-f(\d+)-v(\d+)(?:-h(\d+))?$")
@@ -63,7 +63,7 @@ def forced_pass(
     model: Transformer, cache: KVCache, sources: list[list[int]], steps: list[int], batch: int
 ) -> tuple[float, int]:
     """Decode `sources` in batches of `batch` (in order), each row for exactly its `steps`, leaving the batch when
-    done (greedy_decode's row removal): (seconds, rows stepped in all). The cache is left empty."""
+    done (model.decoding.remove_rows, as greedy_decode): (seconds, rows stepped in all). The cache is left empty."""
     c = model.config
     row_steps = 0
     t0 = time.perf_counter()
@@ -79,14 +79,7 @@ def forced_pass(
             if len(done) == cache.n:
                 break
             if done:
-                moves = cache.remove(done)
-                if moves:
-                    src_rows, dst_rows = zip(*moves)
-                    ids[list(dst_rows)] = ids[list(src_rows)]
-                    for f, t in moves:
-                        row_to_seq[t] = row_to_seq[f]
-                del row_to_seq[cache.n :]
-                ids = ids[: cache.n]
+                ids = remove_rows(cache, done, ids, row_to_seq)
             tokens = ids
         cache.remove(range(cache.n))
     return time.perf_counter() - t0, row_steps

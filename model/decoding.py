@@ -261,17 +261,23 @@ def greedy_decode(
         if done:
             if len(done) == cache.n:
                 break
-            moves = cache.remove(done)
-            if moves:
-                src_rows, dst_rows = zip(*moves)
-                ids[list(dst_rows)] = ids[list(src_rows)]
-                for f, t in moves:
-                    row_to_seq[t] = row_to_seq[f]
-            del row_to_seq[cache.n :]
-            ids = ids[: cache.n]
+            ids = remove_rows(cache, done, ids, row_to_seq)
         tokens = ids
     cache.remove(range(cache.n))
     return hyps
+
+
+def remove_rows(cache: KVCache, rows: list[int], ids: torch.Tensor, row_to_seq: list[int]) -> torch.Tensor:
+    """Take finished `rows` out of the cache (greedy_decode's rows leaving). The rows moved into their places carry
+    their next token in `ids` (B,) and their sequence in `row_to_seq` along; returns the ids of the rows left."""
+    moves = cache.remove(rows)
+    if moves:
+        src_rows, dst_rows = zip(*moves)
+        ids[list(dst_rows)] = ids[list(src_rows)]
+        for f, t in moves:
+            row_to_seq[t] = row_to_seq[f]
+    del row_to_seq[cache.n :]
+    return ids[: cache.n]
 
 
 @torch.inference_mode()
