@@ -19,9 +19,11 @@ speed is measured by bench/compare_models.py.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -109,7 +111,10 @@ def main() -> None:
     print(f"CPU: {cpu_description()}; torch {torch.__version__}, {args.threads} threads", flush=True)
     print(f"work: {len(sources)} sources, {sum(steps):,} decoder row-steps (the bundled model's translations)")
 
-    models, directory = {}, tempfile.mkdtemp(prefix="shape-cost-")
+    models, directory = {}, None
+    if not args.eager:  # the packages, hundreds of MB for a few shapes: removed when the run ends
+        directory = tempfile.mkdtemp(prefix="shape-cost-")
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
     for shape, config in configs.items():
         torch.manual_seed(0)
         model = Transformer(config).eval()
