@@ -30,10 +30,16 @@ text (the same occurrence), else the target aligned to it alone; else it goes in
 nearer end. No text is dropped and every tag comes back as written. A unit whose translation is its own text
 comes back exactly as written.
 
+Reading and putting back keep their own stacks, not Python's, so any depth of nesting works. Their work grows with
+the page's characters times a logarithm (the ranges siblings hold are kept sorted and bisected, the alignment is
+indexed once per unit), but for two things: each distinct kept text is searched for in its unit's text and
+translation, and a tag aligned to target words far apart looks at each stretch between them that no sibling holds.
+
 MalformedHtml says what and where (line:column, from 1): an end tag closing nothing open, or closing an element
-while another inside it is open (crossing tags); an element never closed; an unterminated tag or comment. Not
-errors: void elements, `<x/>` (an empty element), end tags HTML lets one omit (p, li, dt, dd, option, tr, td,
-th, thead, tbody, head, body, html, ...) and fragments.
+while another inside it is open (crossing tags); an element never closed; an unterminated tag or comment; a
+declaration the standard library's parser cannot read (`<![` without a name). Not errors: void elements, `<x/>` (an
+empty element), end tags HTML lets one omit (p, li, dt, dd, option, tr, td, th, thead, tbody, head, body, html, ...)
+and fragments.
 """
 
 from __future__ import annotations
@@ -41,8 +47,12 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
+from heapq import heapify, heappop
 from html.parser import HTMLParser, attrfind_tolerant, tagfind_tolerant
+from itertools import accumulate
+from operator import itemgetter
 
 _WS = " \t\n\r\f"
 _VOID = set("area base br col embed hr img input link meta param source track wbr".split())
@@ -64,7 +74,7 @@ _CLOSED_BY = {  # the elements whose end tag may be left out, and the start tags
 }  # fmt: skip
 _OPTIONAL_END = {*_CLOSED_BY, "html", "body"}
 _PIECES = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)|[ \t\n\r\f]+|[^& \t\n\r\f]+|&")
-_CONTENT = re.compile(r"\S(?:.*\S)?", re.DOTALL)
+_END = itemgetter(1)  # a range's end: the key that bisects sorted disjoint ranges by where they end
 
 Alignment = list[tuple[tuple[int, int], tuple[int, int]]]  # per target token: (its span, its source token's span)
 
@@ -138,10 +148,8 @@ class _Block:
         text, source = translations[self.index], self.unit.text
         if text == source:
             return _join(self.raw, translations, alignments)
-        placed: dict[_Node, tuple[int, int]] = {}
-        _place(self.roots, 0, len(text), 0, len(source), (source, text, alignments[self.index]), placed)
-        core = _emit(self.roots, 0, len(text), text, placed)
-        return _join(self.prefix + core + self.suffix, translations, alignments)
+        placed = _place(self.roots, _Translation(source, text, alignments[self.index])) if self.roots else {}
+        return _join(self.prefix + _emit(self.roots, text, placed) + self.suffix, translations, alignments)
 
 
 @dataclass(frozen=True)
@@ -173,46 +181,117 @@ def _letter(c: str) -> bool:
     return (c.isalnum() or unicodedata.category(c)[0] == "M") and not ("\u0e00" <= c < "\u1100" or c >= "\u2e80")
 
 
-def _snap(tgt: str, x: int, y: int) -> tuple[int, int]:
-    """[x, y) widened to whole words, without whitespace at its ends."""
-    while 0 < x < len(tgt) and _letter(tgt[x - 1]) and _letter(tgt[x]):
-        x -= 1
-    while 0 < y < len(tgt) and _letter(tgt[y - 1]) and _letter(tgt[y]):
-        y += 1
-    return _trim(tgt, x, y)
+class _Extremes:
+    """The least (or greatest) of a list's values over any slice of it in O(1): a sparse table."""
+
+    def __init__(self, values: list[int], pick) -> None:
+        self.pick, self.levels = pick, [values]  # levels[k][i]: pick over values[i : i + 2**k]
+        while 2 ** len(self.levels) <= len(values):
+            last, half = self.levels[-1], 2 ** (len(self.levels) - 1)
+            self.levels.append([pick(last[i], last[i + half]) for i in range(len(last) - half)])
+
+    def over(self, i: int, j: int) -> int:
+        k = (j - i).bit_length() - 1
+        return self.pick(self.levels[k][i], self.levels[k][j - 2**k])
 
 
-def _trim(tgt: str, x: int, y: int) -> tuple[int, int]:
-    m = _CONTENT.search(tgt, x, y)
-    return m.span() if m else (x, x)
+class _Translation:
+    """A unit's text, its translation and their alignment, indexed once so that each node's question is a bisection."""
 
+    def __init__(self, src: str, tgt: str, alignment: Alignment | None) -> None:
+        self.src, self.tgt, self.found = src, tgt, {}
+        n = len(tgt)
+        self.next_text, self.last_text = [n] * (n + 1), [-1] * (n + 1)  # the first non-space from i, the last before i
+        for i in range(n - 1, -1, -1):
+            self.next_text[i] = self.next_text[i + 1] if tgt[i].isspace() else i
+        for i in range(n):
+            self.last_text[i + 1] = self.last_text[i] if tgt[i].isspace() else i
+        self.pairs = pairs = [(t, s) for t, s in alignment or () if t[0] < t[1] and s[0] < s[1]]
+        if not pairs:
+            return
+        letters = [_letter(c) for c in tgt]
+        self.word_start, self.word_end = list(range(n + 1)), list(range(n + 1))  # of the word i is inside of
+        for i in range(1, n):
+            self.word_start[i] = self.word_start[i - 1] if letters[i - 1] and letters[i] else i
+        for i in range(n - 1, 0, -1):
+            self.word_end[i] = self.word_end[i + 1] if letters[i - 1] and letters[i] else i
+        self.ends = sorted((s[1], t[1]) for t, s in pairs)  # by source end, for the word before an empty element
+        self.end_at = [e for e, _ in self.ends]
+        self.last_target = _Extremes([t for _, t in self.ends], max)
+        self.by_start = sorted(pairs, key=lambda p: p[1][0])  # by source start, each with the furthest end so far
+        self.start_at = [s[0] for _, s in self.by_start]
+        self.reach = list(accumulate((s[1] for _, s in self.by_start), max))
+        self.first_target = _Extremes([t[0] for t, _ in self.by_start], min)
+        self.by_target = sorted(pairs, key=lambda p: p[0][0])  # by target start, each with the furthest end so far
+        self.target_at = [t[0] for t, _ in self.by_target]
+        self.target_reach = list(accumulate((t[1] for t, _ in self.by_target), max))
 
-def _occurrence(text: str, at: int, src: str, tgt: str) -> tuple[int, int] | None:
-    """Where the translation has a kept text: the occurrence numbered as the source's at `at`."""
-    pattern = re.escape(text)
-    pattern = ("(?<!\\w)" if re.match(r"\w", text) else "") + pattern + ("(?!\\w)" if re.search(r"\w$", text) else "")
-    ours, theirs = [m.start() for m in re.finditer(pattern, src)], [m.span() for m in re.finditer(pattern, tgt)]
-    return theirs[ours.index(at)] if len(ours) == len(theirs) and at in ours else None
+    def trim(self, x: int, y: int) -> tuple[int, int]:
+        """tgt[x:y] without the whitespace at its ends, or (x, x) when it has no text."""
+        first = self.next_text[min(max(x, 0), len(self.tgt))]
+        end = min(max(y, 0), len(self.tgt))
+        return (first, self.last_text[end] + 1) if first < end else (x, x)
 
+    def snap(self, x: int, y: int) -> tuple[int, int]:
+        """[x, y) widened to whole words, without whitespace at its ends."""
+        n = len(self.tgt)
+        return self.trim(self.word_start[x] if 0 < x < n else x, self.word_end[y] if 0 < y < n else y)
 
-def _wanted(n: _Node, src: str, tgt: str, alignment: Alignment | None) -> tuple[int, int] | None:
-    """Where a node goes by its text or by the alignment: a range of tgt, a position (x == y) or None."""
-    if n.kept and n.text and (found := _occurrence(n.text, n.a, src, tgt)):
-        return found
-    pairs = [(t, s) for t, s in alignment or () if t[0] < t[1] and s[0] < s[1]]
-    if not pairs:
-        return None
-    if not n.ranged:
-        ends = [(s[1], t[1]) for t, s in pairs if s[1] <= n.a]
-        x = _snap(tgt, max(ends)[1], max(ends)[1])[1] if ends else 0
-        return x, x
-    hits = [_share(t, s, n.a, n.b) for t, s in pairs if s[0] < n.b and n.a < s[1]]
-    if not hits:
-        return None
-    x, y = _snap(tgt, min(t[0] for t in hits), max(t[1] for t in hits))
-    if n.kept and any(t[0] < y and x < t[1] for t, s in pairs if not (s[0] < n.b and n.a < s[1])):
-        return x, x  # a kept element replaces no other word's translation: it goes in before them
-    return x, y
+    def occurrence(self, text: str, at: int) -> tuple[int, int] | None:
+        """Where the translation has a kept text: the occurrence numbered as the source's at `at`."""
+        if text not in self.found:
+            literal = re.escape(text)  # first, for the regex engine's fast search; then: not inside a word
+            pattern = literal + (f"(?<!\\w{literal})" if re.match(r"\w", text) else "")
+            pattern += "(?!\\w)" if re.search(r"\w$", text) else ""
+            ours = {m.start(): i for i, m in enumerate(re.finditer(pattern, self.src))}  # its number by where it is
+            theirs = [m.span() for m in re.finditer(pattern, self.tgt)]
+            self.found[text] = (ours, theirs) if len(ours) == len(theirs) else ({}, [])
+        index, theirs = self.found[text]
+        return theirs[index[at]] if at in index else None
+
+    def straddling(self, x: int):
+        """The pairs whose source span has x strictly inside."""
+        j = bisect_left(self.start_at, x) - 1
+        while j >= 0 and self.reach[j] > x:
+            if self.by_start[j][1][1] > x:
+                yield self.by_start[j]
+            j -= 1
+
+    def stranger(self, x: int, y: int, a: int, b: int) -> bool:
+        """Whether a target token in (x, y) is aligned outside [a, b) of the source."""
+        j = bisect_left(self.target_at, y) - 1
+        while j >= 0 and self.target_reach[j] > x:
+            t, s = self.by_target[j]
+            if x < t[1] and not (s[0] < b and a < s[1]):
+                return True
+            j -= 1
+        return False
+
+    def wanted(self, n: _Node) -> tuple[int, int] | None:
+        """Where a node goes by its text or by the alignment: a range of tgt, a position (x == y) or None."""
+        if n.kept and n.text and (found := self.occurrence(n.text, n.a)):
+            return found
+        if not self.pairs:
+            return None
+        a, b = n.a, n.b
+        if not n.ranged:
+            i = bisect_right(self.end_at, a)
+            x = self.snap(self.ends[i - 1][1], self.ends[i - 1][1])[1] if i else 0
+            return x, x
+        # the pairs aligned to [a, b): those starting in it (a range of by_start), those ending in it (of ends), and
+        # those around a or b, cut in proportion
+        i, j = bisect_left(self.start_at, a), bisect_left(self.start_at, b)
+        firsts = [_share(t, s, a, b)[0] for t, s in self.straddling(a)]
+        firsts += [self.first_target.over(i, j)] if i < j else []
+        if not firsts:
+            return None
+        i, j = bisect_right(self.end_at, a), bisect_right(self.end_at, b)
+        lasts = [_share(t, s, a, b)[1] for t, s in self.straddling(b)]
+        lasts += [self.last_target.over(i, j)] if i < j else []
+        x, y = self.snap(min(firsts), max(lasts))
+        if n.kept and self.stranger(x, y, a, b):
+            return x, x  # a kept element replaces no other word's translation: it goes in before them
+        return x, y
 
 
 def _share(t: tuple[int, int], s: tuple[int, int], a: int, b: int) -> tuple[int, int]:
@@ -221,54 +300,118 @@ def _share(t: tuple[int, int], s: tuple[int, int], a: int, b: int) -> tuple[int,
     return t[0] + round((max(a, s[0]) - s[0]) * scale), t[1] - round((s[1] - min(b, s[1])) * scale)
 
 
-def _place(nodes: list[_Node], lo: int, hi: int, pa: int, pb: int, texts: tuple, placed: dict) -> None:
+class _Free:
+    """What sibling nodes hold of their parent's [lo, hi) of the translation, and the text between: both sorted and
+    disjoint (the text as stretches trimmed of whitespace, only those with text), so each question is a bisection."""
+
+    def __init__(self, tr: _Translation, lo: int, hi: int) -> None:
+        self.tr, self.held, self.ranked = tr, [], None
+        g = tr.trim(lo, hi)
+        self.gaps = [g] if g[0] < g[1] else []
+
+    def hold(self, n: _Node, r: tuple[int, int] | None, placed: dict) -> None:
+        """Give n the range r (one no sibling holds), if there is one."""
+        if r is None:
+            return
+        placed[n] = r
+        insort(self.held, r)
+        i = bisect_right(self.gaps, r[0], key=_END)
+        if i < len(self.gaps) and self.gaps[i][0] < r[1]:
+            g = self.gaps.pop(i)
+            self.gaps[i:i] = [p for p in (self.tr.trim(g[0], r[0]), self.tr.trim(r[1], g[1])) if p[0] < p[1]]
+
+    def taken(self, x: int, y: int) -> bool:
+        """Whether a sibling holds some of (x, y)."""
+        i = bisect_right(self.held, x, key=_END)
+        return i < len(self.held) and self.held[i][0] < y
+
+    def after(self, x: int) -> int:
+        """The end of the range a sibling holds around x, else x."""
+        i = bisect_left(self.held, (x,)) - 1
+        return self.held[i][1] if i >= 0 and self.held[i][1] > x else x
+
+    def between(self, x: float, y: float) -> list[tuple[int, int]]:
+        """The stretches of text no sibling holds that overlap (x, y)."""
+        return self.gaps[bisect_right(self.gaps, x, key=_END) : bisect_left(self.gaps, (y,))]
+
+    def longest(self, x: int, y: int) -> tuple[int, int] | None:
+        """The longest text of [x, y) that no sibling holds (the first of equals)."""
+        best = None
+        for g in self.between(x, y):
+            g = self.tr.trim(max(g[0], x), min(g[1], y))
+            if g[0] < g[1] and (best is None or g[1] - g[0] > best[1] - best[0]):
+                best = g
+        return best
+
+    def nearest(self, u: float, v: float) -> tuple[int, int] | None:
+        """The stretch of text no sibling holds that overlaps [u, v] the most (then the longest, the first of equals),
+        else the longest. Asked once the ranges by alignment are held: each answer is a whole stretch."""
+        if self.ranked is None:
+            self.ranked = [(g[0] - g[1], *g) for g in self.gaps]  # the longest first, then the first
+            heapify(self.ranked)
+        best, key = None, None
+        for g in self.between(u, v) if u < v else ():
+            score = (min(g[1], v) - max(g[0], u), g[1] - g[0])
+            if best is None or score > key:
+                best, key = g, score
+        while best is None and self.ranked:
+            g, i = self.ranked[0][1:], bisect_left(self.gaps, self.ranked[0][1:])
+            if i < len(self.gaps) and self.gaps[i] == g:
+                best = g
+            else:
+                heappop(self.ranked)  # held since
+        return best
+
+
+def _place(roots: list[_Node], tr: _Translation) -> dict[_Node, tuple[int, int]]:
+    """Where each node goes in the translation: a range, or a position (x == y); parents before their children."""
+    placed: dict[_Node, tuple[int, int]] = {}
+    families = [(roots, 0, len(tr.tgt), 0, len(tr.src))]
+    while families:
+        nodes, lo, hi, pa, pb = families.pop()
+        _place_siblings(nodes, lo, hi, pa, pb, tr, placed)
+        families += [(n.children, *placed[n], n.a, n.b) for n in nodes if n.children and not n.kept]
+    return placed
+
+
+def _place_siblings(nodes: list[_Node], lo: int, hi: int, pa: int, pb: int, tr: _Translation, placed: dict) -> None:
     """Target ranges for sibling nodes inside their parent's [lo, hi) of the translation ([pa, pb) of the source)."""
-    held: list[tuple[int, int]] = []
-    wanted = {n: _wanted(n, *texts) for n in nodes}
-
-    def hold(n: _Node, x: int, y: int, aim: tuple[float, float] | None = None) -> None:
-        """Give n the part of [x, y) no sibling holds nearest aim (else the longest), if there is one."""
-        gaps, at, aim = [], x, aim or (x, x)
-        for p, q in sorted(r for r in held if r[0] < y and x < r[1]):
-            gaps.append((at, p))
-            at = max(at, q)
-        near = max(
-            (_trim(texts[1], *g) for g in gaps + [(at, y)]),
-            key=lambda g: (max(0, min(g[1], aim[1]) - max(g[0], aim[0])), g[1] - g[0]),
-        )
-        if near[0] < near[1]:
-            placed[n] = near
-            held.append(near)
-
+    wanted = {n: tr.wanted(n) for n in nodes}
+    free = _Free(tr, lo, hi)
     for n in [n for n in nodes if n.ranged and wanted[n]]:
         x, y = wanted[n]
         if not n.kept:
-            hold(n, max(x, lo), min(y, hi))
-        elif lo <= x < y <= hi and not any(p < y and x < q for p, q in held):
-            placed[n] = x, y
-            held.append((x, y))
+            free.hold(n, free.longest(max(x, lo), min(y, hi)), placed)
+        elif lo <= x < y <= hi and not free.taken(x, y):
+            free.hold(n, (x, y), placed)
     scale = (hi - lo) / max(pb - pa, 1)
     for n in [n for n in nodes if n.ranged and not n.kept and wanted[n] is None]:
-        hold(n, lo, hi, (lo + (n.a - pa) * scale, lo + (n.b - pa) * scale))
+        free.hold(n, free.nearest(lo + (n.a - pa) * scale, lo + (n.b - pa) * scale), placed)
     for n in [n for n in nodes if n not in placed]:
-        x = min(max(wanted[n][0], lo), hi) if wanted[n] else lo if n.a - pa <= pb - n.b else hi
-        x = next((q for p, q in held if p < x < q), x)
+        x = free.after(min(max(wanted[n][0], lo), hi) if wanted[n] else lo if n.a - pa <= pb - n.b else hi)
         placed[n] = (x, x)
-    for n in nodes:
-        if not n.kept:
-            _place(n.children, *placed[n], n.a, n.b, texts, placed)
 
 
-def _emit(nodes: list[_Node], lo: int, hi: int, tgt: str, placed: dict) -> list:
-    """tgt[lo:hi] escaped, with the nodes' markup where they were placed."""
-    out, at = [], lo
-    for n in sorted(nodes, key=lambda n: (placed[n][0], placed[n][0] < placed[n][1])):
-        x, y = placed[n]
+def _emit(roots: list[_Node], tgt: str, placed: dict) -> list:
+    """The translation escaped, with the nodes' markup where they were placed."""
+    out, at, stack = [], 0, [(roots, 0, len(tgt), "")]  # per element open: its children, the next, its end, end tag
+    while stack:
+        nodes, i, hi, end = stack.pop()
+        if i == 0:
+            nodes = sorted(nodes, key=lambda n: (placed[n][0], placed[n][0] < placed[n][1]))
+        if i == len(nodes):
+            out += [html.escape(tgt[at:hi], quote=False), end]
+            at = hi
+            continue
+        n, (x, y) = nodes[i], placed[nodes[i]]
         out += [html.escape(tgt[at:x], quote=False), *n.start]
-        if not n.kept:
-            out += [*_emit(n.children, x, y, tgt, placed), n.end]
-        at = y
-    return out + [html.escape(tgt[at:hi], quote=False)]
+        stack.append((nodes, i + 1, hi, end))
+        if n.kept:
+            at = y
+        else:
+            at = x
+            stack.append((n.children, 0, y, n.end))
+    return out
 
 
 def _translates(name: str, attrs: dict, parent: bool) -> bool:
@@ -302,10 +445,19 @@ class _Reader(HTMLParser):
         self.lines = [0] + [m.end() for m in re.finditer("\n", page)]
         self.pending: tuple | None = None  # the last event: (handler, its arguments, its offset)
         self.flow: list[tuple[str, object, int]] = []  # the current block's text, inline elements and leaves
-        self.leaf: _Node | None = None  # the kept element being read, and whether its text is the unit's
-        self.leaf_text = False
-        self.feed(page)
-        self.close()
+        self.flowing: list[_Open] = []  # the open elements given a node since the flow began
+        self.leaf: _Node | None = None  # the kept element being read, and its text when that is the unit's
+        self.leaf_text: list[str] | None = None
+        self.stop: int | None = None  # where text is sure to be an error that no later event can change
+        try:
+            self.feed(page)
+            if len(self.rawdata) > 1 and self.rawdata[0] == "<" and not self.cdata_elem:
+                # an unterminated tag or comment: close() reads it as text, the error on_text raises with 40
+                # characters of it, and would read the rest again from each "<" after it (quadratic: CVE-2025-6069)
+                self.stop = len(page) - len(self.rawdata) + 40
+            self.close()
+        except AssertionError as e:  # how the standard library's parser refuses a declaration, e.g. "<![ x"
+            raise MalformedHtml(f"markup the parser could not read at {self.where(self.here)}: {e}") from None
         self.event(None)
         for o in reversed(self.stack):
             if o.name not in _OPTIONAL_END:
@@ -316,9 +468,14 @@ class _Reader(HTMLParser):
             u.index = i
         self.document = HtmlDocument([u.unit for u in units], self.pieces)
 
-    def event(self, handler, *args) -> None:
+    @property
+    def here(self) -> int:
+        """Where the parser is in the page."""
         line, column = self.getpos()
-        at = self.lines[line - 1] + column if handler else len(self.page)
+        return self.lines[line - 1] + column
+
+    def event(self, handler, *args) -> None:
+        at = self.here if handler else len(self.page)
         if self.pending and not (handler == self.pending[0] == self.on_text):
             self.pending[0](*self.pending[1], self.pending[2], self.page[self.pending[2] : at])
             self.pending = None
@@ -335,6 +492,8 @@ class _Reader(HTMLParser):
         self.event(self.on_end, tag)
 
     def handle_data(self, data):
+        if self.stop is not None and self.here >= self.stop:
+            self.event(None)  # on_text raises
         self.event(self.on_text)
 
     def handle_comment(self, data):
@@ -371,13 +530,15 @@ class _Reader(HTMLParser):
             node = _Node(name, start)
             self.flow.append(("open", node, at))
             self.stack.append(_Open(name, at, True, node))
+            self.flowing.append(self.stack[-1])
         else:
             leaf = _Node(name, start, kept=name == "br" or not own, text="\n" if name == "br" else "")
             if void:
                 self.flow.append(("leaf", leaf, at))
             else:
-                self.leaf, self.leaf_text = leaf, name not in _KEPT_EMPTY
+                self.leaf, self.leaf_text = leaf, None if name in _KEPT_EMPTY else []
                 self.stack.append(_Open(name, at, False, leaf))
+                self.flowing.append(self.stack[-1])
 
     def on_end(self, name: str, at: int, raw: str) -> None:
         if raw.index(">") < len(raw) - 1:
@@ -394,6 +555,7 @@ class _Reader(HTMLParser):
         if self.leaf:
             self.leaf.start.append(raw)
             if closing.node is self.leaf:
+                self.leaf.text = self.leaf.text if self.leaf_text is None else "".join(self.leaf_text)
                 self.flow.append(("leaf", self.leaf, closing.at))
                 self.leaf = None
         elif closing.node:
@@ -402,6 +564,7 @@ class _Reader(HTMLParser):
         else:
             self.end_flow()
             self.pieces.append(raw)
+        closing.node = None  # out of the flow (those above it, with end tags one may omit, are blocks: no nodes)
         del self.stack[i:]
 
     def on_text(self, at: int, raw: str) -> None:
@@ -413,7 +576,8 @@ class _Reader(HTMLParser):
             raise MalformedHtml(f"unterminated {what} at {where}: {bad[:40]!r} (a tag ends with '>', a comment '-->')")
         if self.leaf:
             self.leaf.start.append(raw)
-            self.leaf.text += html.unescape(raw) if self.leaf_text else ""
+            if self.leaf_text is not None:
+                self.leaf_text.append(html.unescape(raw))
         elif self.zone:
             self.flow.append(("text", raw, at))
         else:
@@ -446,7 +610,7 @@ class _Reader(HTMLParser):
 
     def end_flow(self) -> None:
         """The current flow as units; inline elements still open (holding a block) become blocks themselves."""
-        cut, segment = {o.node for o in self.stack if o.node}, []
+        cut, segment = {o.node for o in self.flowing if o.node}, []  # those still open: the nodes on the stack
         for token in self.flow:
             if token[0] == "open" and token[1] in cut:
                 self.finish(segment)
@@ -455,9 +619,9 @@ class _Reader(HTMLParser):
             else:
                 segment.append(token)
         self.finish(segment)
-        for o in self.stack:
+        for o in self.flowing:
             o.node = None
-        self.flow = []
+        self.flow, self.flowing = [], []
 
     def finish(self, tokens: list) -> None:
         """One flow: a unit with its inline tags, or as written when it has no text to translate."""
@@ -489,20 +653,17 @@ class _Reader(HTMLParser):
         for n in leaves:  # a kept element is not cut
             s, e = n.a if n.a < s < n.b else s, n.b if n.a < e < n.b else e
         side, core, roots = {}, [], []
-
-        def classify(nodes: list[_Node], inside: bool) -> None:
-            """Each node before the unit's text, after it, around it (wrap) or in it (core, spans made relative)."""
-            for n in nodes:
-                if inside or not (n.b <= s or n.a >= e or n.a <= s and n.b >= e and not n.kept):
-                    side[n] = "core"
-                    n.a, n.b = min(max(n.a - s, 0), e - s), min(max(n.b - s, 0), e - s)
-                    core.append(n)
-                    roots.extend([] if inside else [n])
-                else:
-                    side[n] = "pre" if n.b <= s else "post" if n.a >= e else "wrap"
-                classify(n.children, side[n] == "core")
-
-        classify(top, False)
+        todo = [(n, False) for n in reversed(top)]  # outer first, each node's children before its next sibling
+        while todo:  # each node before the unit's text, after it, around it (wrap) or in it (core, spans relative)
+            n, inside = todo.pop()
+            if inside or not (n.b <= s or n.a >= e or n.a <= s and n.b >= e and not n.kept):
+                side[n] = "core"
+                n.a, n.b = min(max(n.a - s, 0), e - s), min(max(n.b - s, 0), e - s)
+                core.append(n)
+                roots.extend([] if inside else [n])
+            else:
+                side[n] = "pre" if n.b <= s else "post" if n.a >= e else "wrap"
+            todo += [(c, side[n] == "core") for c in reversed(n.children)]
         prefix, suffix = [], []
         for i in items:
             where = ("pre" if i[3] <= s else "post" if i[2] >= e else "core") if i[0] == "text" else side[i[1]]

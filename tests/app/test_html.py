@@ -1,6 +1,7 @@
 """app/html.py: a page's units to translate, and the page rebuilt around their translations."""
 
 import re
+import sys
 from collections import Counter
 from html.parser import HTMLParser
 
@@ -395,6 +396,76 @@ def test_malformed_html_says_what_and_where(page, message):
 def test_what_html_allows_is_accepted_and_comes_back(page):
     doc = parse(page)
     assert doc.render([u.text for u in doc.units]) == page
+
+
+def test_inline_tags_nested_deeper_than_the_recursion_limit_come_back_around_their_words():
+    depth = 5 * sys.getrecursionlimit()  # 5,000 by default
+    page = "<p>A " + "<b>" * depth + "dog" + "</b>" * depth + "</p>"
+    doc = parse(page)
+    assert doc.units == [Unit("A dog", (InlineTag("b", 2, 5, False),) * depth)]
+    assert doc.render(["A dog"]) == page
+    ein_hund = [((0, 3), (0, 1)), ((4, 8), (2, 5))]
+    assert doc.render(["Ein Hund"], [ein_hund]) == "<p>Ein " + "<b>" * depth + "Hund" + "</b>" * depth + "</p>"
+    assert doc.render(["Ein Hund"]) == "<p>" + "<b>" * depth + "Ein Hund" + "</b>" * depth + "</p>"
+    around = "<p>" + "<b>" * depth + "dog" + "</b>" * depth + "</p>"  # tags around the whole text
+    assert parse(around).units == [Unit("dog")]
+    assert parse(around).render(["Hund"]) == around.replace("dog", "Hund")
+
+
+def test_deeply_nested_inline_tags_with_text_at_each_level_keep_their_text_in_place():
+    depth = 5000
+    page = "<p>" + "".join(f"<span>w{i} " for i in range(depth)) + "end" + "</span>" * depth + "</p>"
+    (unit,) = parse(page).units
+    assert unit.text == " ".join(f"w{i}" for i in range(depth)) + " end"
+    assert len(unit.tags) == depth - 1  # the outermost is around the whole text
+    assert unit.tags[:2] == (InlineTag("span", 3, len(unit.text), False), InlineTag("span", 6, len(unit.text), False))
+    out = translate(page)
+    assert out == "<p>" + "".join(f"<span>W{i} " for i in range(depth)) + "END" + "</span>" * depth + "</p>"
+
+
+def test_deeply_nested_blocks_are_read_and_put_back():
+    depth = 5000
+    page = "<div>" * depth + "<p>A <b>dog</b></p>" + "</div>" * depth
+    assert [u.text for u in parse(page).units] == ["A dog"]
+    assert translate(page) == "<div>" * depth + "<p>A <b>DOG</b></p>" + "</div>" * depth
+    page = "".join(f"<div>text {i} " for i in range(depth)) + "</div>" * depth  # a unit at each level
+    assert [u.text for u in parse(page).units] == [f"text {i}" for i in range(depth)]
+    assert translate(page) == "".join(f"<div>TEXT {i} " for i in range(depth)) + "</div>" * depth
+    page = "<a href=x>" * 2000 + "<h3>Dogs</h3>" + "</a>" * 2000  # links holding a block: each a block itself
+    assert translate(page) == "<a href=x>" * 2000 + "<h3>DOGS</h3>" + "</a>" * 2000
+
+
+def test_every_line_break_of_a_long_run_comes_back():
+    page = "<p>" + "a<br>" * 4000 + "</p>"
+    doc = parse(page)
+    assert doc.units[0].text == "\n".join(["a"] * 4000)
+    assert doc.render(["\n".join(["b"] * 4000)]) == "<p>" + "b<br>" * 4000 + "</p>"
+    joined = " ".join(["b"] * 2000) + "\n" + "\n".join(["b"] * 2000)  # fewer line breaks than <br>s
+    for alignment in (None, [((0, 1), (0, 1))] * 3):
+        out = doc.render([joined], [alignment])
+        assert out.count("<br>") == 4000 and out.replace("<br>", "").count("b") == 4000
+        assert Markup(out).seq == Markup(page).seq
+
+
+def test_many_kept_elements_go_back_to_their_own_text():
+    page = "<p>" + "".join(f"run <code>ls {i}</code> " for i in range(1000)) + "</p>"
+    (unit,) = parse(page).units
+    assert translate(page) == "<p>" + "".join(f"RUN <code>ls {i}</code> " for i in range(1000)) + "</p>"
+    assert parse(page).render([unit.text.replace("run", "lauf")]) == page.replace("run", "lauf")
+
+
+def test_an_unterminated_tag_is_an_error_however_much_follows_it():
+    with pytest.raises(MalformedHtml, match=r"unterminated start tag at 1:6: '<b <a <a <a <a <a <a <a"):
+        parse("<p>a <b " + "<a " * 5000)
+    with pytest.raises(MalformedHtml, match=r"unterminated end tag at 1:4: '</</</"):
+        parse("<p>" + "</" * 5000)
+    with pytest.raises(MalformedHtml, match=r"unterminated comment at 1:4: '<!--<!--<!--"):
+        parse("<p>" + "<!--" * 5000)
+
+
+def test_a_declaration_the_parser_cannot_read_is_malformed_html():
+    with pytest.raises(MalformedHtml, match=r"markup the parser could not read at 1:9: expected name token"):
+        parse("<p>a <![</ b</p>")
 
 
 WORDS = st.sampled_from(["dogs", "run", "&amp;", "caf&eacute;", "far", "3&nbsp;km", "&lt;fast&gt;", "x<5", "1.5"])
