@@ -88,6 +88,14 @@ class Settings(BaseSettings):
         description="sequences waiting or decoding; a request whose texts do not fit gets 429 with "
         "`Retry-After` (must be ≥ `max_batch_texts`). Unset: 256, or the decoder rows where more fit (a GPU's)",
     )
+    max_request_sequences: int | None = Field(
+        None,
+        ge=1,
+        description="sequences (sentences, lines or texts; a beam counts once) one request may have waiting or "
+        "decoding; more gets 413. Unset: half of `max_queue`, but at least `max_batch_texts` (must be between the "
+        "two). Waiting sequences are admitted one request at a time in turn, so a request of many sentences does not "
+        "hold up the others",
+    )
     request_timeout_s: float = Field(
         60.0, gt=0, description="seconds before an unanswered request gets 504; its sequences leave the batch"
     )
@@ -172,7 +180,7 @@ class Settings(BaseSettings):
             return "blocking" if str(v).lower() in ("true", "1", "yes") else "off"
         return v
 
-    @field_validator("max_batch_size", "max_queue", mode="before")
+    @field_validator("max_batch_size", "max_queue", "max_request_sequences", mode="before")
     @classmethod
     def _empty_is_unset(cls, v):  # NMT_MAX_BATCH_SIZE= (as docker-compose.yml passes it when unset): automatic
         return None if v == "" else v

@@ -59,15 +59,16 @@ def check_chars(texts: list[str], max_chars: int) -> int:
 
 
 def split_texts(texts: list[str], split: Split, language: str, max_chars: int, max_segments: int) -> Documents:
-    """Each text's segments; InputTooLong when the texts have more than max_chars characters in all, or more
-    segments than the server may hold at once."""
+    """Each text's segments; InputTooLong when the texts have more than max_chars characters in all, or more than
+    max_segments segments (what one request may have waiting or decoding)."""
     check_chars(texts, max_chars)
     segments = [segment(text, split, language) for text in texts]
     count = sum(map(len, segments))
     if count > max_segments:
         raise InputTooLong(
-            f"the texts have {count} {'sentences' if split == 'sentences' else 'segments'} (split={split!r}); at most "
-            f"{max_segments} can be translated at once (NMT_MAX_QUEUE): send the rest in another request"
+            f"the texts have {count} {'sentences' if split == 'sentences' else 'segments'} (split={split!r}); a "
+            f"request may have at most {max_segments} at once (NMT_MAX_REQUEST_SEQUENCES): send the rest in another "
+            "request"
         )
     return Documents(texts, segments, split)
 

@@ -55,7 +55,7 @@ class Engine:
         metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0, waiting_served_ratio: float = 0.3,
         max_waiting_steps: int = 4, screen_logits: bool = False, compile_cache_dir: Path | None = None,
         compile_mode: str = "max-autotune", sizing: Sizing | None = None, gpu_memory_fraction: float | None = None,
-        max_request_chars: int = 20_000, quantize: str = "none",
+        max_request_chars: int = 20_000, quantize: str = "none", max_request_sequences: int | None = None,
     ):  # fmt: skip
         c = model.config
         if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
@@ -68,11 +68,19 @@ class Engine:
                 f"max_queue={max_queue} is below max_batch_texts={max_batch_texts}: a request with that many texts "
                 "could never be admitted"
             )
+        if max_request_sequences is None:  # a share of the queue, so that one request leaves room for others
+            max_request_sequences = max(max_queue // 2, max_batch_texts)
+        if not max_batch_texts <= max_request_sequences <= max_queue:
+            raise ValueError(
+                f"max_request_sequences={max_request_sequences} must be at least max_batch_texts={max_batch_texts} "
+                f"(a request may send that many texts) and at most max_queue={max_queue}"
+            )
         self.model, self.tokenizer, self.name, self.metadata = model, tokenizer, name, metadata or {}
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.limits = Limits(max_input_tokens, max_new_tokens, max_batch_texts, max_batch_size, c.tgt_vocab_size)
         self.max_new_tokens, self.max_request_chars = max_new_tokens, max_request_chars
+        self.max_request_sequences = max_request_sequences
         self.request_timeout_s = request_timeout_s
         self.quantize = quantize
         if quantize == "int8":
@@ -115,7 +123,7 @@ class Engine:
             max_batch_size=sizing.rows, prefill_tokens=s.prefill_tokens,
             max_queue=s.max_queue or max(DEFAULT_QUEUE, sizing.rows), sizing=sizing,
             gpu_memory_fraction=fraction if device.type == "cuda" else None,
-            max_request_chars=s.max_request_chars,
+            max_request_chars=s.max_request_chars, max_request_sequences=s.max_request_sequences,
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
             screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
@@ -162,7 +170,7 @@ class Engine:
             "limits": {
                 "max_input_tokens": self.limits.max_input_tokens, "max_new_tokens": self.max_new_tokens,
                 "max_batch_texts": self.limits.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
-                "max_queue": self.batcher.max_queue,
+                "max_queue": self.batcher.max_queue, "max_request_sequences": self.max_request_sequences,
             },
             "memory": self.memory(),
         }  # fmt: skip
@@ -230,7 +238,7 @@ class Engine:
     async def _split(self, texts: list[str], split: Split) -> Documents:
         return await _inline_or_on_thread(
             sum(map(len, texts)), split_texts, texts, split, self.languages["source"], self.max_request_chars,
-            self.batcher.max_queue,
+            self.max_request_sequences,
         )  # fmt: skip
 
     @staticmethod
@@ -319,7 +327,8 @@ class Engine:
             yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
                    "truncated": False}  # fmt: skip
             return
-        streams = [self.batcher.stream(src, budget, options) for src, budget in zip(srcs, budgets)]  # decode together
+        request = object()  # the segments take their turns to be admitted as one request
+        streams = [self.batcher.stream(src, budget, options, request) for src, budget in zip(srcs, budgets)]
         gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
             (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
         ]  # fmt: skip

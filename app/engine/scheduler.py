@@ -3,7 +3,9 @@
 Callers on any event loop submit sequences and await futures. Between decoder steps the worker admits
 waiting sequences into free KV-cache rows (the encoder runs once per sequence; while rows are decoding,
 arrivals may gather for a few steps to be encoded together), steps every live row by one token, and
-lets finished rows leave at once, so a short request never waits for a long one.
+lets finished rows leave at once, so a short request never waits for a long one. The waiting sequences are
+admitted one request at a time in turn (WaitingLine), so a request of many sentences does not keep a later one
+of few waiting until all of its own have rows.
 A streaming sequence also gets each new token on its caller's loop; a sequence whose caller gives up
 (cancelled, timed out, disconnected) leaves the batch before the next step. At most `max_queue`
 sequences are waiting or decoding at once; beyond that `generate` and `stream` raise QueueFull.
@@ -23,7 +25,6 @@ import math
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -32,6 +33,7 @@ import torch
 
 from app.engine.errors import EngineUnavailable, OutOfMemory, QueueFull
 from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, deliver, fail, settle
+from app.engine.waiting import WaitingLine
 from app.metrics import EngineMetrics, Metrics
 from model.batch import RowBatch
 from model.decoding import Hypothesis, KVCache
@@ -68,7 +70,7 @@ class Batcher:
         self.running = 0  # sequences holding rows
         self.row_cap = max_batch_size  # live rows allowed: halved by a CUDA out-of-memory error, then regrown
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._waiting: deque[Sequence] = deque()  # submitted, not yet in the cache
+        self._waiting = WaitingLine()  # submitted, not yet in the cache
         self._fresh: list[Sequence] = []  # admitted since the last step: their next token is their first
         self._streaming: list[Sequence] = []  # admitted streaming sequences
         self._purge = False
@@ -99,10 +101,10 @@ class Batcher:
         """Each source's hypotheses, best first, decoded as `options` says."""
         if not srcs:
             return []
-        loop = asyncio.get_running_loop()
-        c = self.model.config
+        loop, c, request = asyncio.get_running_loop(), self.model.config, object()
         seqs = [
-            Sequence(loop.create_future(), loop, s, options.search(b, c, self.device)) for s, b in zip(srcs, budgets)
+            Sequence(loop.create_future(), loop, s, options.search(b, c, self.device), request=request)
+            for s, b in zip(srcs, budgets)
         ]
         self._submit(*seqs)
         try:
@@ -113,13 +115,16 @@ class Batcher:
             self.drop(seqs)
             raise
 
-    def stream(self, src: list[int], budget: int, options: DecodingOptions = GREEDY) -> TokenStream:
-        """Submit one sequence of one row now (raising QueueFull or EngineUnavailable here) and stream its tokens."""
+    def stream(
+        self, src: list[int], budget: int, options: DecodingOptions = GREEDY, request: object | None = None
+    ) -> TokenStream:
+        """Submit one sequence of one row now (raising QueueFull or EngineUnavailable here) and stream its tokens.
+        Streams given the same `request` take turns with other requests as one."""
         loop = asyncio.get_running_loop()
         search = options.search(budget, self.model.config, self.device)
         if search.rows != 1:
             raise ValueError("only a search of one row can stream")
-        seq = Sequence(loop.create_future(), loop, src, search, stream=asyncio.Queue())
+        seq = Sequence(loop.create_future(), loop, src, search, stream=asyncio.Queue(), request=request or object())
         self._submit(seq)
         return TokenStream(self, seq)
 
@@ -197,7 +202,7 @@ class Batcher:
     def _drop_cancelled(self) -> None:
         """Free the rows and places in line of sequences whose callers gave up."""
         self._purge = False
-        self._waiting = deque(s for s in self._waiting if not s.future.cancelled())
+        self._waiting.drop_cancelled()
         gone = {s for s, _ in self.batch.rows if s.owner.future.cancelled()}
         if gone:
             self.batch.drop(gone)
@@ -210,7 +215,8 @@ class Batcher:
             self._streaming = [s for s in self._streaming if s not in seqs]
 
     def _admit(self) -> None:
-        """Encode waiting sequences into free cache rows, up to `prefill_tokens` source tokens per step."""
+        """Encode waiting sequences into free cache rows, in the line's order, up to `prefill_tokens` source tokens per
+        step."""
         batch, budget = [], self.prefill_tokens
         rows, live = min(self.cache.free, self.row_cap - len(self.batch)), len(self.batch)
         if live and self._waiting and rows and self._held < self.max_waiting_steps:
@@ -220,7 +226,7 @@ class Batcher:
                 return
         self._held = 0
         while self._waiting:
-            seq = self._waiting[0]
+            seq = self._waiting.peek()
             need = seq.search.rows
             alone = not live and not batch and need <= self.cache.free  # a beam wider than row_cap goes alone
             if (need > rows and not alone) or (batch and len(seq.src) > budget):
@@ -332,4 +338,4 @@ class Batcher:
                 jobs.append(job)
         for job in jobs:
             settle(job, None, error)
-        self._waiting, self.running = deque(), 0
+        self._waiting, self.running = WaitingLine(), 0

@@ -36,6 +36,7 @@ class Sequence(Job):
     submitted: float = field(default_factory=time.perf_counter)
     first_token: float = 0.0  # perf_counter() when its first token came out; 0.0 before
     ooms: int = 0  # times a CUDA out-of-memory error pushed it back to the waiting line
+    request: object = field(default_factory=object)  # the request it is part of: requests take turns to be admitted
 
     def __post_init__(self) -> None:
         self.search.owner = self

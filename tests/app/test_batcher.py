@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 import time
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 from app.engine.errors import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
 from app.engine.scheduler import MAX_OOM_RETRIES, Batcher
 from model.decoding import greedy_decode
-from tests.app.conftest import failing_on_step
+from tests.app.conftest import StepGate, failing_on_step
 
 pytestmark = pytest.mark.anyio
 TEXTS = [
@@ -351,3 +352,104 @@ async def test_the_worker_counts_tokens_and_times_first_and_later_tokens(tiny_mo
     assert sample(b, "nmt_time_per_output_token_seconds_count") == sum(len(h.logprobs) > 1 for h in hyps)
     assert sample(b, "nmt_time_per_output_token_seconds_sum") > 0
     assert sample(b, "nmt_queue_length") == sample(b, "nmt_running_batch_size") == 0
+
+
+# ---- fairness: requests take turns for free rows ---------------------------------------------------------------
+
+
+def admissions(b: Batcher, monkeypatch, names: dict[tuple[int, ...], str]) -> list[str]:
+    """The name of each sequence the batcher encodes into the cache, in order, by its source ids."""
+    order, real = [], b.batch.add
+
+    def add(searches, src):
+        order.extend(names[tuple(s.owner.src)] for s in searches)
+        return real(searches, src)
+
+    monkeypatch.setattr(b.batch, "add", add)
+    return order
+
+
+async def paused(b: Batcher) -> threading.Event:
+    """Hold the worker between two steps until the returned event is set: what is submitted meanwhile reaches the
+    waiting line together."""
+    inside, go = threading.Event(), threading.Event()
+
+    def wait() -> None:
+        inside.set()
+        go.wait(30)
+
+    asyncio.create_task(b.call(wait))
+    await until(inside.is_set)
+    return go
+
+
+async def test_a_one_sequence_request_takes_the_first_free_row_ahead_of_a_big_requests_waiting_ones(
+    tiny_model, sources, monkeypatch
+):
+    big, small = sources[:6], sources[6]
+    names = {tuple(s): f"big{i}" for i, s in enumerate(big)} | {tuple(small): "small"}
+    b = batcher(tiny_model, max_batch_size=2)
+    order = admissions(b, monkeypatch, names)
+    gate = StepGate(tiny_model, monkeypatch)
+    gate.hold(lambda sizes: True)  # the big request's first two rows, at their first step
+    try:
+        go = await paused(b)
+        big_task = asyncio.create_task(b.generate(big, [20] * 6))
+        await until(lambda: b.load == 6)
+        go.set()
+        await until(gate.paused.is_set)
+        small_task = asyncio.create_task(b.generate([small], [20]))
+        await until(lambda: b.load == 7)
+        gate.release()
+        (h,), hyps = await small_task, await big_task
+    finally:
+        gate.release()
+        b.stop()
+    assert order == ["big0", "big1", "small", "big2", "big3", "big4", "big5"]
+    assert h.tokens == alone(tiny_model, small, 20).tokens
+    assert [x.tokens for x in hyps] == [alone(tiny_model, s, 20).tokens for s in big]
+
+
+async def test_two_big_requests_take_turns_one_sequence_each(tiny_model, sources, monkeypatch):
+    first, second = sources[:4], sources[4:8]
+    names = {tuple(s): f"first{i}" for i, s in enumerate(first)}
+    names |= {tuple(s): f"second{i}" for i, s in enumerate(second)}
+    b = batcher(slow(tiny_model), max_batch_size=2)
+    order = admissions(b, monkeypatch, names)
+    try:
+        go = await paused(b)
+        tasks = [asyncio.create_task(b.generate(first, [20] * 4))]
+        await until(lambda: b.load == 4)  # the first arrives first
+        tasks.append(asyncio.create_task(b.generate(second, [20] * 4)))
+        await until(lambda: b.load == 8)
+        go.set()
+        await asyncio.gather(*tasks)
+    finally:
+        b.stop()
+    assert order == [f"{name}{i}" for i in range(4) for name in ("first", "second")]
+
+
+async def test_a_request_cancelled_while_waiting_leaves_the_line_and_the_others_keep_their_turns(
+    tiny_model, sources, monkeypatch
+):
+    names = {tuple(s): f"s{i}" for i, s in enumerate(sources)}
+    b = batcher(tiny_model, max_batch_size=1)
+    order = admissions(b, monkeypatch, names)
+    gate = StepGate(tiny_model, monkeypatch)
+    gate.hold(lambda sizes: True)
+    try:
+        go = await paused(b)
+        tasks = [asyncio.create_task(b.generate(sources[i : i + 2], [10, 10])) for i in (0, 2, 4)]
+        await until(lambda: b.load == 6)
+        go.set()
+        await until(gate.paused.is_set)  # s0 decodes; s2, s4, then s1, s3, s5 wait their turns
+        tasks[1].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[1]
+        gate.release()
+        await asyncio.gather(tasks[0], tasks[2])
+        (h,) = await b.generate(sources[7:8], [3])  # the line still works
+    finally:
+        gate.release()
+        b.stop()
+    assert order == ["s0", "s4", "s1", "s5", "s7"] and b.load == 0 and len(h.logprobs) == 3

@@ -127,8 +127,14 @@ async def test_over_the_limits_a_document_gets_413_naming_them(small):
     assert (
         r.status_code == 413 and "210 characters" in r.json()["error"] and "NMT_MAX_REQUEST_CHARS" in r.json()["error"]
     )
-    r = await client.post("/translate", json={"text": " ".join(["A dog runs."] * 9)})
-    assert r.status_code == 413 and "9 sentences" in r.json()["error"] and "NMT_MAX_QUEUE" in r.json()["error"]
+    r = await client.post("/translate", json={"text": " ".join(["A dog runs."] * 5)})  # half of NMT_MAX_QUEUE=8 is 4
+    assert r.status_code == 413, r.text
+    assert r.json()["error"] == (
+        "the texts have 5 sentences (split='sentences'); a request may have at most 4 at once "
+        "(NMT_MAX_REQUEST_SEQUENCES): send the rest in another request"
+    )
+    r = await client.post("/translate", json={"text": "A dog runs.\nA cat sits.\nIt rains.", "split": "lines"})
+    assert r.status_code == 200, r.text
 
 
 # Generated documents: the sentences between random whitespace. The property: the translation is each sentence's

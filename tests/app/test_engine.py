@@ -77,6 +77,19 @@ def test_limits_must_fit_the_model(tiny_model, tokenizer):
 def test_engine_limits_must_admit_a_full_request(tiny_model, tokenizer):
     with pytest.raises(ValueError, match="max_queue=4 is below max_batch_texts=8"):
         Engine(tiny_model, tokenizer, max_batch_texts=8, max_queue=4)
+    for share in (7, 33):
+        with pytest.raises(ValueError, match=f"max_request_sequences={share} must be at least max_batch_texts=8 .* "
+                                             "at most max_queue=32"):  # fmt: skip
+            Engine(tiny_model, tokenizer, max_batch_texts=8, max_queue=32, max_request_sequences=share)
+
+
+def test_a_request_may_hold_half_of_the_queue_unless_told_but_at_least_a_full_request(tiny_model, tokenizer):
+    def share(**limits) -> int:
+        return Engine(tiny_model, tokenizer, **limits).info()["limits"]["max_request_sequences"]
+
+    assert share(max_batch_texts=8, max_queue=256) == 128
+    assert share(max_batch_texts=8, max_queue=10) == 8
+    assert share(max_batch_texts=8, max_queue=256, max_request_sequences=256) == 256
 
 
 async def test_a_stream_has_an_event_per_token_and_ends_with_the_plain_translation(engine):

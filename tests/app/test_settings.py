@@ -26,6 +26,7 @@ def test_defaults_point_at_the_bundled_checkpoint(monkeypatch, tmp_path):
     )
     assert s.api_key is None and s.compile == "background"  # a server compiles unless told not to, beside serving
     assert (s.max_queue, s.max_batch_size, s.request_timeout_s) == (None, None, 60.0)  # the engine sizes them
+    assert s.max_request_sequences is None  # half of the queue the engine sizes
 
 
 def test_environment_variables_with_the_nmt_prefix(monkeypatch):
@@ -42,11 +43,18 @@ def test_environment_variables_with_the_nmt_prefix(monkeypatch):
     assert Settings().api_key is None
 
 
+def test_a_requests_share_of_the_queue_is_read_and_empty_leaves_it_to_the_engine(monkeypatch):
+    monkeypatch.setenv("NMT_MAX_REQUEST_SEQUENCES", "100")
+    assert Settings().max_request_sequences == 100
+    monkeypatch.setenv("NMT_MAX_REQUEST_SEQUENCES", "")  # as docker-compose.yml passes a variable left unset
+    assert Settings().max_request_sequences is None
+
+
 @pytest.mark.parametrize(
     "env",
     [
         {"NMT_DTYPE": "float64"}, {"NMT_MAX_INPUT_TOKENS": "0"}, {"NMT_PORT": "http"}, {"NMT_MAX_QUEUE": "0"},
-        {"NMT_REQUEST_TIMEOUT_S": "0"},
+        {"NMT_REQUEST_TIMEOUT_S": "0"}, {"NMT_MAX_REQUEST_SEQUENCES": "0"},
     ],
 )  # fmt: skip
 def test_bad_values_are_refused(monkeypatch, env):
