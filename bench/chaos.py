@@ -16,6 +16,10 @@ Starts `nmt-serve` (the bundled checkpoint by default, NMT_COMPILE=off, a free p
   translate, then completed (200).
 - hostile: tests/app/test_hostile.py's LIVE bodies (when the tests are importable; a few of them otherwise), each
   followed by a translation on the same connection.
+- hostile-structure: bench/hostile_shapes.py's corpus (markup nested thousands deep, `<br>` storms, many tiny
+  sentences, one huge sentence, forms, ids past the vocabulary, at the default limits, and malformed variants) sent
+  by two clients at once, each followed by a translation on the same connection: each must get its documented status
+  (200, or the 413/422/400 the corpus names) and the translation what it gets alone; the gauges return to 0.
 - kill-9: --in-flight plain requests and a quarter as many streams on a server of 8 rows; once the first answers
   are in and streams are under way, SIGKILL. What was answered must be whole; what was in flight may only see its
   connection cut. The server is restarted on the same port and every cut request sent again: each must get what it
@@ -457,6 +461,34 @@ async def hostile(server: Server, repeat: int = 5) -> Tally:
     return t
 
 
+async def hostile_structure(server: Server, clients: int = 2) -> Tally:
+    """bench/hostile_shapes.py's corpus: the hardest shapes of markup, documents, forms and ids at the limits, and
+    their malformed variants, sent by `clients` clients at once (each the whole corpus, in its own order; two fill
+    the queue with their sequences at most, so none gets a 429), each followed by a translation on the same
+    connection."""
+    from bench.hostile_shapes import corpus
+
+    t = Tally("hostile-structure")
+    cases = corpus()
+    t.notes["bodies"] = f"{len(cases)} from bench/hostile_shapes.py"
+    then = post("/translate", json.dumps({"text": TEXT}).encode())
+    expected = await solo(server.port, then)
+
+    async def client(order: list) -> None:
+        for _, path, body, content_type, status in order:
+            first, second = await exchange(
+                server.port, post(path, body, content_type), then, expected=[None, expected]
+            )  # fmt: skip
+            t.count(first, status)
+            t.count(second)
+
+    starts = [i * len(cases) // clients for i in range(clients)]
+    await asyncio.gather(*(client(cases[i:] + cases[:i]) for i in starts))
+    t.notes["queue+batch after"] = left = server.gauges()
+    t.unexpected += left != 0
+    return t
+
+
 async def fetch(port: int, request: bytes) -> tuple[int, bytes] | str:
     """(status, body) of one request on a new connection, or how it was lost ("refused", "closed", "timeout")."""
     try:
@@ -626,6 +658,7 @@ def main() -> None:
         for scenario in (
             lambda: disconnects(server, args.streams, args.rounds), lambda: idle(server, args.idle),
             lambda: pipelining(server), lambda: http_edges(server), lambda: hostile(server),
+            lambda: hostile_structure(server),
         ):  # fmt: skip
             tallies.append(asyncio.run(scenario()))
             print(tallies[-1].line(), flush=True)

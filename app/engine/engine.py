@@ -362,6 +362,7 @@ class Engine:
 
     async def tokenize(self, text: str | list[str], side: str, add_special_tokens: bool) -> list[list[Token]]:
         texts = self.limits.texts(text, "text")
+        check_chars(texts, self.max_request_chars)  # its answer is tens of bytes a token: bound it as /translate's
         return await asyncio.to_thread(lambda: [self.tokenizer.tokenize(t, side, add_special_tokens) for t in texts])
 
     async def detokenize(self, ids: list[int] | list[list[int]], side: str, skip_special_tokens: bool) -> list[str]:

@@ -1,0 +1,507 @@
+"""The structure inside valid requests, generated: HTML pages of every shape, documents of every skeleton, the
+LibreTranslate forms, token ids at the vocabulary's ends. Every request gets its 200 or a documented 4xx JSON error
+that says what was wrong; what comes back keeps the input's structure (the page's elements, the text's whitespace);
+and the server then answers a normal request exactly as before, with nothing left in its queue.
+bench/hostile_shapes.py's corpus, the hardest shapes at the default limits, is replayed too.
+
+NMT_FUZZ_EXAMPLES sets the examples per fuzzer (default 200)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections import Counter
+from html.parser import HTMLParser
+from urllib.parse import quote_plus, urlencode
+
+import httpx
+import hypothesis
+import pytest
+from hypothesis import HealthCheck, event, given
+from hypothesis import strategies as st
+
+from app.html import _CLOSED_BY, parse
+from app.settings import Settings
+from bench.hostile_shapes import corpus
+from model.checkpoint import save_checkpoint
+from tests.app.conftest import serve
+
+pytestmark = pytest.mark.anyio
+STRUCTURE = hypothesis.settings(
+    max_examples=int(os.environ.get("NMT_FUZZ_EXAMPLES", "200")), deadline=None,
+    suppress_health_check=list(HealthCheck),
+)  # fmt: skip
+LIMIT = 20_000  # NMT_MAX_REQUEST_CHARS: the default, which the server below keeps
+STATUSES = {200, 413, 422}  # /translate, /tokenize, /detokenize and /attention on an idle server (docs/api.md)
+LIBRE = "/libretranslate"
+LIBRE_STATUSES = {200, 400, 403}
+RECURSION_LIMIT = sys.getrecursionlimit()  # Python's default, before any test raised it
+NORMAL = {"text": "A man is riding a bike. Two dogs play.", "return_tokens": True, "return_scores": True}
+
+
+@pytest.fixture(scope="module")
+def german(tmp_path_factory, tiny_model, tokenizer):
+    """The tiny random model as an English->German one, for the LibreTranslate routes (en->de, as the bundled)."""
+    path = tmp_path_factory.mktemp("de") / "tiny-de"
+    save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny-de", "source_language": "en", "target_language": "de"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def settings(german) -> Settings:
+    """The default limits (characters, texts, tokens, queue), short translations to keep the fuzzers quick."""
+    return Settings(model_dir=german, max_new_tokens=8, compile=False)
+
+
+@pytest.fixture(scope="module")
+async def served(settings):
+    async with serve(settings) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+async def normal(served) -> dict:
+    r = await served[1].post("/translate", json=NORMAL)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+class Client:
+    """The app's client, each request served under Python's default recursion limit, as a real server's would be:
+    hypothesis raises the limit while a test runs, which would hide a parser that recurses on depth."""
+
+    def __init__(self, client: httpx.AsyncClient):
+        self.client = client
+
+    async def post(self, *args, **kwargs) -> httpx.Response:
+        raised = sys.getrecursionlimit()
+        sys.setrecursionlimit(RECURSION_LIMIT)
+        try:
+            return await self.client.post(*args, **kwargs)
+        finally:
+            sys.setrecursionlimit(raised)
+
+
+@pytest.fixture
+def client(served) -> Client:
+    return Client(served[1])
+
+
+@pytest.fixture
+async def after(served, normal):
+    """Checks that the server answers a normal request as it did before, its queue and batch empty."""
+    app, client = served
+
+    async def check() -> None:
+        r = await client.post("/translate", json=NORMAL)
+        assert (r.status_code, r.json()) == (200, normal)
+        for engine in app.state.models.engines.values():
+            assert (engine.batcher.load, engine.batcher.running, len(engine.batcher.batch)) == (0, 0, 0)
+
+    return check
+
+
+def assert_documented(r, statuses: set[int] = STATUSES) -> dict | list:
+    """A documented status with a JSON body; an error is `{"error", "type"}` with a message."""
+    assert r.status_code in statuses, (r.status_code, r.text[:2000])
+    body = r.json()
+    if r.status_code != 200:
+        assert set(body) == {"error", "type"} and body["error"] and isinstance(body["type"], str), body
+    if hypothesis.currently_in_test_context():
+        event(f"status {r.status_code}" + (f" {body['error'][:40]}" if r.status_code != 200 else ""))
+    return body
+
+
+def sized(draw, unit: str, most: int = LIMIT) -> int:
+    """How often to repeat `unit`: a few times, any number, up to `most` characters in all, or just past them."""
+    n = max(1, most // max(1, len(unit)))
+    ranges = [(1, min(n, 10)), (1, n), (n * 3 // 4, n), (n * 3 // 4, n), (n, n + n // 10 + 1)]
+    return draw(st.sampled_from(ranges).flatmap(lambda r: st.integers(*r)))
+
+
+def sized_event(what: str, chars: int) -> None:
+    event(f"{what}: {'under 1,000' if chars < 1_000 else f'{chars // 5_000 * 5}k+'} characters")
+
+
+# ---- HTML ----------------------------------------------------------------------------------------------------------
+
+BLOCKS = ["p", "div", "li", "ul", "td", "tr", "table", "h1", "section", "option", "title", "body", "dd", "head"]
+INLINES = ["b", "i", "a", "span", "em", "sub", "font", "q", "abbr", "SPAN", "x-widget", "o:p"]
+KEPT = ["code", "kbd", "pre", "script", "style", "textarea", "svg", "template", "var", "math"]
+VOIDS = ["br", "img", "input", "hr", "wbr", "meta", "BR"]
+WORDS = ["A", "dog", "runs", "man", "café", "naïve", "rides", "a", "bike", "3.5", "Mr.", "e.g.", "U.S.", "sixty"]
+PUNCTUATION = [".", "!", "?", "...", ",", ";", ":", "—", "«", "»", '"', "'", "(", ")"]
+SPACES = [" ", " ", " ", "\n", "\r\n", "\r", "\t", "\u00a0", "\u2028", "\u2029", "\x85", "\v", "\f", "\u3000"]
+ODD = [
+    "\u200d", "\u200b", "\u200e", "\u202e", "\u2066", "\u2069", "\ufeff", "\u00ad", "\u0301", "\u0308", "\u20dd",
+    "\U0001f600", "\U0001f469\u200d\U0001f469\u200d\U0001f467", "\U0001f1e9\U0001f1ea", "\U0001f44d\U0001f3fd",
+    "\x00", "\x1b", "\x7f", "\ufffd", "\U0010fffd", "\u05d0", "\u0627", "中", "\u0e01\u0e34",
+]  # fmt: skip
+ENTITIES = [
+    "&amp;", "&lt;", "&gt;", "&nbsp;", "&quot;", "&#65;", "&#x1F600;", "&#xD800;", "&#0;", "&#1114112;",
+    "&#x110000;", "&bogus;", "&amp", "&", "&#", "&#x;", "&;", "&notit;", "&AElig", "&#128512;", "&#X41;",
+    "&" + "a" * 40 + ";",
+]  # fmt: skip
+MARKUP = [
+    "<!-- c -->", "<!---->", "<!-->", "<!--->", "<!-- <p> -->", "<![CDATA[x < y]]>", "<!DOCTYPE html>",
+    "<?php echo 1 ?>", "<br/>", "<p/>", "< p>", "<1>", '<a\nhref="x"\n>', "<b/>",
+    "-->", "]]>", "a < b", "a<>b",
+]  # fmt: skip
+MALFORMED = [
+    "<br></br>",
+    "<img></img>",
+    "</b>",
+    "</p>",
+    "<b",
+    "<",
+    "</",
+    "<!",
+    "</ p>",
+    "</br>",
+    "<!--",
+    "<p",
+    "<a href='x>",
+]
+ATTRIBUTE_NAMES = [
+    "alt",
+    "title",
+    "placeholder",
+    "aria-label",
+    "translate",
+    "class",
+    "href",
+    "data-x",
+    "TITLE",
+    "style",
+]
+words = st.lists(st.sampled_from(WORDS + PUNCTUATION + SPACES + ODD + ENTITIES), max_size=12).map(" ".join)
+attribute_values = st.one_of(
+    st.sampled_from(["no", "yes", "NO", " no ", "", "notranslate", "a notranslate b", "A dog.", "x'y", 'x"y']),
+    words, st.text(max_size=10),
+)  # fmt: skip
+
+
+@st.composite
+def attributes(draw) -> str:
+    out = []
+    for _ in range(draw(st.integers(0, 4))):
+        name, value = draw(st.sampled_from(ATTRIBUTE_NAMES)), draw(attribute_values)
+        quote = draw(st.sampled_from(['"', "'", "", None]))
+        if draw(st.sampled_from([True] * 19 + [False])):  # mostly a value its quotes can hold
+            value = value.replace(quote, "") if quote else re.sub(r"[\s\"'=<>`]", "", value)
+        out.append(name if quote is None else f"{name}={quote}{value}{quote}")
+    if draw(st.booleans()) and draw(st.booleans()):  # many, or huge
+        unit = f' {draw(st.sampled_from(ATTRIBUTE_NAMES))}="{draw(words)}"'
+        out.append((unit * sized(draw, unit, 6_000)).strip())
+    return "".join(" " + a for a in out)
+
+
+@st.composite
+def fragments(draw) -> str:
+    """A fragment built by a short program of opens, closes (right or crossing), text, markup and kept elements."""
+    out, stack, broken = [], [], draw(st.sampled_from([False] * 3 + [True]))  # one in four malformed
+    for _ in range(draw(st.integers(1, 24))):
+        op = draw(st.sampled_from(["open", "close", "text", "void", "markup", "kept", "entity", "open", "close", "text"]
+                                  + ["cross", "malformed"] * broken))  # fmt: skip
+        if op == "open":
+            tag = draw(st.sampled_from(BLOCKS + INLINES))
+            while tag in BLOCKS and stack and tag in _CLOSED_BY.get(stack[-1], ()):  # `<p>a<div>` closes the p
+                out.append(f"</{stack.pop()}>")
+            out.append(f"<{tag}{draw(attributes())}>")
+            stack.append(tag)
+        elif op == "close" and stack:
+            out.append(f"</{stack.pop()}>")
+        elif op == "cross" and len(stack) > 1:
+            out.append(f"</{stack.pop(draw(st.integers(0, len(stack) - 2)))}>")
+        elif op == "text":
+            out.append(draw(words))
+        elif op == "entity":
+            out.append(draw(st.sampled_from(ENTITIES)))
+        elif op == "void":
+            tag = draw(st.sampled_from(VOIDS))
+            out.append(f"<{tag}{draw(attributes())}{draw(st.sampled_from(['>', '/>', *[f'></{tag}>'] * broken]))}")
+        elif op == "markup":
+            out.append(draw(st.sampled_from(MARKUP)))
+        elif op == "malformed":
+            out.append(draw(st.sampled_from(MALFORMED)))
+        elif op == "kept":
+            tag = draw(st.sampled_from(KEPT))
+            inside = draw(st.sampled_from(["", "if (a < b) x();", "<a ", "A dog.", "<b>x</b>"] * 3 + ["</p>", "</scr"]))
+            out.append(f"<{tag}{draw(attributes())}>{inside}</{tag}>")
+    if not broken or draw(st.booleans()):
+        out += [f"</{tag}>" for tag in reversed(stack)]
+    return "".join(out)
+
+
+@st.composite
+def pages(draw) -> str:
+    """A fragment, then grown to the limits: nested thousands deep, repeated, or with a storm of one element."""
+    page = draw(fragments())
+    how = draw(st.sampled_from(["as is", "nested", "nested", "repeated", "storm"]))
+    if how == "nested":
+        tag = draw(st.sampled_from(INLINES * 2 + BLOCKS + KEPT + ['div translate="no"', 'span class="notranslate"']))
+        start, end = f"<{tag}>", f"</{tag.split()[0]}>"
+        between = draw(st.sampled_from(["", "a ", "A dog. "]))
+        page = draw(st.sampled_from([page, "x"]))  # a fragment's blocks would cut an inline nest into units
+        n = sized(draw, start + between + end)
+        page = (start + between) * n + page + end * (n - draw(st.sampled_from([0] * 9 + [1])))
+    elif how == "repeated":
+        page = page * sized(draw, page)
+    elif how == "storm":
+        unit = draw(st.sampled_from(["<br>", "a<br>", "<b>a</b> ", "<code>x</code> ", "<!-- c -->", "&amp;", "<p>a",
+                                     "<li>", "<span></span>", "<img alt='A dog.'>", "\n", "A. "]))  # fmt: skip
+        cut = draw(st.integers(0, len(page)))
+        page = page[:cut] + unit * sized(draw, unit) + page[cut:]
+    sized_event(how, len(page))
+    return page
+
+
+class Elements(HTMLParser):
+    """The start and end tags of a page, counted by name, as the standard library's parser reads them."""
+
+    def __init__(self, page: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: Counter = Counter()
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags["<" + tag] += 1
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags["<" + tag + "/"] += 1
+
+    def handle_endtag(self, tag):
+        self.tags["</" + tag] += 1
+
+
+@STRUCTURE
+@given(page=pages(), split=st.sampled_from(["sentences", "lines", "none"]), truncate=st.booleans())
+async def test_html_of_any_shape_gets_a_documented_answer_with_its_elements_as_written(client, after, page, split,
+                                                                                        truncate):  # fmt: skip
+    r = await client.post("/translate", json={"text": page, "format": "html", "split": split, "truncate": truncate})
+    body = assert_documented(r)
+    if len(page) > LIMIT:  # the markup counts
+        assert r.status_code == 413 and "NMT_MAX_REQUEST_CHARS" in body["error"], body
+    elif r.status_code == 200:
+        out = body["translations"][0]["text"]
+        parse(out)  # the translated page is well-formed HTML too
+        assert Elements(out).tags == Elements(page).tags
+    await after()
+
+
+# ---- documents -----------------------------------------------------------------------------------------------------
+
+sentences = st.lists(st.sampled_from(WORDS + PUNCTUATION + SPACES + ODD), max_size=30).map("".join)
+
+
+@st.composite
+def documents(draw) -> str:
+    """A text of any skeleton: lines, paragraphs and sentences, then many tiny sentences, one huge one, or blanks."""
+    text = draw(sentences)
+    how = draw(st.sampled_from(["as is", "tiny sentences", "huge sentence", "blank lines", "repeated"]))
+    if how == "tiny sentences":
+        unit = draw(st.sampled_from(["A. ", "a.", "A dog.\n", "?", "x\r\n", "Hi!\u2028", "1. "]))
+        text += unit * sized(draw, unit)
+    elif how == "huge sentence":
+        unit = draw(st.sampled_from(["word ", "a", "\U0001f600", "e\u0301", "中", "a\u200d"]))
+        text += unit * sized(draw, unit)
+    elif how == "blank lines":
+        unit = draw(st.sampled_from(["\n", "\r\n", " \n\t", "\u2028", "\u2029 ", "\x85", "\r"]))
+        text = unit * sized(draw, unit, LIMIT // 2) + text + unit * draw(st.integers(0, 50))
+    elif how == "repeated":
+        text *= sized(draw, text)
+    sized_event(how, len(text))
+    return text
+
+
+@st.composite
+def translate_bodies(draw) -> dict:
+    texts = draw(documents() | st.lists(documents(), min_size=1, max_size=3)
+                 | st.lists(st.sampled_from(["", " ", "A dog.", "\n"]), min_size=1, max_size=70))  # fmt: skip
+    body = {"text": texts, "split": draw(st.sampled_from(["sentences", "lines", "none"])), "return_segments": True}
+    optional = {"truncate": st.booleans(), "max_new_tokens": st.integers(1, 8), "beam_size": st.integers(1, 2),
+                "return_alignment": st.booleans(), "return_tokens": st.booleans()}  # fmt: skip
+    return body | draw(st.fixed_dictionaries({}, optional=optional))
+
+
+def assert_shape_kept(text: str, out: dict) -> None:
+    """The translation is the text with each piece replaced: the text between the pieces comes back as it was."""
+    if not text.strip():  # a blank text translates to "" (docs/api.md)
+        assert (out["text"], out["segments"]) == ("", []), out
+        return
+    spans = [(s["source_span"], s["target_span"]) for s in out["segments"]]
+    at, back = 0, 0
+    for (a, b), (x, y) in spans:
+        assert at <= a < b <= len(text) and back <= x <= y <= len(out["text"]), spans
+        assert text[at:a] == out["text"][back:x] and (text[at:a].isspace() or not text[at:a])
+        assert text[a:b] == text[a:b].strip(), (text[a:b], spans)
+        at, back = b, y
+    assert text[at:] == out["text"][back:] and (text[at:].isspace() or not text[at:])
+    for a in out.get("alignment") or ():
+        assert 0 <= a["source_span"][0] <= a["source_span"][1] <= len(text)
+        assert 0 <= a["target_span"][0] <= a["target_span"][1] <= len(out["text"])
+
+
+@STRUCTURE
+@given(body=translate_bodies())
+async def test_documents_of_any_skeleton_keep_their_whitespace_or_get_a_documented_4xx(client, after, body):
+    r = await client.post("/translate", json=body)
+    answer = assert_documented(r)
+    texts = [body["text"]] if isinstance(body["text"], str) else body["text"]
+    if sum(map(len, texts)) > LIMIT and len(texts) <= 64:
+        assert r.status_code == 413 and "NMT_MAX_REQUEST_CHARS" in answer["error"], answer
+    elif r.status_code == 200:
+        for text, out in zip(texts, answer["translations"], strict=True):
+            assert_shape_kept(text, out)
+    await after()
+
+
+# ---- the LibreTranslate API ----------------------------------------------------------------------------------------
+
+junk = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+LIBRE_FIELDS = {
+    "q": documents() | st.lists(st.sampled_from(["A dog.", "", " ", "a", "A. B."]), max_size=70) | pages(),
+    "source": st.sampled_from(["en"] * 6 + ["auto"] * 3 + ["EN", " en ", "de", "fr", "xx", "", "english"]),
+    "target": st.sampled_from(["de"] * 8 + ["DE", "en", "fr", "", "auto", "x" * 300]),
+    "format": st.sampled_from(["text", "html", "HTML", "xml", ""]),
+    "alternatives": st.integers(-3, 9) | st.sampled_from(["3", "x", "-1", " 2", "", "1e3"]),
+    "api_key": st.text(max_size=20),
+}
+
+
+@st.composite
+def libre_requests(draw) -> tuple[dict, str]:
+    """Fields of every type, missing or repeated, as JSON, a form, a multipart body or a query string."""
+    names = [
+        n for n in ("q", "source", "target") if draw(st.sampled_from([True] * 9 + [False]))
+    ]  # each missing one time in ten
+    names += draw(st.lists(st.sampled_from([*LIBRE_FIELDS, "other"]), max_size=4))  # more, or the same again
+    fields = [
+        (n, draw(junk if draw(st.sampled_from([True] + [False] * 4)) else LIBRE_FIELDS.get(n, junk))) for n in names
+    ]  # a wrong type in one of five
+    encoding = draw(st.sampled_from(["json", "json", "form", "multipart", "query"]))
+    if encoding == "json":
+        return {"content": json.dumps(dict(fields)).encode(), "headers": {"content-type": "application/json"}}, "json"
+    flat = [(n, v if isinstance(v, str) else json.dumps(v)) for n, v in fields]
+    if encoding == "query" and len(urlencode(flat)) > 30_000:  # a head has 64 KB at most
+        encoding = "form"
+    if encoding == "form":  # urlencoded by hand: a field may come twice
+        form = "&".join(f"{quote_plus(n)}={quote_plus(v)}" for n, v in flat).encode()
+        return {"content": form, "headers": {"content-type": "application/x-www-form-urlencoded"}}, "form"
+    if encoding == "multipart":
+        as_file = draw(st.booleans())  # q sent as a file upload instead of a field
+        parts = [(n, ("q.txt", v.encode()) if as_file and n == "q" else (None, v)) for n, v in flat]
+        return {"files": parts or [("other", (None, ""))]}, "multipart"
+    return {"params": flat}, "query"
+
+
+@STRUCTURE
+@given(request=libre_requests(), path=st.sampled_from(["/translate", "/translate", "/detect"]))
+async def test_libretranslate_forms_of_any_shape_get_its_documented_answers(client, after, request, path):
+    kwargs, encoding = request
+    r = await client.post(LIBRE + path, **kwargs)
+    body = assert_documented(r, LIBRE_STATUSES)
+    event(f"{path} {encoding} {r.status_code}")
+    if r.status_code == 200 and path == "/translate" and encoding == "json":
+        q = json.loads(kwargs["content"])["q"]
+        assert isinstance(body["translatedText"], str) if isinstance(q, str) else len(body["translatedText"]) == len(q)
+    await after()
+
+
+# ---- tokens ------------------------------------------------------------------------------------------------------
+
+
+@STRUCTURE
+@given(
+    text=documents() | st.lists(documents(), min_size=1, max_size=3),
+    side=st.sampled_from(["source", "target"]), add_special_tokens=st.booleans(),
+)  # fmt: skip
+async def test_tokenize_of_any_text_gives_offsets_into_it_or_a_documented_4xx(client, after, tokenizer, text, side,
+                                                                               add_special_tokens):  # fmt: skip
+    r = await client.post("/tokenize", json={"text": text, "side": side, "add_special_tokens": add_special_tokens})
+    body = assert_documented(r)
+    texts = [text] if isinstance(text, str) else text
+    if sum(map(len, texts)) > LIMIT:
+        assert r.status_code == 413 and "NMT_MAX_REQUEST_CHARS" in body["error"], body
+    elif r.status_code == 200:
+        for t, result in zip(texts, body["results"], strict=True):
+            assert result["count"] == len(result["tokens"])
+            for token in result["tokens"]:
+                assert 0 <= token["id"] < tokenizer.vocab_size
+                assert 0 <= token["start"] <= token["end"] <= len(t)
+    else:
+        raise AssertionError(body)
+    await after()
+
+
+ID_EDGES = [-(2**63), -1, 0, 1, 2, 3, 2**31, 2**63 - 1, 2**63, 10**30]
+
+
+@st.composite
+def id_lists(draw) -> list:
+    one = st.lists(st.sampled_from(ID_EDGES) | st.integers(0, 540), max_size=12)  # the tiny vocabulary has 534
+    ids = draw(one | st.lists(one, max_size=70))
+    if ids and draw(st.booleans()):  # huge: a list of up to ~100,000 ids
+        ids = ids * draw(st.integers(1, 100_000 // len(ids) + 1))
+    return ids
+
+
+@STRUCTURE
+@given(ids=id_lists(), side=st.sampled_from(["source", "target"]), skip=st.booleans())
+async def test_detokenize_takes_the_vocabularys_ids_and_names_any_other(client, after, tokenizer, ids, side, skip):
+    r = await client.post("/detokenize", json={"ids": ids, "side": side, "skip_special_tokens": skip})
+    body = assert_documented(r, {200, 413, 422})
+    if r.status_code == 413:  # a body over 1 MB (a hundred thousand large ids)
+        assert body["type"] == "body_too_large", body
+        return await after()
+    nested = bool(ids) and isinstance(ids[0], list)
+    flat = [i for seq in ids for i in seq] if nested else ids
+    lists = len(ids) if nested else 1
+    valid = bool(ids) and lists <= 64 and all(0 <= i < tokenizer.vocab_size for i in flat)
+    assert (r.status_code == 200) == valid, (r.status_code, body)
+    bad = next((i for i in flat if not 0 <= i < tokenizer.vocab_size), None)
+    if bad is not None and lists <= 64:
+        assert str(bad) in body["error"] and f"0..{tokenizer.vocab_size - 1}" in body["error"], body
+    await after()
+
+
+@STRUCTURE
+@given(
+    text=sentences, target=st.none() | sentences, layers=st.none() | st.lists(st.integers(-2, 3), max_size=4),
+    heads=st.none() | st.lists(st.integers(-2, 5), max_size=6), average_heads=st.booleans(),
+)  # fmt: skip
+async def test_attention_of_any_text_and_indices_is_its_layers_or_a_documented_4xx(
+    client, after, text, target, layers, heads, average_heads
+):
+    body = {"text": text, "target": target, "layers": layers, "heads": heads, "average_heads": average_heads}
+    r = await client.post("/attention", json=body)
+    answer = assert_documented(r)
+    valid = all(x is None or (x and all(0 <= i < n for i in x)) for x, n in ((layers, 2), (heads, 4)))
+    if r.status_code == 413:  # a target of more than NMT_MAX_NEW_TOKENS (8 here) tokens
+        assert answer["error"].startswith("target has"), answer
+        return await after()
+    assert (r.status_code == 200) == valid, (r.status_code, answer)
+    if valid:
+        assert answer["layers"] == (layers if layers is not None else [0, 1])
+        assert len(answer["encoder_attention"]) == len(answer["layers"]) == len(answer["cross_attention"])
+    await after()
+
+
+# ---- the hardest shapes --------------------------------------------------------------------------------------------
+
+CORPUS = corpus()
+
+
+@pytest.mark.parametrize("name, path, body, content_type, status", CORPUS, ids=[c[0] for c in CORPUS])
+async def test_the_hardest_shapes_at_the_limits_get_their_documented_answer(client, after, name, path, body,
+                                                                            content_type, status):  # fmt: skip
+    r = await client.post(path, content=body, headers={"content-type": content_type})
+    assert_documented(r, {status})
+    await after()
