@@ -43,11 +43,9 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import resource
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,14 +53,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description  # noqa: E402
-from bench.load import free_port  # noqa: E402
+from bench.server import HOST, Server  # noqa: E402
 
-HOST = "127.0.0.1"
 TEXT = "A man is riding a bike."
 STREAMED = "Two young men are playing football in a park. A dog runs after the ball."
 TIMEOUT = 60  # seconds a client waits for an answer before counting it lost
@@ -130,68 +125,6 @@ class Tally:
     def summary(self) -> dict:
         return {"sent": self.sent, "answered": self.answered, "errors": dict(self.errors), "lost": self.lost,
                 "lost_kinds": dict(self.lost_kinds), "unexpected": self.unexpected, **self.notes}  # fmt: skip
-
-
-# ---- the server --------------------------------------------------------------------------------------------------
-
-
-class Server:
-    """nmt-serve on a free loopback port, its log in a temporary file."""
-
-    def __init__(self, model_dir: str, threads: int, port: int | None = None, faulty: bool = False, **settings: str):
-        self.port = port or free_port()
-        self.base = f"http://{HOST}:{self.port}"
-        self.log = tempfile.NamedTemporaryFile(prefix="nmt-chaos-", suffix=".log", delete=False)
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NMT_COMPILE": "off", "NMT_LOG_LEVEL": "warning",
-               "NMT_API_KEY": "", **settings}  # fmt: skip
-        start = ["-c", FAULTY_SERVER] if faulty else ["-m", "app.cli"]
-        cmd = [sys.executable, *start, "--model-dir", model_dir, "--host", HOST, "--port", str(self.port)]
-        self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.base}/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        sys.exit(f"nmt-serve did not become ready; its log: {self.log.name}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
-
-    def kill(self) -> int:
-        self.proc.kill()
-        return self.proc.wait(timeout=60)
-
-    def gauges(self, names: tuple[str, ...] = ("nmt_queue_length", "nmt_running_batch_size")) -> float:
-        """Sequences in the engine (waiting and decoding, by default), summed over the models."""
-        text = httpx.get(f"{self.base}/metrics", timeout=10).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(tuple(name + "{" for name in names)))  # fmt: skip
-
-    def rss_mb(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
-
-    def connections_held(self, clients: list[socket.socket]) -> int:
-        """How many of the clients' connections are established and accepted (the server holds a descriptor)."""
-        sockets, ports = set(), {s.getsockname()[1] for s in clients}
-        for fd in os.listdir(f"/proc/{self.proc.pid}/fd"):
-            try:
-                sockets.add(os.readlink(f"/proc/{self.proc.pid}/fd/{fd}"))
-            except OSError:
-                pass
-        with open("/proc/net/tcp") as f:  # the server's side of each: local port ours, remote port the client's
-            rows = [line.split() for line in f.readlines()[1:]]
-        return sum(
-            int(r[1].split(":")[1], 16) == self.port and int(r[2].split(":")[1], 16) in ports and r[3] == "01"
-            and f"socket:[{r[9]}]" in sockets
-            for r in rows
-        )  # fmt: skip
 
 
 # ---- raw HTTP/1.1 ------------------------------------------------------------------------------------------------
@@ -668,7 +601,7 @@ def main() -> None:
     print(tallies[-1].line(), flush=True)
     with tempfile.TemporaryDirectory(prefix="nmt-chaos-") as tmp:
         trigger, limit_s = Path(tmp) / "fail-next-step", 2.0
-        server = Server(args.model_dir, args.threads, faulty=True, NMT_CHAOS_FAULT_FILE=str(trigger),
+        server = Server(args.model_dir, args.threads, script=FAULTY_SERVER, NMT_CHAOS_FAULT_FILE=str(trigger),
                         NMT_HEAD_TIMEOUT_S=str(limit_s))  # fmt: skip
         try:
             for scenario in (lambda: step_fault(server, trigger), lambda: head_timeout(server, limit_s)):

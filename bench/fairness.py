@@ -20,15 +20,11 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,9 +33,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description  # noqa: E402
-from bench.load import RawConnection, free_port, percentile  # noqa: E402
+from bench.load import RawConnection, percentile  # noqa: E402
+from bench.server import Server  # noqa: E402
 
-HOST = "127.0.0.1"
 BIG_SENTENCE = "A dog runs."
 SENTENCES = [
     "A man is riding a bike.", "Two girls are playing in the park.", "A dog runs near the water.",
@@ -57,41 +53,6 @@ WaitingLine.append = first_come_first_served
 from app.cli import main
 main(sys.argv[1:])
 """  # nmt-serve whose every sequence is part of one request: its waiting line is one first-come-first-served queue
-
-
-@contextmanager
-def server(model_dir: str, threads: int, fifo: bool) -> Iterator[str]:
-    """nmt-serve on a free loopback port until the block ends (its log in a temporary file); yields its base URL."""
-    port = free_port()
-    env = {"NMT_COMPILE": "off", **os.environ, "OMP_NUM_THREADS": str(threads), "NMT_LOG_LEVEL": "warning",
-           "NMT_API_KEY": ""}  # fmt: skip
-    start = ["-c", FIFO_SERVER] if fifo else ["-m", "app.cli"]
-    cmd = [sys.executable, *start, "--model-dir", model_dir, "--host", HOST, "--port", str(port)]
-    with tempfile.NamedTemporaryFile(prefix="nmt-fairness-", suffix=".log", delete=False) as log:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    base, deadline = f"http://{HOST}:{port}", time.monotonic() + 120
-    try:
-        while True:
-            try:
-                if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                sys.exit(f"nmt-serve did not become ready; its log: {log.name}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-    Path(log.name).unlink(missing_ok=True)
-
-
-def in_engine(base: str) -> float:
-    """Sequences waiting or decoding in the server's engine."""
-    text = httpx.get(f"{base}/metrics", timeout=10).text
-    names = ("nmt_queue_length{", "nmt_running_batch_size{")
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(names))
 
 
 @dataclass
@@ -120,13 +81,13 @@ def ms(latencies: list[float], q: float) -> float | None:
     return round(1000 * percentile(latencies, q), 1) if latencies else None
 
 
-async def phase(base: str, requests: int, clients: int, big: str | None, tally: Tally) -> None:
+async def phase(server: Server, requests: int, clients: int, big: str | None, tally: Tally) -> None:
     """`requests` one-sentence requests from `clients` clients, beside a client that keeps `big` in flight if given."""
     sent, first = 0, len(tally.latencies)
 
     async def small_client() -> None:
         nonlocal sent
-        conn = await RawConnection.open(base)
+        conn = await RawConnection.open(server.base)
         try:
             while sent < requests:
                 text, sent = SENTENCES[sent % len(SENTENCES)], sent + 1
@@ -139,7 +100,7 @@ async def phase(base: str, requests: int, clients: int, big: str | None, tally: 
             conn.close()
 
     async def big_client() -> None:
-        conn = await RawConnection.open(base)
+        conn = await RawConnection.open(server.base)
         try:
             while True:
                 t0 = time.perf_counter()
@@ -153,9 +114,7 @@ async def phase(base: str, requests: int, clients: int, big: str | None, tally: 
     beside, answered = asyncio.create_task(big_client()) if big else None, tally.big_statuses.total()
     try:
         while (
-            beside is not None
-            and tally.big_statuses.total() == answered
-            and not await asyncio.to_thread(in_engine, base)
+            beside is not None and tally.big_statuses.total() == answered and not await asyncio.to_thread(server.gauges)
         ):
             await asyncio.sleep(0.01)  # until the first big request is in the engine (or was answered)
         t0 = time.perf_counter()
@@ -166,20 +125,22 @@ async def phase(base: str, requests: int, clients: int, big: str | None, tally: 
         if beside is not None:
             beside.cancel()
             await asyncio.gather(beside, return_exceptions=True)
-    while await asyncio.to_thread(in_engine, base):  # the cancelled big request's sequences leave
+    while await asyncio.to_thread(server.gauges):  # the cancelled big request's sequences leave
         await asyncio.sleep(0.01)
 
 
-async def rounds(bases: dict[str, str], bigs: dict[str, str], args: argparse.Namespace) -> dict[str, dict[str, Tally]]:
+async def rounds(
+    servers: dict[str, Server], bigs: dict[str, str], args: argparse.Namespace
+) -> dict[str, dict[str, Tally]]:
     """Each server alone and beside the big client, taking turns for --rounds rounds so that drift falls on all."""
-    tallies = {name: {"alone": Tally(), "beside": Tally()} for name in bases}
-    for name, base in bases.items():  # warm-up, not counted: the first requests of a fresh process are slow
-        await phase(base, args.clients, args.clients, bigs[name], Tally())
+    tallies = {name: {"alone": Tally(), "beside": Tally()} for name in servers}
+    for name, server in servers.items():  # warm-up, not counted: the first requests of a fresh process are slow
+        await phase(server, args.clients, args.clients, bigs[name], Tally())
     for r in range(args.rounds):
         share = args.requests // args.rounds + (r < args.requests % args.rounds)
-        for name, base in bases.items():
-            await phase(base, share, args.clients, None, tallies[name]["alone"])
-            await phase(base, share, args.clients, bigs[name], tallies[name]["beside"])
+        for name, server in servers.items():
+            await phase(server, share, args.clients, None, tallies[name]["alone"])
+            await phase(server, share, args.clients, bigs[name], tallies[name]["beside"])
     return tallies
 
 
@@ -199,14 +160,14 @@ def main(argv: list[str] | None = None) -> None:
                 "at least 0")  # fmt: skip
     t0 = time.monotonic()
     with ExitStack() as stack:
-        bases = {"turns": stack.enter_context(server(args.model_dir, args.threads, fifo=False))}
+        servers = {"turns": stack.enter_context(Server(args.model_dir, args.threads))}
         if args.fifo:
-            bases["fifo"] = stack.enter_context(server(args.model_dir, args.threads, fifo=True))
-        limits = {name: httpx.get(f"{base}/info", timeout=10).json()["limits"] for name, base in bases.items()}
-        sizes = {name: args.big_sentences or limits[name]["max_request_sequences"] for name in bases}
+            servers["fifo"] = stack.enter_context(Server(args.model_dir, args.threads, script=FIFO_SERVER))
+        limits = {name: httpx.get(f"{s.base}/info", timeout=10).json()["limits"] for name, s in servers.items()}
+        sizes = {name: args.big_sentences or limits[name]["max_request_sequences"] for name in servers}
         bigs = {name: " ".join([BIG_SENTENCE] * n) for name, n in sizes.items()}
         try:
-            tallies = asyncio.run(asyncio.wait_for(rounds(bases, bigs, args), args.timeout))
+            tallies = asyncio.run(asyncio.wait_for(rounds(servers, bigs, args), args.timeout))
         except TimeoutError:
             sys.exit(f"the measurement took over --timeout {args.timeout:g} s")
     results = {}

@@ -34,6 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description  # noqa: E402
+from bench.server import Server  # noqa: E402
 
 SIZES = (1, 2, 4)
 SLACK = 1.5  # a ratio over SLACK x the size ratio is flagged superlinear (timing noise stays well under it)
@@ -152,29 +153,22 @@ def main() -> None:
     p.add_argument("--only", nargs="*", help="shape names (default: all)")
     args = p.parse_args()
     shapes = [s for s in SHAPES if not args.only or s.name in args.only]
-    from bench.chaos import Server  # the same loopback server the chaos drills start
-
-    server = Server(args.model_dir, args.threads)
     rows, bad = [], 0
-    try:
-        with httpx.Client(base_url=server.base, timeout=600) as client:
-            print(
-                f"{'shape':28s} {'bytes at 1x':>11s} " + " ".join(f"{f'{s}x':>14s}" for s in SIZES) + "  2x/1x  4x/1x"
-            )
-            for shape in shapes:
-                results = [timed(client, shape, scale, args.repeat) for scale in SIZES]
-                ratios = [t / results[0][1] for _, t in results[1:]]
-                superlinear = any(r > SLACK * s for r, s in zip(ratios, SIZES[1:]))
-                failed = any(status != 200 for status, _ in results)
-                bad += superlinear or failed
-                size = len(shape.request(1)[0])
-                cells = " ".join(f"{status} {t:8.3f}s" for status, t in results)
-                flag = "  SUPERLINEAR" if superlinear else "  NOT ANSWERED 200" if failed else ""
-                print(f"{shape.name:28s} {size:11d} {cells}  {ratios[0]:5.2f}  {ratios[1]:5.2f}{flag}", flush=True)
-                rows.append({"shape": shape.name, "bytes_1x": size, "status": [s for s, _ in results],
-                             "seconds": [round(t, 4) for _, t in results], "ratios": [round(r, 2) for r in ratios]})  # fmt: skip
-    finally:
-        server.stop()
+    header = f"{'shape':28s} {'bytes at 1x':>11s} " + " ".join(f"{f'{s}x':>14s}" for s in SIZES) + "  2x/1x  4x/1x"
+    print(header)
+    with Server(args.model_dir, args.threads) as server, httpx.Client(base_url=server.base, timeout=600) as client:
+        for shape in shapes:
+            results = [timed(client, shape, scale, args.repeat) for scale in SIZES]
+            ratios = [t / results[0][1] for _, t in results[1:]]
+            superlinear = any(r > SLACK * s for r, s in zip(ratios, SIZES[1:]))
+            failed = any(status != 200 for status, _ in results)
+            bad += superlinear or failed
+            size = len(shape.request(1)[0])
+            cells = " ".join(f"{status} {t:8.3f}s" for status, t in results)
+            flag = "  SUPERLINEAR" if superlinear else "  NOT ANSWERED 200" if failed else ""
+            print(f"{shape.name:28s} {size:11d} {cells}  {ratios[0]:5.2f}  {ratios[1]:5.2f}{flag}", flush=True)
+            rows.append({"shape": shape.name, "bytes_1x": size, "status": [s for s, _ in results],
+                         "seconds": [round(t, 4) for _, t in results], "ratios": [round(r, 2) for r in ratios]})  # fmt: skip
     cpu = cpu_description()
     print(f"CPU: {cpu}")
     print(json.dumps({"shapes": rows, "repeat": args.repeat, "threads": args.threads, "cpu": cpu, "ok": not bad}))

@@ -31,12 +31,18 @@ async def serve(settings: Settings, startup_timeout: float = 60):
             yield app, client
 
 
+def english_to(target: str, tmp_path_factory, model, tokenizer):
+    """The tiny random model saved as an English->`target` one (by its metadata), named tiny-`target`."""
+    path = tmp_path_factory.mktemp(target) / f"tiny-{target}"
+    metadata = {"name": f"tiny-{target}", "source_language": "en", "target_language": target}
+    save_checkpoint(path, model, tokenizer, metadata)
+    return path
+
+
 @pytest.fixture(scope="session")
 def french(tmp_path_factory, tiny_model, tokenizer):
     """A second model, English->French by its metadata (the tiny random one)."""
-    path = tmp_path_factory.mktemp("fr") / "tiny-fr"
-    save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny-fr", "source_language": "en", "target_language": "fr"})
-    return path
+    return english_to("fr", tmp_path_factory, tiny_model, tokenizer)
 
 
 @pytest.fixture(scope="module")

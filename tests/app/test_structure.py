@@ -4,7 +4,7 @@ that says what was wrong; what comes back keeps the input's structure (the page'
 and the server then answers a normal request exactly as before, with nothing left in its queue.
 bench/hostile_shapes.py's corpus, the hardest shapes at the default limits, is replayed too.
 
-NMT_FUZZ_EXAMPLES sets the examples per fuzzer (default 200)."""
+NMT_FUZZ_EXAMPLES sets the examples per fuzzer (default 120)."""
 
 from __future__ import annotations
 
@@ -25,12 +25,11 @@ from hypothesis import strategies as st
 from app.html import _CLOSED_BY, parse
 from app.settings import Settings
 from bench.hostile_shapes import corpus
-from model.checkpoint import save_checkpoint
-from tests.app.conftest import serve
+from tests.app.conftest import english_to, serve
 
 pytestmark = pytest.mark.anyio
 STRUCTURE = hypothesis.settings(
-    max_examples=int(os.environ.get("NMT_FUZZ_EXAMPLES", "200")), deadline=None,
+    max_examples=int(os.environ.get("NMT_FUZZ_EXAMPLES", "120")), deadline=None,
     suppress_health_check=list(HealthCheck),
 )  # fmt: skip
 LIMIT = 20_000  # NMT_MAX_REQUEST_CHARS: the default, which the server below keeps
@@ -44,9 +43,7 @@ NORMAL = {"text": "A man is riding a bike. Two dogs play.", "return_tokens": Tru
 @pytest.fixture(scope="module")
 def german(tmp_path_factory, tiny_model, tokenizer):
     """The tiny random model as an English->German one, for the LibreTranslate routes (en->de, as the bundled)."""
-    path = tmp_path_factory.mktemp("de") / "tiny-de"
-    save_checkpoint(path, tiny_model, tokenizer, {"name": "tiny-de", "source_language": "en", "target_language": "de"})
-    return path
+    return english_to("de", tmp_path_factory, tiny_model, tokenizer)
 
 
 @pytest.fixture(scope="module")
