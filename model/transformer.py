@@ -34,7 +34,10 @@ class TransformerConfig:
     eos_id: int = 2
     unk_id: int = 3
     # Options that imported models need (model/importers/); the defaults are nmt-train's model.
-    positions: str = "interleaved"  # sinusoid layout: sin and cos interleaved (the paper), or "halves" (Marian)
+    positions: str = "interleaved"  # sinusoid layout: sin and cos interleaved (the paper), "halves" (Marian) or
+    # "fairseq" (M2M100: halves at frequencies 10000^(-i/(d/2 - 1)), a zero column for an odd d_model)
+    position_offset: int = 0  # token i takes the table's row i + offset (M2M100: pad_id + 1)
+    pad_position_zero: bool = False  # a padding token gets no position vector (M2M100's zero row at pad_id)
     scale_embedding: bool = True  # token embeddings times sqrt(d_model)
     logits_bias: bool = False  # a learned bias added to the output logits (Marian's final_logits_bias)
     suppress_ids: list[int] = field(default_factory=list)  # never generated (Marian's bad_words_ids: pad)
@@ -46,8 +49,10 @@ class TransformerConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {self.activation!r}")
-        if self.positions not in ("interleaved", "halves"):
-            raise ValueError(f"positions must be 'interleaved' or 'halves', not {self.positions!r}")
+        if self.positions not in LAYOUTS:
+            raise ValueError(f"positions must be one of {LAYOUTS}, not {self.positions!r}")
+        if self.position_offset < 0:
+            raise ValueError(f"position_offset must be >= 0, not {self.position_offset}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
         bad = [i for i in self.suppress_ids if not 0 <= i < self.tgt_vocab_size]
@@ -92,6 +97,7 @@ def greedy_pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+LAYOUTS = ("interleaved", "halves", "fairseq")  # sinusoidal_table's layouts
 # Fused attention on CUDA without cuDNN's kernel: it builds an execution plan for every new shape (in half precision
 # on an H100 a prefill of a new source length took tens of milliseconds), and the sources change length with every
 # admission. The memory-efficient kernel takes the padding mask and needs no plan.
@@ -102,7 +108,14 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...). -> (P, D)
 
     layout "halves" puts the d/2 sines first and the cosines after them, computed in float64 as Marian's
-    (transformers' MarianSinusoidalPositionalEmbedding) are."""
+    (transformers' MarianSinusoidalPositionalEmbedding) are. "fairseq" puts them in halves too, at angles
+    pos * exp(-i * log(10000) / (d/2 - 1)) computed in float32, with a zero last column when d is odd, as
+    fairseq's and transformers' M2M100SinusoidalPositionalEmbedding.get_embedding compute them."""
+    if layout == "fairseq":
+        half = d_model // 2
+        freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))  # (D/2,)
+        angle = torch.arange(max_positions, dtype=torch.int64).float()[:, None] * freq[None]  # (P, D/2)
+        return torch.cat([angle.sin(), angle.cos(), torch.zeros(max_positions, d_model % 2)], dim=1)  # (P, D)
     if layout == "halves":
         position = torch.arange(max_positions, dtype=torch.float64)[:, None]  # (P, 1)
         angle = position / 10000 ** (2 * torch.arange(d_model // 2, dtype=torch.float64) / d_model)  # (P, D/2)
@@ -116,25 +129,31 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
 
 
 class Embeddings(nn.Module):
-    """Token embedding scaled by sqrt(d_model) (unless scale=False) plus sinusoidal positions."""
+    """Token embedding scaled by sqrt(d_model) (unless scale=False) plus sinusoidal positions.
+
+    Position p is the table's row p + offset; with pad_position_zero a padding token gets no position vector."""
 
     def __init__(
         self, vocab_size: int, d_model: int, max_positions: int, pad_id: int, dropout: float,
-        layout: str = "interleaved", scale: bool = True,
+        layout: str = "interleaved", scale: bool = True, offset: int = 0, pad_position_zero: bool = False,
     ):  # fmt: skip
         super().__init__()
         self.d_model, self.scale = d_model, math.sqrt(d_model) if scale else 1.0
+        self.pad_id, self.pad_position_zero = pad_id, pad_position_zero
         self.token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.token.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.token.weight[pad_id].zero_()
-        self.register_buffer("pe", sinusoidal_table(max_positions, d_model, layout), persistent=False)
+        table = sinusoidal_table(max_positions + offset, d_model, layout)[offset:]  # (P, D): row p is position p
+        self.register_buffer("pe", table.contiguous(), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """ids (B, T) [positions (B, T)] -> (B, T, D)"""
         x = self.token(ids) * self.scale
-        pe = self.pe[: ids.size(1)] if positions is None else self.pe[positions]
+        pe = self.pe[: ids.size(1)] if positions is None else self.pe[positions]  # (T, D) or (B, T, D)
+        if self.pad_position_zero:
+            pe = pe * (ids != self.pad_id)[..., None]  # (B, T, D)
         return self.dropout(x + pe.to(x.dtype))
 
 
@@ -293,7 +312,10 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         c = self.config = config
-        embed = {"d_model": c.d_model, "max_positions": c.max_positions, "dropout": c.dropout, "layout": c.positions}
+        embed = {
+            "d_model": c.d_model, "max_positions": c.max_positions, "dropout": c.dropout, "layout": c.positions,
+            "offset": c.position_offset, "pad_position_zero": c.pad_position_zero,
+        }  # fmt: skip
         self.src_embed = Embeddings(c.src_vocab_size, pad_id=c.source_pad_id, scale=c.scale_embedding, **embed)
         self.tgt_embed = (
             self.src_embed

@@ -69,20 +69,23 @@ MAPPED = {
 GENERATION = {"bad_words_ids", "forced_eos_token_id", "decoder_start_token_id", "eos_token_id", "pad_token_id"}
 
 
-def read_config(source: Path) -> dict[str, Any]:
-    """config.json, with generation_config.json's decoding constraints (they win where both set one)."""
+def read_config(
+    source: Path, model_type: str = "marian", architecture: str = "MarianMTModel", generation: set[str] = GENERATION
+) -> dict[str, Any]:
+    """config.json of a `model_type` (`architecture`) checkpoint, with generation_config.json's decoding constraints
+    among `generation` (they win where both set one)."""
     config = read_json(source / "config.json")
-    if config.get("model_type") != "marian":
+    if config.get("model_type") != model_type:
         raise CannotImport(
-            f"{source / 'config.json'}: model_type is {config.get('model_type')!r}; this importer reads only 'marian' "
-            "(MarianMTModel) checkpoints"
+            f"{source / 'config.json'}: model_type is {config.get('model_type')!r}; this importer reads only "
+            f"{model_type!r} ({architecture}) checkpoints"
         )
-    architectures = config.get("architectures") or ["MarianMTModel"]
-    if architectures != ["MarianMTModel"]:
-        raise CannotImport(f"{source / 'config.json'}: architectures {architectures}; only MarianMTModel is imported")
-    generation = source / "generation_config.json"
-    if generation.is_file():
-        config.update({k: v for k, v in read_json(generation).items() if k in GENERATION and v is not None})
+    architectures = config.get("architectures") or [architecture]
+    if architectures != [architecture]:
+        raise CannotImport(f"{source / 'config.json'}: architectures {architectures}; only {architecture} is imported")
+    if (source / "generation_config.json").is_file():
+        settings = read_json(source / "generation_config.json")
+        config.update({k: v for k, v in settings.items() if k in generation and v is not None})
     return config
 
 

@@ -1,0 +1,192 @@
+"""Load an M2M100 checkpoint (M2M100ForConditionalGeneration, the architecture of M2M100 and NLLB-200) in Hugging
+Face's layout into our Transformer, exactly or not at all.
+
+One loader for one architecture, as CTranslate2's converters are: every config option is mapped to a
+TransformerConfig field, checked to have the only value nmt-serve implements, or known not to matter for inference;
+every weight is mapped by name and shape. Anything else stops the load with the option's or tensor's name.
+
+What M2M100 differs in from nmt-train's model is data in TransformerConfig: fairseq's sinusoid table
+(positions="fairseq"), token i at the table's row i + pad_id + 1 with padding at a zero row (position_offset,
+pad_position_zero), pre-LN layers with a final LayerNorm after the encoder and the decoder (norm_first), and the
+decoder starting from </s> (bos_id = decoder_start_token_id). The target language is the first target token, forced
+by the caller (DecodingOptions.prefix), as transformers' generate(forced_bos_token_id=...) forces it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model.checkpoint import unique_state_dict
+from model.importers import CannotImport, marian
+from model.importers.marian import ACTIVATIONS, FIXED, IGNORED, layer_map, need, read_weights, same
+from model.transformer import Transformer, TransformerConfig, sinusoidal_table
+
+MODEL_TYPE = "m2m_100"  # config.json's model_type this loader reads
+ARCHITECTURE = "M2M100ForConditionalGeneration"
+
+# ---- config.json --------------------------------------------------------------------------------------------
+
+# transformers' M2M100Config defaults: what an option left out of config.json means
+DEFAULTS: dict[str, Any] = {
+    "vocab_size": 128112, "max_position_embeddings": 1024, "encoder_layers": 12, "encoder_ffn_dim": 4096,
+    "encoder_attention_heads": 16, "decoder_layers": 12, "decoder_ffn_dim": 4096, "decoder_attention_heads": 16,
+    "activation_function": "relu", "d_model": 1024, "dropout": 0.1, "attention_dropout": 0.1,
+    "activation_dropout": 0.0, "decoder_start_token_id": 2, "scale_embedding": True, "pad_token_id": 1,
+    "eos_token_id": 2, "tie_word_embeddings": True, "forced_eos_token_id": None,
+}  # fmt: skip
+MAPPED = set(DEFAULTS)
+# options whose value nmt-serve implements only one way: (allowed value, what it means), as for Marian
+FIXED_M2M100 = {
+    k: FIXED[k] for k in ("is_encoder_decoder", "is_decoder", "tie_encoder_decoder", "add_cross_attention",
+                          "chunk_size_feed_forward")
+}  # fmt: skip
+# Marian's list of options that change nothing at inference, less its BART-era learned-position offsets; the target
+# language (forced_bos_token_id) is the caller's first target token
+IGNORED_M2M100 = IGNORED - {"extra_pos_embeddings"}
+GENERATION = {"decoder_start_token_id", "eos_token_id", "pad_token_id", "forced_eos_token_id"}
+
+
+def read_config(source: Path) -> dict[str, Any]:
+    """config.json, with generation_config.json's decoding constraints (they win where both set one)."""
+    return marian.read_config(source, MODEL_TYPE, ARCHITECTURE, GENERATION)
+
+
+def model_config(config: dict[str, Any]) -> TransformerConfig:
+    """The TransformerConfig of an M2M100 config.json; raises CannotImport naming any option it cannot map exactly."""
+    unknown = sorted(set(config) - MAPPED - IGNORED_M2M100 - set(FIXED_M2M100))
+    if unknown:
+        raise CannotImport(f"config.json has options this importer does not know: {unknown}; refusing to guess")
+    architectures = config.get("architectures") or [ARCHITECTURE]
+    if architectures != [ARCHITECTURE]:
+        raise CannotImport(f"config.json: architectures {architectures}; only {ARCHITECTURE} is imported")
+    for key in sorted(FIXED_M2M100.keys() & config.keys()):
+        allowed, meaning = FIXED_M2M100[key]
+        if config[key] != allowed:
+            raise CannotImport(f"config.json: {key}={config[key]!r} is not supported; only {allowed!r} is ({meaning})")
+    c = {**DEFAULTS, **config}
+    need(c, "encoder_attention_heads", c["decoder_attention_heads"], "the decoder's head count")
+    need(c, "encoder_ffn_dim", c["decoder_ffn_dim"], "the decoder's feed-forward width")
+    if c["activation_function"] not in ACTIVATIONS:
+        raise CannotImport(
+            f"config.json: activation_function={c['activation_function']!r} is not supported; "
+            f"allowed: {sorted(ACTIVATIONS)}"
+        )
+    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        if not isinstance(c[key], int) or isinstance(c[key], bool):
+            raise CannotImport(f"config.json: {key}={c[key]!r}; a single token id is supported")
+    if c["forced_eos_token_id"] not in (None, c["eos_token_id"]):
+        raise CannotImport(
+            f"config.json: forced_eos_token_id={c['forced_eos_token_id']!r} differs from "
+            f"eos_token_id={c['eos_token_id']}; not supported"
+        )
+    try:
+        return TransformerConfig(
+            src_vocab_size=c["vocab_size"],
+            tgt_vocab_size=c["vocab_size"],
+            d_model=c["d_model"],
+            n_heads=c["decoder_attention_heads"],
+            n_encoder_layers=c["encoder_layers"],
+            n_decoder_layers=c["decoder_layers"],
+            d_ff=c["decoder_ffn_dim"],
+            dropout=c["dropout"],
+            attention_dropout=c["attention_dropout"],
+            activation_dropout=c["activation_dropout"],
+            max_positions=c["max_position_embeddings"],
+            norm_first=True,
+            activation=ACTIVATIONS[c["activation_function"]],
+            # tied: M2M100Model.shared is the encoder's, the decoder's and the output table; untied, transformers 5
+            # gives the encoder, the decoder and lm_head a table each
+            share_embeddings=bool(c["tie_word_embeddings"]),
+            tie_output=bool(c["tie_word_embeddings"]),
+            pad_id=c["pad_token_id"],
+            bos_id=c["decoder_start_token_id"],
+            eos_id=c["eos_token_id"],
+            positions="fairseq",
+            position_offset=c["pad_token_id"] + 1,  # create_position_ids_from_input_ids: cumsum + padding_idx
+            pad_position_zero=True,
+            scale_embedding=bool(c["scale_embedding"]),
+            force_eos=c["forced_eos_token_id"] is not None,
+        )
+    except ValueError as e:  # d_model not divisible by the heads, and the like
+        raise CannotImport(f"config.json: {e}") from e
+
+
+# ---- weights ------------------------------------------------------------------------------------------------
+
+TABLES = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")  # copies of shared when tied
+POSITION_TABLES = ("model.encoder.embed_positions.weights", "model.decoder.embed_positions.weights")
+PLACEHOLDERS = ("model.encoder.embed_positions._float_tensor", "model.decoder.embed_positions._float_tensor")
+
+
+def weight_map(c: TransformerConfig) -> dict[str, list[str]]:
+    """Our parameter name -> the M2M100 tensors it is made of (concatenated along dim 0, in order)."""
+    out = layer_map(c)  # the layers are named as Marian's
+    for kind in ("weight", "bias"):
+        out[f"encoder_norm.{kind}"] = [f"model.encoder.layer_norm.{kind}"]
+        out[f"decoder_norm.{kind}"] = [f"model.decoder.layer_norm.{kind}"]
+    if c.share_embeddings:
+        out["src_embed.token.weight"] = ["model.shared.weight"]
+    else:
+        out["src_embed.token.weight"], out["tgt_embed.token.weight"] = [[name] for name in TABLES]
+    if not c.tie_output:
+        out["output_proj.weight"] = ["lm_head.weight"]
+    return out
+
+
+def load_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
+    """Copy every M2M100 tensor into the model; refuse missing, unexpected, mis-shaped or untied ones by name."""
+    c = model.config
+    weights = dict(weights)
+    if c.share_embeddings and "model.shared.weight" not in weights and TABLES[0] in weights:
+        weights["model.shared.weight"] = weights.pop(TABLES[0])
+    # tied copies of the shared table (checked equal below), and what carries no weights of the model
+    known = (*POSITION_TABLES, *PLACEHOLDERS, *(TABLES if c.share_embeddings else ["model.shared.weight"]))
+    extra = {name: weights.pop(name) for name in known if name in weights}
+    if c.tie_output and "lm_head.weight" in weights:
+        extra["lm_head.weight"] = weights.pop("lm_head.weight")
+    mapping = weight_map(c)
+    missing = sorted({p for parts in mapping.values() for p in parts} - set(weights))
+    if missing:
+        raise CannotImport(f"the weights have no tensor {missing[0]!r} ({len(missing)} missing: {missing[:8]})")
+    unexpected = sorted(set(weights) - {p for parts in mapping.values() for p in parts})
+    if unexpected:
+        raise CannotImport(f"the weights have tensors this importer does not know: {unexpected[:8]}")
+    ours = unique_state_dict(model)  # the shared table once, under src_embed
+    unmapped = sorted(set(ours) - set(mapping))
+    if unmapped:
+        raise CannotImport(f"no M2M100 tensor for {unmapped[:8]}")
+    values = {name: torch.cat([weights[p].float() for p in parts]) for name, parts in mapping.items()}
+    for name, value in values.items():
+        if value.shape != ours[name].shape:
+            theirs = " + ".join(mapping[name])
+            raise CannotImport(
+                f"{theirs}: the weights give shape {list(value.shape)}, the config needs {list(ours[name].shape)}"
+            )
+    shared = values["src_embed.token.weight"]
+    for name, tensor in extra.items():
+        if name in POSITION_TABLES:
+            rows = tensor.size(0) if tensor.dim() == 2 and tensor.size(0) > c.pad_id else 0
+            expected = sinusoidal_table(rows, c.d_model, "fairseq")
+            expected[c.pad_id : c.pad_id + 1] = 0  # transformers zeroes the padding row (none in an empty table)
+            if tensor.shape != expected.shape or not torch.allclose(tensor.float(), expected, atol=1e-5):
+                raise CannotImport(f"{name} is not the sinusoidal table M2M100 computes; not supported")
+        elif name in PLACEHOLDERS:
+            if tensor.numel() > 1:
+                raise CannotImport(f"{name} holds {tensor.numel()} values; fairseq's placeholder holds at most one")
+        elif name == "model.shared.weight":  # untied: transformers' forward never reads it
+            pass
+        else:
+            same(tensor.float(), shared, f"{name} (tied to model.shared.weight)")
+    with torch.no_grad():
+        for name, value in values.items():
+            ours[name].copy_(value)
+
+
+def load(source: Path) -> Transformer:
+    """An M2M100 directory's config.json and weights as our Transformer (eval mode)."""
+    model = Transformer(model_config(read_config(source)))
+    load_weights(model, read_weights(source))
+    return model.eval()
