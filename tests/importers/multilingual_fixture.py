@@ -1,0 +1,77 @@
+"""Small M2M100 and NLLB tokenizers built in the tests: one SentencePiece BPE model trained on a few thousand Multi30k
+lines of en, de and fr, and transformers' M2M100Tokenizer and NllbTokenizer over it, saved as a Hub download is laid
+out (sentencepiece.bpe.model beside what save_pretrained writes)."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+from tests.importers.marian_fixture import corpus
+
+LINES = 1500  # per language
+AWKWARD = [
+    "", " ", "   ", "  leading and trailing  ", "in  the   middle", "\ttab\tand\nnewline\n", "emoji 😀 👍🏽 ☃☃ x",
+    "😀", "中文 日本語", "é vs e\u0301, Straße, ÄÖÜ", "ﬁ ligature, ① ２ ｆｕｌｌ", "no\u00a0break", "zero\u200bwidth",
+    "\u3000ideographic\u3000space", "Supercalifragilisticexpialidocious" * 4, "x", "a.b,c;d!e?f", "123 4567 89",
+    "__de__ </s> eng_Latn <s> <unk> <pad> <mask> fra_Latn __en__", "deu_Latn", "__fr__",
+]  # fmt: skip
+
+
+def train_bpe(out: Path, vocab_size: int = 800) -> Path:
+    """A SentencePiece BPE model with fairseq's piece layout (<unk>, <s>, </s> first), as M2M100's and NLLB's are."""
+    import sentencepiece as spm
+
+    lines = [line for lang in ("en", "de", "fr") for line in corpus(lang, LINES)]
+    prefix = out / "spm"
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=vocab_size, model_type="bpe",
+        character_coverage=0.9995, normalization_rule_name="nmt_nfkc", unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        minloglevel=2, num_threads=1, hard_vocab_limit=False,
+    )  # fmt: skip
+    return prefix.with_suffix(".model")
+
+
+def build_nllb(out: Path, model: Path, legacy: bool, src_lang: str = "deu_Latn", tgt_lang: str = "fra_Latn"):
+    """transformers' NllbTokenizer over `model`, as its tokenizer.json on the Hub holds it (the fairseq vocabulary
+    and the merges in SpmConverter's order), saved to `out` with the SentencePiece model; returns the tokenizer."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    from transformers import NllbTokenizer
+    from transformers.tokenization_utils_base import generate_merges
+
+    proto = pb.ModelProto()
+    proto.ParseFromString(model.read_bytes())
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for p in proto.pieces[3:]:
+        vocab[p.piece] = len(vocab)
+    scores = {p.piece: p.score for p in proto.pieces[3:]}
+    tokenizer = NllbTokenizer(
+        vocab=vocab, merges=generate_merges(vocab, scores), legacy_behaviour=legacy, src_lang=src_lang,
+        tgt_lang=tgt_lang, _spm_precompiled_charsmap=proto.normalizer_spec.precompiled_charsmap,
+    )  # fmt: skip
+    tokenizer.save_pretrained(str(out))
+    shutil.copy(model, out / "sentencepiece.bpe.model")
+    return tokenizer
+
+
+def build_m2m100(out: Path, model: Path, src_lang: str = "de", tgt_lang: str = "fr", seed: int = 0):
+    """transformers' M2M100Tokenizer over `model` with a fairseq dictionary as vocab.json: the pieces in another
+    order than the SentencePiece model's, a few missing (<unk>), and a character the model does not know; saved to
+    `out`; returns the tokenizer."""
+    import sentencepiece as spm
+    from transformers import M2M100Tokenizer
+
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
+    random.Random(seed).shuffle(pieces)
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for p in [*pieces[:-25], "☃", "😀"]:  # fairseq's dictionary counts what the model emits, unknown runs included
+        vocab[p] = len(vocab)
+    source = out / "source"
+    source.mkdir(parents=True, exist_ok=True)
+    (source / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tokenizer = M2M100Tokenizer(str(source / "vocab.json"), str(model), src_lang=src_lang, tgt_lang=tgt_lang)
+    tokenizer.save_pretrained(str(out))
+    return tokenizer
