@@ -1,6 +1,7 @@
 """A checkpoint is a directory: config.json, model.safetensors, tokenizer.json, metadata.json. No pickle.
 
-An imported model (model/importers/) has spm_tokenizer.json (model/spm_tokenizer.py) instead of tokenizer.json.
+An imported model (model/importers/) has spm_tokenizer.json (model/spm_tokenizer.py) or, if multilingual,
+multilingual_tokenizer.json (model/multilingual_tokenizer.py) instead of tokenizer.json.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from model.multilingual_tokenizer import FILE as MULTILINGUAL_TOKENIZER
 from model.spm_tokenizer import FILE as SPM_TOKENIZER
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Tokenizer, load_tokenizer
@@ -67,8 +69,8 @@ def load_checkpoint(
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
     missing_files = [f for f in (CONFIG, WEIGHTS) if not (path / f).is_file()]
-    if not (path / TOKENIZER).is_file() and not (path / SPM_TOKENIZER).is_file():
-        missing_files.append(f"{TOKENIZER} (or {SPM_TOKENIZER})")
+    if not any((path / f).is_file() for f in (TOKENIZER, SPM_TOKENIZER, MULTILINGUAL_TOKENIZER)):
+        missing_files.append(f"{TOKENIZER} (or {SPM_TOKENIZER}, {MULTILINGUAL_TOKENIZER})")
     if missing_files:
         raise CheckpointError(f"checkpoint {str(path)!r} is missing {', '.join(missing_files)}")
     try:

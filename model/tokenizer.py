@@ -127,13 +127,18 @@ class Tokenizer:
 
 
 def load_tokenizer(checkpoint: str | Path):
-    """A checkpoint directory's tokenizer: tokenizer.json (nmt-train's BPE) or spm_tokenizer.json (an imported model's
-    SentencePiece models, model/spm_tokenizer.py). Needs only `tokenizers`, not torch."""
+    """A checkpoint directory's tokenizer: tokenizer.json (nmt-train's BPE), spm_tokenizer.json (an imported model's
+    SentencePiece models, model/spm_tokenizer.py) or multilingual_tokenizer.json (an imported M2M100 or NLLB's,
+    model/multilingual_tokenizer.py). Needs only `tokenizers`, not torch."""
+    from model.multilingual_tokenizer import FILE as MULTILINGUAL
+    from model.multilingual_tokenizer import MultilingualTokenizer
     from model.spm_tokenizer import FILE, SentencePieceTokenizer
 
     path = Path(checkpoint)
     if (path / Tokenizer.file_name).is_file():
         return Tokenizer.from_file(path / Tokenizer.file_name)
+    if (path / MULTILINGUAL).is_file():
+        return MultilingualTokenizer.from_file(path / MULTILINGUAL)
     return SentencePieceTokenizer.from_file(path / FILE)
 
 

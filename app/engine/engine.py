@@ -27,6 +27,7 @@ from app.settings import Settings
 from model.checkpoint import load_checkpoint
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
+from model.multilingual_tokenizer import MultilingualTokenizer
 from model.quantize import quantize_int8
 from model.search import GREEDY as SEARCH_GREEDY
 from model.search import DecodingOptions, alignment
@@ -113,6 +114,12 @@ class Engine:
         if s.quantize != "none" and (device.type != "cpu" or dtype != torch.float32):
             raise ValueError(f"NMT_QUANTIZE={s.quantize} runs on the CPU in float32, not on {device} in {dtype}")
         model, tokenizer, metadata = load_checkpoint(model_dir, device=device, dtype=dtype)
+        if isinstance(tokenizer, MultilingualTokenizer):  # its rows each need a source and a target language
+            raise ValueError(  # noqa: TRY004 - a setting names a model the server cannot serve: a load failure
+                f"{model_dir} is a many-to-many model ({metadata.get('architecture')}, {len(tokenizer.languages)} "
+                "languages): nmt-import reads it, but serving it with a language per request is not built yet; "
+                "serve a language-pair model (nmt-import marian)"
+            )
         sizing = decoder_rows(
             model.config, device, dtype, s.max_new_tokens + 1, s.max_input_tokens, s.max_batch_size, fraction,
             s.prefill_tokens, shared=s.workers > 1,

@@ -2,6 +2,9 @@
 
     nmt-import marian Helsinki-NLP/opus-mt-en-de --out checkpoints/opus-mt-en-de   # from the Hugging Face Hub
     nmt-import marian /path/to/opus-mt-en-de --out checkpoints/opus-mt-en-de       # a directory in its layout
+    nmt-import /path/to/nllb-200-distilled-600M --out checkpoints/nllb-200         # the kind from config.json
+
+KIND is config.json's model_type (marian, m2m_100); left out, it is read from SOURCE's config.json.
 
 The import needs the `import` extra (sentencepiece, protobuf, huggingface-hub): bash scripts/install.sh import.
 The checkpoint it writes needs only what the server needs.
@@ -10,6 +13,8 @@ The checkpoint it writes needs only what the server needs.
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import re
 import shlex
 import sys
@@ -26,18 +31,42 @@ MARIAN_FILES = [
     "config.json", "generation_config.json", "source.spm", "target.spm", "vocab.json", "target_vocab.json",
     "tokenizer_config.json", "README.md",
 ]  # fmt: skip
+M2M100_FILES = [
+    "config.json", "generation_config.json", "sentencepiece.bpe.model", "vocab.json", "tokenizer.json",
+    "tokenizer_config.json", "special_tokens_map.json", "README.md",
+]  # fmt: skip
+# config.json's model_type -> the loader ("module:function", imported when used) and the files it reads
+IMPORTERS = {
+    "marian": ("model.importers.marian:import_marian", MARIAN_FILES),
+    "m2m_100": ("model.importers.m2m100:import_m2m100", M2M100_FILES),
+}
 
 
-def download(name: str, revision: str | None) -> tuple[Path, str | None]:
-    """A model repository from the Hugging Face Hub: its local snapshot and the commit it is at."""
+def model_type(config: Path) -> str:
+    """config.json's model_type, refused by name unless an importer reads it."""
     try:
-        from huggingface_hub import HfApi, snapshot_download
+        kind = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError) as e:
+        raise CannotImport(f"cannot read model_type from {config} ({e})") from e
+    if kind not in IMPORTERS:
+        raise CannotImport(f"{config}: model_type {kind!r} has no importer; known: {sorted(IMPORTERS)}")
+    return kind
+
+
+def download(name: str, revision: str | None, kind: str | None = None) -> tuple[Path, str | None]:
+    """A model repository from the Hugging Face Hub (the files the importer of `kind`, else of its config.json's
+    model_type, reads): its local snapshot and the commit it is at."""
+    try:
+        from huggingface_hub import HfApi, hf_hub_download, snapshot_download
     except ImportError as e:
         raise CannotImport(f"downloading {name} needs huggingface-hub: bash scripts/install.sh import ({e})") from e
     try:
         files = set(HfApi().list_repo_files(name, revision=revision))
         weights = "model.safetensors" if "model.safetensors" in files else "pytorch_model.bin"
-        path = Path(snapshot_download(name, revision=revision, allow_patterns=[*MARIAN_FILES, weights]))
+        kind = kind or model_type(Path(hf_hub_download(name, "config.json", revision=revision)))
+        path = Path(snapshot_download(name, revision=revision, allow_patterns=[*IMPORTERS[kind][1], weights]))
+    except CannotImport:
+        raise
     except Exception as e:  # noqa: BLE001 - no network, no such repository, a gated one: one line that says what to do
         raise CannotImport(
             f"could not download {name} from the Hugging Face Hub ({type(e).__name__}: {str(e).splitlines()[0]}). "
@@ -47,13 +76,13 @@ def download(name: str, revision: str | None) -> tuple[Path, str | None]:
     return path, path.name if re.fullmatch(r"[0-9a-f]{40}", path.name) else None
 
 
-def resolve(source: str, revision: str | None) -> tuple[Path, dict[str, Any]]:
+def resolve(source: str, revision: str | None, kind: str | None = None) -> tuple[Path, dict[str, Any]]:
     """SOURCE as a local directory and the provenance to record."""
     path = Path(source)
     if path.is_dir():
         return path, {"name": path.resolve().name, "path": str(path.resolve())}
     if HUB_NAME.match(source) and not path.exists():
-        local, commit = download(source, revision)
+        local, commit = download(source, revision, kind)
         return local, {"name": source.split("/")[-1], "hub": source, "revision": commit or revision}
     raise CannotImport(
         f"{source} is neither a directory nor a Hugging Face Hub model name (like Helsinki-NLP/opus-mt-en-de)"
@@ -64,21 +93,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="nmt-import", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    kinds = parser.add_subparsers(dest="kind", required=True)
-    marian = kinds.add_parser("marian", help="a Marian (OPUS-MT) checkpoint in Hugging Face's layout")
-    marian.add_argument("source", help="a local directory, or a Hub name such as Helsinki-NLP/opus-mt-en-de")
-    marian.add_argument("--out", required=True, type=Path, help="the checkpoint directory to write")
-    marian.add_argument("--revision", help="a Hub branch, tag or commit (default: main)")
-    marian.add_argument("--force", action="store_true", help="overwrite --out if it holds files")
+    parser.add_argument("kind", nargs="?", metavar="KIND", help=f"one of {sorted(IMPORTERS)} (default: config.json's)")
+    parser.add_argument("source", help="a local directory, or a Hub name such as Helsinki-NLP/opus-mt-en-de")
+    parser.add_argument("--out", required=True, type=Path, help="the checkpoint directory to write")
+    parser.add_argument("--revision", help="a Hub branch, tag or commit (default: main)")
+    parser.add_argument("--force", action="store_true", help="overwrite --out if it holds files")
     args = parser.parse_args(argv)
+    if args.kind is not None and args.kind not in IMPORTERS:
+        parser.error(f"unknown kind {args.kind!r}; known: {sorted(IMPORTERS)}")
     if args.out.exists() and any(args.out.iterdir()) and not args.force:
         sys.exit(f"nmt-import: {args.out} is not empty; pass --force to overwrite it")
     try:
-        source, provenance = resolve(args.source, args.revision)
+        source, provenance = resolve(args.source, args.revision, args.kind)
         provenance["command"] = shlex.join(["nmt-import", *(sys.argv[1:] if argv is None else argv)])
-        from model.importers.marian import import_marian
-
-        out = import_marian(source, args.out, provenance)
+        module, function = IMPORTERS[args.kind or model_type(source / "config.json")][0].split(":")
+        out = getattr(importlib.import_module(module), function)(source, args.out, provenance)
     except CannotImport as e:
         sys.exit(f"nmt-import: {e}")
     print(f"imported {args.source} into {out}; serve it with: NMT_MODEL_DIR={out} nmt-serve")

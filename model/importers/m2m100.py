@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
-from model.checkpoint import unique_state_dict
+from model.checkpoint import save_checkpoint, unique_state_dict
 from model.importers import CannotImport, marian
-from model.importers.marian import ACTIVATIONS, FIXED, IGNORED, layer_map, need, read_weights, same
+from model.importers.marian import ACTIVATIONS, FIXED, IGNORED, layer_map, model_card_license, need, read_weights, same
+from model.multilingual_tokenizer import MultilingualTokenizer, spec_from
 from model.transformer import Transformer, TransformerConfig, sinusoidal_table
 
 MODEL_TYPE = "m2m_100"  # config.json's model_type this loader reads
@@ -190,3 +191,44 @@ def load(source: Path) -> Transformer:
     model = Transformer(model_config(read_config(source)))
     load_weights(model, read_weights(source))
     return model.eval()
+
+
+# ---- the import ---------------------------------------------------------------------------------------------
+
+
+def check_tokenizer(tokenizer: MultilingualTokenizer, c: TransformerConfig) -> None:
+    """Refuse, by name, a tokenizer whose vocabulary or special ids are not the model's."""
+    if tokenizer.vocab_size != c.tgt_vocab_size:
+        raise CannotImport(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but config.json says vocab_size={c.tgt_vocab_size}"
+        )
+    ids = {  # the tokenizer's id, config.json's key and id
+        "<pad>": (tokenizer.pad_id, "pad_token_id", c.pad_id),
+        "</s>": (tokenizer.eos_id, "eos_token_id", c.eos_id),
+        "the decoder's start": (tokenizer.bos_id, "decoder_start_token_id", c.bos_id),
+        "<unk>": (tokenizer.unk_id, "unk_token_id (fairseq's 3)", c.unk_id),
+    }
+    for token, (ours, key, theirs) in ids.items():
+        if ours != theirs:
+            raise CannotImport(f"the tokenizer's {token} is id {ours} but config.json's {key} is {theirs}")
+
+
+def import_m2m100(source: Path, out: Path, provenance: dict[str, Any]) -> Path:
+    """Read an M2M100 or NLLB directory, check everything, write an nmt-serve checkpoint to `out`; returns `out`."""
+    config = model_config(read_config(source))
+    tokenizer = MultilingualTokenizer(spec_from(source))
+    check_tokenizer(tokenizer, config)
+    model = Transformer(config)
+    load_weights(model, read_weights(source))
+    model.eval()
+    metadata = {
+        "name": provenance.get("name", source.name),
+        "architecture": MODEL_TYPE,
+        "languages": sorted(tokenizer.languages),
+        "default_languages": tokenizer.default_languages,  # the saved src_lang and tgt_lang (or the family's)
+        "imported_from": provenance,
+        "license": model_card_license(source),
+        "parameters": model.num_parameters(),
+    }
+    save_checkpoint(out, model, tokenizer, metadata)
+    return out
