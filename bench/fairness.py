@@ -85,17 +85,20 @@ async def phase(server: Server, requests: int, clients: int, big: str | None, ta
     """`requests` one-sentence requests from `clients` clients, beside a client that keeps `big` in flight if given."""
     sent, first = 0, len(tally.latencies)
 
+    async def timed(conn: RawConnection, text: str, statuses: Counter, latencies: list[float]) -> None:
+        t0 = time.perf_counter()
+        status, _ = await conn.post("/translate", {"text": text})
+        statuses[status] += 1
+        if status == 200:
+            latencies.append(time.perf_counter() - t0)
+
     async def small_client() -> None:
         nonlocal sent
         conn = await RawConnection.open(server.base)
         try:
             while sent < requests:
                 text, sent = SENTENCES[sent % len(SENTENCES)], sent + 1
-                t0 = time.perf_counter()
-                status, _ = await conn.post("/translate", {"text": text})
-                tally.statuses[status] += 1
-                if status == 200:
-                    tally.latencies.append(time.perf_counter() - t0)
+                await timed(conn, text, tally.statuses, tally.latencies)
         finally:
             conn.close()
 
@@ -103,11 +106,7 @@ async def phase(server: Server, requests: int, clients: int, big: str | None, ta
         conn = await RawConnection.open(server.base)
         try:
             while True:
-                t0 = time.perf_counter()
-                status, _ = await conn.post("/translate", {"text": big})
-                tally.big_statuses[status] += 1
-                if status == 200:
-                    tally.big_latencies.append(time.perf_counter() - t0)
+                await timed(conn, big, tally.big_statuses, tally.big_latencies)
         finally:
             conn.close()  # cancelled: the server drops the big request's sequences
 
