@@ -16,6 +16,8 @@ class RowBatch:
     `step` runs the decoder once for every row and lets each search pick its rows' tokens, and rows leave as
     soon as their hypothesis or search is finished. With only greedy searches live a step is
     model.decode_greedy; otherwise it computes every token's log-probability, and greedy rows take the best.
+    A search with `start` tokens (a target language) has its rows fed them first, whatever the step picked: rows
+    of any direction share a step.
     """
 
     def __init__(self, model: Transformer, cache: KVCache):
@@ -24,6 +26,7 @@ class RowBatch:
         self.rows: list[tuple[Search, int]] = []  # rows[r]: the search owning cache row r, and its slot in it
         self.tokens = torch.empty(0, dtype=torch.long, device=self.device)  # (N,) next input token per row
         self.other = 0  # live rows of searches that are not greedy
+        self.starting = 0  # live rows still being fed their search's start tokens
         self._host = None  # CUDA: pinned buffers for the step's one device-to-host copy
         if self.device.type == "cuda":
             n = cache.max_batch
@@ -49,13 +52,14 @@ class RowBatch:
             raise
         self.rows += [(s, 0) for s in searches] + [(s, j) for s in searches for j in range(1, s.rows)]
         self.other += sum(s.rows for s in searches if not s.greedy)
+        self.starting += sum(s.rows for s in searches if s.start)
         self.tokens = tokens
 
     def clear(self) -> list[Search]:
         """Free every row; returns the searches that held them."""
         searches = list(dict.fromkeys(s for s, _ in self.rows))
         self.cache.remove(range(self.cache.n))
-        self.rows, self.other, self.tokens = [], 0, self.tokens[:0]
+        self.rows, self.other, self.starting, self.tokens = [], 0, 0, self.tokens[:0]
         return searches
 
     def drop(self, searches: set[Search]) -> None:
@@ -66,13 +70,18 @@ class RowBatch:
 
     def step(self) -> list[Search]:
         """One token for every live row; returns the searches that finished, whose rows are already free."""
+        forced = self._starts() if self.starting else {}
         if not self.other:
             ids, logprobs = self.model.decode_greedy(self.tokens, self.cache)  # (N,), (N,)
             ids_host, logprobs_host = self._to_host(ids, logprobs)
             done = [r for r, ((s, slot), tok, lp) in enumerate(zip(self.rows, ids_host, logprobs_host))
-                    if s.take(slot, tok, lp)]  # fmt: skip
+                    if r not in forced and s.take(slot, tok, lp)]  # fmt: skip
+            if forced:
+                ids = ids.clone()  # a compiled step's output buffer is its own
+                ids[torch.tensor(list(forced), device=self.device)] = torch.tensor(list(forced.values()),
+                                                                                   device=self.device)  # fmt: skip
         else:
-            ids, done = self._step_all()
+            ids, done = self._step_all(forced)
         if not done:
             self.tokens = ids
             return []
@@ -80,8 +89,23 @@ class RowBatch:
         self.tokens = self._remove(done, ids)
         return finished
 
-    def _step_all(self) -> tuple[torch.Tensor, list[int]]:
-        """A step with full log-probabilities: greedy rows take the best, the other searches their own picks."""
+    def _starts(self) -> dict[int, int]:
+        """The rows still being fed their search's start tokens, with the token each is fed next (the searches move
+        on to the next one)."""
+        forced, searches = {}, set()
+        for r, (s, _) in enumerate(self.rows):
+            if s.started < len(s.start):
+                forced[r] = s.start[s.started]
+                searches.add(s)
+        for s in searches:
+            s.started += 1
+            if s.started == len(s.start):
+                self.starting -= s.rows
+        return forced
+
+    def _step_all(self, forced: dict[int, int]) -> tuple[torch.Tensor, list[int]]:
+        """A step with full log-probabilities: greedy rows take the best, the other searches their own picks; the
+        `forced` rows are fed their start token."""
         logprobs = self.model.decode_logprobs(self.tokens, self.cache)  # (N, V) float32
         best, ids = logprobs.max(-1)
         ids_host, logprobs_host = self._to_host(ids, best)
@@ -89,7 +113,9 @@ class RowBatch:
         sampled: list[tuple[Sampling, int, int]] = []
         beams: dict[int, dict[BeamSearch, list[int]]] = {}  # beam size -> search -> its rows by slot
         for r, (s, slot) in enumerate(self.rows):
-            if s.greedy:
+            if r in forced:
+                next_ids[r] = forced[r]
+            elif s.greedy:
                 if s.take(slot, ids_host[r], logprobs_host[r]):
                     done.append(r)
             elif isinstance(s, BeamSearch):
@@ -140,6 +166,7 @@ class RowBatch:
     def _remove(self, rows: list[int], ids: torch.Tensor) -> torch.Tensor:
         """Free cache rows; the last live rows move into the holes, and their next tokens with them."""
         self.other -= sum(not self.rows[r][0].greedy for r in rows)
+        self.starting -= sum(self.rows[r][0].started < len(self.rows[r][0].start) for r in rows)
         moves = self.cache.remove(rows)
         if moves:
             src_rows, dst_rows = map(list, zip(*moves))
@@ -187,7 +214,7 @@ def decode(
         src = torch.full((len(live), width), c.source_pad_id, dtype=torch.long)
         for row, (i, _) in enumerate(live):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
-        rows, length = len(live) * per, max(budgets[i] for i, _ in live) + 1
+        rows, length = len(live) * per, max(budgets[i] for i, _ in live) + 1 + len(options.start)
         if cache is None:  # an Ensemble (model/ensemble.py) makes a cache of its own
             new_cache = getattr(model, "new_cache", None)
             batch = RowBatch(

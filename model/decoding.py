@@ -216,11 +216,15 @@ class Hypothesis:
     logprobs: list[float] = field(default_factory=list)  # one per generated id, </s> included
     finish_reason: str = "length"  # "eos" or "length"
     length_penalty: float = 1.0
+    start: int = 0  # forced tokens before `tokens` (a target language): counted in the length with log-probability 0
 
     @property
     def score(self) -> float:
-        """The summed log-probabilities over length ** length_penalty (</s> counted): with 1.0, the mean."""
-        return sum(self.logprobs) / len(self.logprobs) ** self.length_penalty if self.logprobs else 0.0
+        """The summed log-probabilities over length ** length_penalty (</s> counted, and the forced start tokens, as
+        transformers counts a forced_bos_token_id): with 1.0, the mean."""
+        if not self.logprobs:
+            return 0.0
+        return sum(self.logprobs) / (len(self.logprobs) + self.start) ** self.length_penalty
 
 
 @torch.inference_mode()

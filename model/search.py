@@ -42,15 +42,19 @@ class DecodingOptions:
     sampling_topk: int = 1  # 1: the most likely token; k > 1: draw among the k most likely; 0: among all
     sampling_temperature: float = 1.0
     seed: int = 0
+    # target ids the decoder is fed after its start token, before any it chooses, and not part of the output (a
+    # many-to-many model's target language: transformers' forced_bos_token_id, CTranslate2's target_prefix)
+    start: tuple[int, ...] = ()
 
     def search(self, budget: int, config: TransformerConfig, device: torch.device | str = "cpu") -> Search:
-        """A fresh search for one source, with `budget` output tokens (</s> included)."""
+        """A fresh search for one source, with `budget` output tokens (</s> included; `start` not counted)."""
         if self.beam_size > 1:
             search = BeamSearch(self, budget, config)
         elif self.sampling_topk != 1 or self.prefix or self.num_hypotheses > 1:
             search = Sampling(self, budget, config, device)
         else:
             search = Greedy(budget, config)
+        search.start = self.start
         search.restart = partial(self.search, budget, config, device)
         return search
 
@@ -63,6 +67,8 @@ class Search:
 
     rows = 1
     greedy = False  # decodes from the step's greedy picks alone (the fast path)
+    start: tuple[int, ...] = ()  # fed to its rows before it picks any token (DecodingOptions.start)
+    started = 0  # how many of them its rows have been fed
 
     def __init__(self, budget: int, config: TransformerConfig):
         self.steps = budget - config.force_eos  # decoder steps it may take: a forced </s> is not decoded
@@ -75,19 +81,20 @@ class Search:
         """The hypotheses, best first."""
         raise NotImplementedError
 
-    @property
-    def tokens(self) -> list[int]:
-        """The first hypothesis's tokens so far (what a stream of a one-row search has produced)."""
-        return self.results()[0].tokens
-
     def _take(self, hyp: Hypothesis, token: int, logprob: float) -> bool:
         """Append a token to a hypothesis; True once it is finished (</s>, or the budget is spent)."""
+        hyp.start = len(self.start)
         hyp.logprobs.append(logprob)
         if token == self.eos:
             hyp.finish_reason = "eos"
             return True
         hyp.tokens.append(token)
         return len(hyp.logprobs) >= self.steps
+
+    @property
+    def tokens(self) -> list[int]:
+        """The first hypothesis's tokens so far (what a stream of a one-row search has produced)."""
+        return self.results()[0].tokens
 
 
 class Greedy(Search):
@@ -206,13 +213,13 @@ class BeamSearch(Search):
         self.finished.append(
             Hypothesis(
                 tokens if eos else tokens + [token], logprobs + [self._logprob(score, parent)],
-                "eos" if eos else "length", self.penalty,
+                "eos" if eos else "length", self.penalty, len(self.start),
             )
         )  # fmt: skip
 
     def results(self) -> list[Hypothesis]:
         if not self.finished:  # not started
-            return [Hypothesis(length_penalty=self.penalty)]
+            return [Hypothesis(length_penalty=self.penalty, start=len(self.start))]
         return sorted(self.finished, key=lambda h: h.score, reverse=True)[: self.n]
 
 
@@ -269,20 +276,23 @@ def beam_search_reference(
 
 
 @torch.inference_mode()
-def alignment(model: Transformer, src: list[int], hyps: list[list[int]]) -> list[list[int]]:
+def alignment(
+    model: Transformer, src: list[int], hyps: list[list[int]], start: tuple[int, ...] = ()
+) -> list[list[int]]:
     """For each target token of each hypothesis of one source, the source token it aligns to: the one that the
     cross-attention of the penultimate decoder layer (the last, if there is one), averaged over heads, weighs most
     at the step that predicts the target token. The source's closing </s> is left out (attention rests on it when
-    nothing else fits)."""
+    nothing else fits). `start`: the tokens the decoder was fed before the hypotheses' (DecodingOptions.start)."""
     c, device = model.config, next(model.parameters()).device
     layer = max(0, c.n_decoder_layers - 2)
-    width = max(map(len, hyps)) + 1
+    first = 1 + len(start)
+    width = max(map(len, hyps)) + first
     tgt = torch.full((len(hyps), width), c.pad_id, dtype=torch.long, device=device)
     for i, tokens in enumerate(hyps):
-        tgt[i, : len(tokens) + 1] = torch.tensor([c.bos_id, *tokens])
+        tgt[i, : len(tokens) + first] = torch.tensor([c.bos_id, *start, *tokens])
     _, _, cross = model.attention_weights(torch.tensor([src], device=device), tgt)
     weights = cross[layer].mean(1)  # (B, T, S): row t predicts target token t
     if len(src) > 1:
         weights = weights[..., :-1]
     best = weights.argmax(-1).tolist()
-    return [row[: len(tokens)] for row, tokens in zip(best, hyps)]
+    return [row[len(start) : len(start) + len(tokens)] for row, tokens in zip(best, hyps)]

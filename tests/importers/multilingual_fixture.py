@@ -75,3 +75,57 @@ def build_m2m100(out: Path, model: Path, src_lang: str = "de", tgt_lang: str = "
     tokenizer = M2M100Tokenizer(str(source / "vocab.json"), str(model), src_lang=src_lang, tgt_lang=tgt_lang)
     tokenizer.save_pretrained(str(out))
     return tokenizer
+
+
+# ---- tiny models with those tokenizers, as a Hub repository holds them, and their imports ------------------------
+
+LAYOUTS = {  # name: (source language, target language) their tokenizers are saved with
+    "nllb": ("deu_Latn", "fra_Latn"),
+    "m2m100": ("de", "fr"),
+}
+CARD = "---\nlicense: cc-by-nc-4.0\n---\n# a tiny test model\n"
+
+
+def build_model(out: Path, vocab_size: int) -> None:
+    """config.json, generation_config.json and model.safetensors of a tiny M2M100ForConditionalGeneration (its
+    outputs run to the budget: test_m2m100.py compares where they end)."""
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = M2M100Config(
+        vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, init_std=0.2,
+    )  # fmt: skip
+    M2M100ForConditionalGeneration(config).save_pretrained(out)
+
+
+def model_directories(root: Path, layouts: tuple[str, ...] = tuple(LAYOUTS)) -> dict[str, Path]:
+    """Each layout's directory under `root`: the tokenizer files, a model whose vocabulary and special ids are the
+    tokenizer's, and a model card."""
+    from model.multilingual_tokenizer import MultilingualTokenizer, spec_from
+
+    spm = train_bpe(root)
+    out = {}
+    for name in layouts:
+        src, tgt = LAYOUTS[name]
+        path = root / name
+        path.mkdir()
+        if name == "nllb":
+            build_nllb(path, spm, legacy=False, src_lang=src, tgt_lang=tgt)
+        else:
+            build_m2m100(path, spm, src_lang=src, tgt_lang=tgt)
+        build_model(path, MultilingualTokenizer(spec_from(path)).vocab_size)
+        (path / "README.md").write_text(CARD)
+        out[name] = path
+    return out
+
+
+def import_all(sources: dict[str, Path], root: Path) -> dict[str, Path]:
+    """Each directory imported through the command line, without naming the kind."""
+    from model.importers import main
+
+    for name, path in sources.items():
+        main([str(path), "--out", str(root / name)])
+    return {name: root / name for name in sources}

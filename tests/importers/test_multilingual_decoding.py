@@ -1,0 +1,97 @@
+"""Decoding an imported M2M100 or NLLB checkpoint in any direction: the target language is the decoder's forced start
+(DecodingOptions.start), not part of the output, and rows of different directions share one batch. Greedy and beam-4
+tokens equal transformers' generate(forced_bos_token_id=...) on 210 sentences in three directions, one direction at a
+time and all mixed in one RowBatch; alignments with the start are those of the rows after it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model.batch import RowBatch, decode
+from model.checkpoint import load_checkpoint
+from model.decoding import KVCache
+from model.search import DecodingOptions, alignment
+from tests.importers.marian_fixture import held_out_sentences
+from tests.importers.multilingual_fixture import import_all, model_directories
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+BUDGET = 12
+PER_DIRECTION = 70
+DIRECTIONS = {"nllb": [("deu_Latn", "fra_Latn"), ("eng_Latn", "deu_Latn"), ("fra_Latn", "eng_Latn")],
+              "m2m100": [("de", "fr"), ("en", "de"), ("fr", "en")]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    sources = model_directories(tmp_path_factory.mktemp("sources"))
+    return sources, import_all(sources, tmp_path_factory.mktemp("imported"))
+
+
+def expected(source_dir, layout: str, beams: int) -> tuple[list, list[list[int]]]:
+    """(each direction's (sources' ids, start, transformers' output tokens without the start and </s>)."""
+    from transformers import AutoTokenizer, M2M100ForConditionalGeneration
+
+    hf = M2M100ForConditionalGeneration.from_pretrained(source_dir).eval()
+    out = []
+    for src, tgt in DIRECTIONS[layout]:
+        tok = AutoTokenizer.from_pretrained(str(source_dir), src_lang=src, tgt_lang=tgt)
+        code = tok.convert_tokens_to_ids(f"__{tgt}__" if layout == "m2m100" else tgt)
+        sentences = held_out_sentences(src.split("_")[0][:2] if layout == "m2m100" else {"deu": "de", "fra": "fr",
+                                       "eng": "en"}[src[:3]])[:PER_DIRECTION]  # fmt: skip
+        ids = [tok(t).input_ids for t in sentences]
+        wanted = []
+        with torch.inference_mode():
+            for i in ids:
+                got = hf.generate(torch.tensor([i]), forced_bos_token_id=code, max_new_tokens=BUDGET + 1,
+                                  num_beams=beams, early_stopping=True, do_sample=False)[0].tolist()  # fmt: skip
+                assert got[1] == code
+                wanted.append(got[2 : len(got) - (got[-1] == 2 and len(got) > 2)])
+        out.append((ids, (code,), wanted))
+    return out
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+@pytest.mark.parametrize("layout", list(DIRECTIONS))
+def test_each_direction_alone_and_all_mixed_in_one_batch_give_generates_tokens(dirs, layout, beams):
+    sources, imported = dirs
+    model, _, _ = load_checkpoint(imported[layout])
+    cases = expected(sources[layout], layout, beams)
+    # transformers' max_new_tokens counts the forced code; ours does not (the start is no output token)
+    for ids, start, wanted in cases:
+        got = decode(model, ids, [BUDGET] * len(ids), DecodingOptions(beam_size=beams, start=start))
+        assert [h[0].tokens for h in got] == wanted
+    # all directions in one running batch, interleaved, as continuous batching mixes requests
+    rows = [(ids, start, want) for ids_, start, wanted in cases for ids, want in zip(ids_, wanted)]
+    rows = rows[0::3] + rows[1::3] + rows[2::3]
+    cache = KVCache(model, len(rows) * beams, BUDGET + 2, max(len(r[0]) for r in rows))
+    batch = RowBatch(model, cache)
+    searches = [DecodingOptions(beam_size=beams, start=start).search(BUDGET, model.config) for _, start, _ in rows]
+    with torch.inference_mode():
+        for k in range(0, len(rows), 50):  # admitted in waves, some while others decode
+            part = rows[k : k + 50]
+            width = max(len(r[0]) for r in part)
+            src = torch.full((len(part), width), model.config.source_pad_id, dtype=torch.long)
+            for j, (ids, _, _) in enumerate(part):
+                src[j, : len(ids)] = torch.tensor(ids)
+            batch.add(searches[k : k + 50], src)
+            for _ in range(3):
+                batch.step()
+        while len(batch):
+            batch.step()
+    assert [s.results()[0].tokens for s in searches] == [want for _, _, want in rows]
+
+
+def test_alignment_after_a_start_is_that_of_the_rows_after_it(dirs):
+    _, imported = dirs
+    model, tokenizer, _ = load_checkpoint(imported["nllb"])
+    src = tokenizer.encode("Ein Mann fährt Fahrrad.", language="deu_Latn")
+    code = tokenizer.language_id("fra_Latn")
+    ((hyp,),) = decode(model, [src], [BUDGET], DecodingOptions(start=(code,)))
+    (got,) = alignment(model, src, [hyp.tokens], start=(code,))
+    with torch.inference_mode():
+        tgt = torch.tensor([[model.config.bos_id, code, *hyp.tokens]])
+        cross = model.attention_weights(torch.tensor([src]), tgt)[2][0].mean(1)[0, :, :-1]  # one decoder layer
+    assert got == cross.argmax(-1).tolist()[1 : 1 + len(hyp.tokens)]
+    assert len(got) == len(hyp.tokens)
