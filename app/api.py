@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import Receive
 
+from app import detect
 from app import schemas as s
 from app.engine import (
     Engine,
@@ -194,19 +195,33 @@ async def translate(body: s.TranslateRequest, models: ModelsDep, request: Reques
     return translation_response(body, out, engine.name)
 
 
-def decoding(body: s.TranslateRequest) -> Decoding:
-    """The request's decoding fields, for the engine to check against the model and its limits."""
+async def decoding(body: s.TranslateRequest, engine: Engine) -> Decoding:
+    """The request's decoding fields, for the engine to check against the model and its limits; for a many-to-many
+    model a source left out or "auto" is detected among its languages."""
+    source = body.source
+    if engine.codes and source in (None, "auto"):
+        source = await detect_source(engine, [body.text] if isinstance(body.text, str) else body.text)
     return Decoding(
         body.beam_size, body.num_hypotheses, body.length_penalty, body.target_prefix, body.sampling_topk,
-        body.sampling_temperature, body.seed, body.return_alignment,
+        body.sampling_temperature, body.seed, body.return_alignment, source, body.target,
     )  # fmt: skip
 
 
-def run_translate(engine: Engine, body: s.TranslateRequest) -> Awaitable[list[Translation]]:
+async def detect_source(engine: Engine, texts: list[str]) -> str:
+    """The likeliest of a many-to-many model's languages that the detector knows (by their ISO 639-1 names)."""
+    names = tuple(sorted({engine.codes.short(c) for c in engine.codes.codes}))
+    if detect.identifier(names) is None or not any(t.strip() for t in texts):
+        what = "the text is blank" if detect.identifier(names) else "the detector knows none of this model's languages"
+        raise InvalidRequest(f'name the source language: {what}, so "auto" cannot tell; {engine.codes.hint()}')
+    return (await detect.detect(texts, names))[0][0]
+
+
+async def run_translate(engine: Engine, body: s.TranslateRequest) -> list[Translation]:
     """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py)."""
     if body.format == "html" and body.return_segments:
         raise InvalidRequest('return_segments works on plain text only; send it with "format": "text"')
-    return engine.translate(body.text, body.max_new_tokens, body.truncate, decoding(body), body.split, body.format)
+    how = await decoding(body, engine)
+    return await engine.translate(body.text, body.max_new_tokens, body.truncate, how, body.split, body.format)
 
 
 def translation_response(body: s.TranslateRequest, out: list[Translation], model: str) -> s.TranslateResponse:
@@ -285,7 +300,8 @@ async def stream_translation(body: s.TranslateRequest, engine: Engine) -> Stream
         )
     if body.format == "html":
         raise InvalidRequest('stream works on plain text only: leave out "stream" to translate HTML')
-    events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate, decoding(body), body.split)
+    how = await decoding(body, engine)
+    events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate, how, body.split)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering (deploy/nginx.conf)
     return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -172,12 +173,32 @@ def pairs(models: Models) -> dict[tuple[str, str], str]:
     return out
 
 
-def codes(models: Models) -> tuple[str, ...]:
-    """Every language the loaded models translate from or into, in NMT_MODELS order; 503 while they load."""
-    out = tuple(dict.fromkeys(code for pair in pairs(models) for code in pair))
+def many(models: Models) -> list[Engine]:
+    """The loaded many-to-many models, in NMT_MODELS order."""
+    return [models.engines[m] for m in models.names if models.state(m) == "ready" and models.engines[m].codes]
+
+
+def targets(models: Models) -> dict[str, list[str]]:
+    """Each language the loaded models translate from (pair models' codes, many-to-many models' short names), in
+    NMT_MODELS order, with the languages it translates into; 503 while they load."""
+    out: dict[str, set[str]] = {}
+    for source, target in pairs(models):
+        out.setdefault(source, set()).add(target)
+    for engine in many(models):
+        names = list(engine.codes.names.values())
+        for source in names:
+            out.setdefault(source, set()).update(names)
+    for source, into in out.items():
+        into.discard(source)
     if not out and "loading" in models.states().values():
         raise EngineUnavailable(models.not_ready(models.default))
-    return out  # empty when no model's metadata names its languages
+    return {code: sorted(into) for code, into in out.items()}  # empty when no model's metadata names its languages
+
+
+def codes(models: Models) -> tuple[str, ...]:
+    """Every language the loaded models translate from or into, in NMT_MODELS order; 503 while they load."""
+    into = targets(models)
+    return tuple(dict.fromkeys([*into, *(t for ts in into.values() for t in ts)]))
 
 
 def pick(models: Models, source: str, target: str) -> Engine:
@@ -185,6 +206,9 @@ def pick(models: Models, source: str, target: str) -> Engine:
     served = pairs(models)
     if (source, target) in served:
         return models.pick(served[source, target])
+    for engine in many(models):
+        if source != target and engine.serves(source, target):
+            return engine
     if "loading" in models.states().values():
         raise EngineUnavailable(f"no model loaded so far translates {source}->{target}; others are still loading")
     for code in (source, target):
@@ -220,6 +244,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
         raise LibreError(400, f"{fmt} format is not supported")
     n = alternatives(values, engine)
     decoding = Decoding(beam_size=n + 1, num_hypotheses=n + 1) if n and fmt == "text" else GREEDY  # html: none, as LT
+    decoding = replace(decoding, source=source, target=target)  # a many-to-many model's direction
     out = await unless_disconnected(request.receive, engine.translate(q, decoding=decoding, format=fmt))
     return answer(out, isinstance(values["q"], str), detected, n)
 
@@ -248,11 +273,8 @@ async def detect_language(request: Request, models: ModelsDep) -> list[dict[str,
 @router.get("/languages")
 async def languages(models: ModelsDep) -> list[dict[str, Any]]:
     """Each language the models translate from or into, with the languages it translates into."""
-    served = pairs(models)
-    return [
-        {"code": code, "name": name(code), "targets": sorted(t for s, t in served if s == code)}
-        for code in codes(models)
-    ]
+    into = targets(models)
+    return [{"code": code, "name": name(code), "targets": into.get(code, [])} for code in codes(models)]
 
 
 @router.get("/frontend/settings")

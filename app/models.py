@@ -116,14 +116,16 @@ class Models:
             raise UnknownModel(f"there is no model {model!r}; this server has {self.listing()} (GET /models)")
         if model is None and (source or target):
             model = self.by_languages(source, target)
-        elif model is not None and (source or target):
-            langs = self.languages(model)
-            for side, code in (("source", source), ("target", target)):
-                if code and self.state(model) == "ready" and langs[side] != code:
-                    raise UnknownModel(
-                        f"the model {model!r} translates {self.pair(model)}, not {side} {code!r}; leave out "
-                        f'"model" to pick one by language, or see GET /models'
-                    )
+        elif model is not None and (source or target) and self.state(model) == "ready":
+            engine = self.engines[model]
+            if engine.codes is None:
+                langs = self.languages(model)
+                for side, code in (("source", source), ("target", target)):
+                    if code and langs[side] != code:
+                        raise UnknownModel(
+                            f"the model {model!r} translates {self.pair(model)}, not {side} {code!r}; leave out "
+                            f'"model" to pick one by language, or see GET /models'
+                        )
         name = model or self.default
         engine = self.engines.get(name)
         if engine is None or not engine.ready:
@@ -132,12 +134,16 @@ class Models:
 
     def by_languages(self, source: str | None, target: str | None) -> str:
         """The first model (in NMT_MODELS order) whose languages match the ones given."""
-        for name in self.names:
-            langs = self.languages(name)
-            if (not source or langs["source"] == source) and (not target or langs["target"] == target):
+        for name in self.names:  # a pair model by its pair; a many-to-many one by any code it resolves
+            engine = self.engines.get(name)
+            if engine is not None and engine.serves(source, target):
                 return name
         wanted = f"{source or 'any'}->{target or 'any'}"
-        raise UnknownModel(f"no model here translates {wanted}; this server has {self.listing()} (GET /models)")
+        many = [(name, e) for name, e in self.engines.items() if e.codes is not None]
+        if len(self.names) == 1 and many:  # one many-to-many model: what is wrong with the codes for it
+            raise UnknownModel(many[0][1].why_not(source, target) or f"no model here translates {wanted}")
+        reasons = "".join(f"; {name}: {e.why_not(source, target)}" for name, e in many)
+        raise UnknownModel(f"no model here translates {wanted}; this server has {self.listing()} (GET /models){reasons}")
 
     def find(self, model: str | None, source: str | None, target: str | None) -> Engine | None:
         """pick()'s engine, or None where pick() would raise."""
@@ -168,4 +174,6 @@ class Models:
                 "limits": info["limits"], "device": info["device"], "dtype": info["dtype"], "threads": info["threads"],
                 "parameters": info["parameters"], "metadata": engine.metadata,
             }  # fmt: skip
+            if engine.codes:  # a many-to-many model: each language by its own code and its short name
+                out["languages"] = [{"code": c, "name": engine.codes.short(c)} for c in engine.codes.codes]
         return out

@@ -127,11 +127,14 @@ class TranslateRequest(Request):
         None, description="the model to translate with (GET /models); default: by `source`/`target`, else the first"
     )
     source: Text | None = Field(
-        None, description="source language code (e.g. `en`): picks the first model that translates from it"
-    )
+        None, description="source language code (e.g. `en`): picks the first model that translates from it; for a "
+        "many-to-many model any code of its languages (`de`, `deu`, `deu_Latn`, `zh-Hant`), or `auto` (the default "
+        "there) to detect it",
+    )  # fmt: skip
     target: Text | None = Field(
-        None, description="target language code (e.g. `fr`): picks the first model that translates into it"
-    )
+        None, description="target language code (e.g. `fr`): picks the first model that translates into it; a "
+        "many-to-many model needs it",
+    )  # fmt: skip
     max_new_tokens: int | None = Field(
         None,
         description="decoder steps per text, 1..MAX_NEW_TOKENS; default min(MAX_NEW_TOKENS, 2 x source tokens + 10)",
@@ -279,6 +282,11 @@ class ReadyResponse(StatusResponse):
     models: dict[str, Literal["loading", "ready", "failed", "stopped"]]
 
 
+class LanguageOut(BaseModel):
+    code: str = Field(description="the model's own code (`deu_Latn`)")
+    name: str = Field(description="the shortest code that names it here (`de`; `zh-Hant`)")
+
+
 class ModelOut(BaseModel):
     name: str
     state: Literal["loading", "ready", "failed", "stopped"]
@@ -293,6 +301,10 @@ class ModelOut(BaseModel):
     parameters: int | None = None
     limits: dict[str, int] | None = None
     metadata: dict[str, Any] | None = Field(None, description="the checkpoint's metadata (training, scores)")
+    languages: list[LanguageOut] | None = Field(
+        None, description="a many-to-many model's languages (its `source` and `target` read `multilingual`): any of "
+        "them into any other"
+    )  # fmt: skip
 
 
 class ModelsResponse(BaseModel):

@@ -21,6 +21,7 @@ from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.memory import Sizing, decoder_rows
 from app.engine.results import Attention, Translation, attention_weights, translations
 from app.engine.scheduler import Batcher
+from app.languages import Languages, UnknownLanguage
 from app.metrics import Metrics
 from app.segment import Segment, Split
 from app.settings import Settings
@@ -43,6 +44,8 @@ WARM_UP_TEXT = "A man is riding a bike."
 # while the batcher's worker needs it. Longer requests are tokenized on a thread.
 INLINE_CHARS = 2_000
 DEFAULT_QUEUE = 256  # NMT_MAX_QUEUE unset: this, or the decoder rows where more fit
+START_TOKENS = 1  # a many-to-many model's target language, fed to the decoder first: a cache position per row
+MULTILINGUAL = "multilingual"  # a many-to-many model's languages, where a pair model's would be
 
 
 class Engine:
@@ -59,10 +62,13 @@ class Engine:
         max_request_chars: int = 20_000, quantize: str = "none", max_request_sequences: int | None = None,
     ):  # fmt: skip
         c = model.config
-        if max_input_tokens > c.max_positions or max_new_tokens >= c.max_positions:
+        # a many-to-many model's rows are fed their target language before they decode (DecodingOptions.start)
+        self.codes = Languages(tokenizer.languages) if isinstance(tokenizer, MultilingualTokenizer) else None
+        self.start_tokens = START_TOKENS if self.codes else 0
+        if max_input_tokens > c.max_positions or max_new_tokens + self.start_tokens >= c.max_positions:
             raise ValueError(
                 f"max_input_tokens={max_input_tokens} and max_new_tokens={max_new_tokens} must stay below the "
-                f"model's max_positions={c.max_positions}"
+                f"model's max_positions={c.max_positions}" + (" (less the target language's token)" * bool(self.codes))
             )
         if max_queue < max_batch_texts:
             raise ValueError(
@@ -88,7 +94,7 @@ class Engine:
             quantize_int8(model)  # before compiling: the graphs are traced from the int8 layers
         self.screened = model.use_screen(screen_logits and quantize == "none")  # before compiling, as the int8 layers
         self.batcher = Batcher(
-            model, max_batch_size, max_new_tokens, max_input_tokens, prefill_tokens, max_queue,
+            model, max_batch_size, max_new_tokens + self.start_tokens, max_input_tokens, prefill_tokens, max_queue,
             (metrics or Metrics()).engine(name), threads,
             waiting_served_ratio, max_waiting_steps,
         )  # fmt: skip
@@ -114,14 +120,9 @@ class Engine:
         if s.quantize != "none" and (device.type != "cpu" or dtype != torch.float32):
             raise ValueError(f"NMT_QUANTIZE={s.quantize} runs on the CPU in float32, not on {device} in {dtype}")
         model, tokenizer, metadata = load_checkpoint(model_dir, device=device, dtype=dtype)
-        if isinstance(tokenizer, MultilingualTokenizer):  # its rows each need a source and a target language
-            raise ValueError(  # noqa: TRY004 - a setting names a model the server cannot serve: a load failure
-                f"{model_dir} is a many-to-many model ({metadata.get('architecture')}, {len(tokenizer.languages)} "
-                "languages): nmt-import reads it, but serving it with a language per request is not built yet; "
-                "serve a language-pair model (nmt-import marian)"
-            )
+        start = START_TOKENS if isinstance(tokenizer, MultilingualTokenizer) else 0
         sizing = decoder_rows(
-            model.config, device, dtype, s.max_new_tokens + 1, s.max_input_tokens, s.max_batch_size, fraction,
+            model.config, device, dtype, s.max_new_tokens + 1 + start, s.max_input_tokens, s.max_batch_size, fraction,
             s.prefill_tokens, shared=s.workers > 1,
         )  # fmt: skip
         return cls(
@@ -144,7 +145,9 @@ class Engine:
         then report ready (and, with NMT_COMPILE=background, start compiling beside serving)."""
         self.batcher.start()
         await self.compiler.before_ready()
-        await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens))
+        defaults = self.tokenizer.default_languages if self.codes else {}
+        warm_up = Decoding(source=defaults.get("source"), target=defaults.get("target"))
+        await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens), decoding=warm_up)
         self.ready = True
         self.compiler.after_ready()
 
@@ -161,9 +164,55 @@ class Engine:
 
     @property
     def languages(self) -> dict[str, str]:
-        """The model's language pair, from its metadata (nmt-train and nmt-import record it)."""
+        """The model's language pair, from its metadata (nmt-train and nmt-import record it); a many-to-many model:
+        "multilingual" on both sides (`codes` has its languages)."""
+        if self.codes:
+            return {"source": MULTILINGUAL, "target": MULTILINGUAL}
         m = self.metadata
         return {"source": m.get("source_language", "unknown"), "target": m.get("target_language", "unknown")}
+
+    def serves(self, source: str | None, target: str | None) -> bool:
+        """Whether a request naming these languages (either may be left out) is this model's."""
+        if self.codes is None:
+            langs = self.languages
+            return (not source or langs["source"] == source) and (not target or langs["target"] == target)
+        return self.why_not(source, target) is None
+
+    def why_not(self, source: str | None, target: str | None) -> str | None:
+        """A many-to-many model: what is wrong with these languages for it (None: nothing)."""
+        try:
+            for code, what in ((source, "source"), (target, "target")):
+                if code and code != "auto":
+                    self.codes.resolve(code, what)
+        except UnknownLanguage as e:
+            return str(e)
+        return None
+
+    def resolve(self, decoding: Decoding) -> Decoding:
+        """A many-to-many model: `decoding` with the model's codes for its languages, or a 422 saying what is
+        wrong; a pair model: without them (they chose the model)."""
+        if self.codes is None:
+            return replace(decoding, source=None, target=None)
+        if not decoding.target:
+            raise InvalidRequest(f"this model translates between many languages: name the target; {self.codes.hint()}")
+        if not decoding.source or decoding.source == "auto":
+            raise InvalidRequest(
+                f'name the source language ("auto" detects it where the server can); {self.codes.hint()}'
+            )
+        try:
+            source = self.codes.resolve(decoding.source, "source")
+            target = self.codes.resolve(decoding.target, "target")
+        except UnknownLanguage as e:
+            raise InvalidRequest(str(e)) from None
+        return replace(decoding, source=source, target=target)
+
+    def _start(self, decoding: Decoding) -> tuple[int, ...]:
+        """What the decoder is fed before it translates: a many-to-many model's target language."""
+        return (self.tokenizer.language_id(decoding.target),) if self.codes else ()
+
+    def _split_language(self, decoding: Decoding) -> str:
+        """The source language's code for sentence splitting (ISO 639-1 where there is one)."""
+        return self.codes.short(decoding.source) if self.codes else self.languages["source"]
 
     def info(self) -> dict[str, Any]:
         c = self.model.config
@@ -207,6 +256,7 @@ class Engine:
         whitespace (app/engine/documents.py). Blank texts translate to "" without a model call. `format="html"`
         translates the pages' text (app/html.py) and gives back their markup."""
         texts = self.limits.texts(text, "text")
+        decoding = self.resolve(decoding)
         if format == "html":
             return await self._translate_pages(texts, max_new_tokens, truncate, decoding, split)
         return await self._translate_texts(texts, isinstance(text, str), max_new_tokens, truncate, decoding, split)
@@ -215,7 +265,7 @@ class Engine:
         self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
         split: Split,
     ) -> list[Translation]:  # fmt: skip
-        docs = await self._split(texts, split)
+        docs = await self._split(texts, split, decoding)
         if docs.whole:  # a caption: the text as it is
             return await self._translate(texts, single, max_new_tokens, truncate, decoding)
         self._one_sentence_prefix(docs, decoding)
@@ -242,9 +292,9 @@ class Engine:
         )  # fmt: skip
         return await _inline_or_on_thread(size, pages_back, texts, pages, parts)
 
-    async def _split(self, texts: list[str], split: Split) -> Documents:
+    async def _split(self, texts: list[str], split: Split, decoding: Decoding) -> Documents:
         return await _inline_or_on_thread(
-            sum(map(len, texts)), split_texts, texts, split, self.languages["source"], self.max_request_chars,
+            sum(map(len, texts)), split_texts, texts, split, self._split_language(decoding), self.max_request_chars,
             self.max_request_sequences,
         )  # fmt: skip
 
@@ -266,19 +316,19 @@ class Engine:
         live = [i for i, t in enumerate(texts) if t.strip()]
         self.batcher.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
         size = sum(map(len, texts))
-        tokenizer, alignments = self.tokenizer, None
+        tokenizer, alignments, start = self.tokenizer, None, self._start(decoding)
         async with self._deadline():
             srcs, truncated = await _inline_or_on_thread(
-                size, self.limits.sources, tokenizer, texts, truncate, single, names
+                size, self.limits.sources, tokenizer, texts, truncate, single, names, decoding.source
             )
             if options is None:  # the plain greedy path
                 budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
-                hyps = [[h] for h in await self.batcher.generate([srcs[i] for i in live], budgets)]
+                hyps = [[h] for h in await self.batcher.generate([srcs[i] for i in live], budgets, start)]
             else:
                 options, budgets = await self._options(options, decoding, max_new_tokens, [srcs[i] for i in live])
-                hyps = await self.batcher.search([srcs[i] for i in live], budgets, options)
+                hyps = await self.batcher.search([srcs[i] for i in live], budgets, replace(options, start=start))
             if decoding.return_alignment and live:
-                alignments = await self.batcher.call(self._align, [srcs[i] for i in live], hyps)
+                alignments = await self.batcher.call(self._align, [srcs[i] for i in live], hyps, start)
         return await _inline_or_on_thread(
             size, translations, tokenizer, texts, srcs, truncated, dict(zip(live, hyps)),
             alignments and dict(zip(live, alignments)),
@@ -308,7 +358,8 @@ class Engine:
         per generated token, and a last one with the whole translation. A text of several segments decodes them
         together and sends their tokens one segment after another, the whitespace between two segments in the
         `text` of the next one's first token. Closing the iterator drops the sequences."""
-        docs = await self._split([text], split)
+        decoding = self.resolve(decoding)
+        docs = await self._split([text], split, decoding)
         pieces, segments = ([text], None) if docs.whole else (docs.pieces, docs.segments[0])
         if segments is not None:
             self._one_sentence_prefix(docs, decoding)
@@ -326,9 +377,11 @@ class Engine:
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         async with self._deadline(deadline):
             srcs, truncated = await _inline_or_on_thread(
-                len(text), self.limits.sources, self.tokenizer, pieces, truncate, True, segments and names
-            )
+                len(text), self.limits.sources, self.tokenizer, pieces, truncate, True, segments and names,
+                decoding.source,
+            )  # fmt: skip
             options, budgets = await self._options(options, decoding, max_new_tokens, srcs)
+            options = replace(options, start=self._start(decoding))
         if not text.strip():
             yield None
             yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
@@ -395,19 +448,24 @@ class Engine:
         c = self.model.config
         layers = self.limits.indices("layers", layers, min(c.n_encoder_layers, c.n_decoder_layers))
         heads = self.limits.indices("heads", heads, c.n_heads)
-        (src,), _ = await asyncio.to_thread(self.limits.sources, self.tokenizer, [text], False, True)
+        defaults = self.tokenizer.default_languages if self.codes else {}  # a many-to-many model: its saved pair
+        decoding = self.resolve(Decoding(source=defaults.get("source"), target=defaults.get("target")))
+        start = self._start(decoding)
+        (src,), _ = await asyncio.to_thread(
+            self.limits.sources, self.tokenizer, [text], False, True, None, decoding.source
+        )  # fmt: skip
         if target is not None:
             tgt = await asyncio.to_thread(self.tokenizer.encode, target, "target", False)
             if len(tgt) > self.max_new_tokens:
                 raise InputTooLong(f"target has {len(tgt)} tokens; the limit is {self.max_new_tokens}")
         elif text.strip():
             async with self._deadline():
-                (hyp,) = await self.batcher.generate([src], [max_new_tokens_for(len(src), self.max_new_tokens)])
+                (hyp,) = await self.batcher.generate([src], [max_new_tokens_for(len(src), self.max_new_tokens)], start)
             tgt = hyp.tokens
         else:
             tgt = []
         return await self.batcher.call(
-            attention_weights, self.model, self.tokenizer, src, tgt, layers, heads, average_heads
+            attention_weights, self.model, self.tokenizer, src, tgt, layers, heads, average_heads, start
         )
 
     # ---- helpers on the caller's side ------------------------------------------------------------
@@ -427,9 +485,11 @@ class Engine:
             ) from None
 
     @torch.inference_mode()
-    def _align(self, srcs: list[list[int]], hyps: list[list[Hypothesis]]) -> list[list[list[int]]]:
+    def _align(
+        self, srcs: list[list[int]], hyps: list[list[Hypothesis]], start: tuple[int, ...]
+    ) -> list[list[list[int]]]:
         """On the worker thread: for each hypothesis of each source, the source token each target token aligns to."""
-        return [alignment(self.model, src, [h.tokens for h in hs]) for src, hs in zip(srcs, hyps)]
+        return [alignment(self.model, src, [h.tokens for h in hs], start) for src, hs in zip(srcs, hyps)]
 
 
 async def _inline_or_on_thread(size: int, fn: Callable[..., T], *args: Any) -> T:

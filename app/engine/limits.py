@@ -26,10 +26,13 @@ class Decoding:
     sampling_temperature: float = 1.0
     seed: int | None = None
     return_alignment: bool = False
+    # a many-to-many model's languages, as the request names them (the engine resolves them to the model's codes)
+    source: str | None = None
+    target: str | None = None
 
     @property
     def greedy(self) -> bool:
-        return self == GREEDY
+        return replace(self, source=None, target=None) == GREEDY
 
 
 GREEDY = Decoding()
@@ -70,11 +73,13 @@ class Limits:
 
     def sources(
         self, tokenizer: Tokenizer | SentencePieceTokenizer, texts: list[str], truncate: bool, single: bool,
-        names: list[str] | None = None,
+        names: list[str] | None = None, language: str | None = None,
     ) -> tuple[list[list[int]], set[int]]:  # fmt: skip
         """Source ids of each text; over max_input_tokens a 413, or with `truncate` cut to the limit. `names`: what
-        the error calls each text (default "text", or "text[i]" when not `single`)."""
-        srcs, truncated, limit = tokenizer.encode_batch(texts, side="source"), set(), self.max_input_tokens
+        the error calls each text (default "text", or "text[i]" when not `single`); `language`: a many-to-many
+        model's source language code."""
+        more = {} if language is None else {"language": language}
+        srcs, truncated, limit = tokenizer.encode_batch(texts, side="source", **more), set(), self.max_input_tokens
         for i, ids in enumerate(srcs):
             if len(ids) > limit:
                 if not truncate:
@@ -83,7 +88,8 @@ class Limits:
                         f"{name} has {len(ids)} tokens; the limit is {limit}. "
                         'Shorten or split it, or send "truncate": true to cut it to the limit'
                     )
-                srcs[i] = ids[: limit - 1] + [tokenizer.eos_id]
+                keep = getattr(tokenizer, "trailing_specials", 1)  # </s>, and a language code after it
+                srcs[i] = ids[: limit - keep] + ids[-keep:]
                 truncated.add(i)
         return srcs, truncated
 

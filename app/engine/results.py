@@ -103,11 +103,12 @@ def aligned(
 @torch.inference_mode()
 def attention_weights(
     model: Transformer, tokenizer: Tokenizer | SentencePieceTokenizer, src: list[int], tgt: list[int],
-    layers: list[int], heads: list[int], average_heads: bool,
+    layers: list[int], heads: list[int], average_heads: bool, start: tuple[int, ...] = (),
 ) -> Attention:  # fmt: skip
-    """Teacher-forced pass with attention weights (on the batcher's worker thread)."""
+    """Teacher-forced pass with attention weights (on the batcher's worker thread); the decoder is fed `start` (a
+    target language) after <s>, and its rows are shown."""
     c, device = model.config, next(model.parameters()).device
-    tgt_ids = torch.tensor([[c.bos_id] + tgt], device=device)  # (1, T)
+    tgt_ids = torch.tensor([[c.bos_id, *start, *tgt]], device=device)  # (1, T)
     enc, dec, cross = model.attention_weights(torch.tensor([src], device=device), tgt_ids)
 
     def pick(weights: list[torch.Tensor]) -> list:

@@ -91,9 +91,13 @@ class Batcher:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
-    async def generate(self, srcs: list[list[int]], budgets: list[int]) -> list[Hypothesis]:
-        """Greedy hypotheses for source id lists (each ending in </s>), at most `budgets[i]` tokens each."""
-        return [hyps[0] for hyps in await self.search(srcs, budgets, GREEDY)]
+    async def generate(
+        self, srcs: list[list[int]], budgets: list[int], start: tuple[int, ...] = ()
+    ) -> list[Hypothesis]:
+        """Greedy hypotheses for source id lists (each ending in </s>), at most `budgets[i]` tokens each, after the
+        `start` tokens (a many-to-many model's target language: DecodingOptions.start)."""
+        options = DecodingOptions(start=start) if start else GREEDY
+        return [hyps[0] for hyps in await self.search(srcs, budgets, options)]
 
     async def search(
         self, srcs: list[list[int]], budgets: list[int], options: DecodingOptions

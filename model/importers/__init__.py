@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     except CannotImport as e:
         sys.exit(f"nmt-import: {e}")
     print(f"imported {args.source} into {out}; serve it with: NMT_MODEL_DIR={out} nmt-serve")
+    licence = json.loads((Path(out) / "metadata.json").read_text()).get("license")
+    print(f"its licence, by its model card: {licence or 'not stated (check the source before you serve it)'}")
 
 
 if __name__ == "__main__":

@@ -14,62 +14,24 @@ import torch
 from model.batch import decode
 from model.checkpoint import load_checkpoint
 from model.importers import main
-from model.multilingual_tokenizer import MultilingualTokenizer, spec_from
+from model.multilingual_tokenizer import MultilingualTokenizer
 from model.search import DecodingOptions
 from tests.importers.marian_fixture import held_out_sentences
-from tests.importers.multilingual_fixture import build_m2m100, build_nllb, train_bpe
+from tests.importers.multilingual_fixture import LAYOUTS, import_all, model_directories
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
-LAYOUTS = {  # name: (source language, target language)
-    "nllb": ("deu_Latn", "fra_Latn"),
-    "m2m100": ("de", "fr"),
-}
 BUDGET = 16
-CARD = "---\nlicense: cc-by-nc-4.0\n---\n# a tiny test model\n"
-
-
-def build_model(out: Path, vocab_size: int) -> None:
-    """config.json, generation_config.json and model.safetensors of a tiny M2M100ForConditionalGeneration (its
-    outputs run to the budget: test_m2m100.py compares where they end)."""
-    from transformers import M2M100Config, M2M100ForConditionalGeneration
-
-    torch.manual_seed(0)
-    config = M2M100Config(
-        vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, init_std=0.2,
-    )  # fmt: skip
-    M2M100ForConditionalGeneration(config).save_pretrained(out)
 
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory) -> dict[str, Path]:
-    """Each layout's directory: the tokenizer files, a model whose vocabulary and special ids are the tokenizer's,
-    and a model card."""
-    root = tmp_path_factory.mktemp("m2m100-import")
-    spm = train_bpe(root)
-    out = {}
-    for name, (src, tgt) in LAYOUTS.items():
-        path = root / name
-        path.mkdir()
-        if name == "nllb":
-            build_nllb(path, spm, legacy=False, src_lang=src, tgt_lang=tgt)
-        else:
-            build_m2m100(path, spm, src_lang=src, tgt_lang=tgt)
-        build_model(path, MultilingualTokenizer(spec_from(path)).vocab_size)
-        (path / "README.md").write_text(CARD)
-        out[name] = path
-    return out
+    return model_directories(tmp_path_factory.mktemp("m2m100-import"))
 
 
 @pytest.fixture(scope="module")
 def imported(sources, tmp_path_factory) -> dict[str, Path]:
-    """Each layout imported through the command line, without naming the kind."""
-    root = tmp_path_factory.mktemp("imported")
-    for name, path in sources.items():
-        main([str(path), "--out", str(root / name)])
-    return {name: root / name for name in sources}
+    return import_all(sources, tmp_path_factory.mktemp("imported"))
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -144,9 +106,6 @@ def test_an_unknown_kind_is_refused(sources, tmp_path, capsys):
     assert "unknown kind 't5'; known: ['m2m_100', 'marian']" in capsys.readouterr().err
 
 
-def test_the_server_refuses_to_load_it_until_it_serves_a_language_per_request(imported):
-    from app.engine import Engine
-    from app.settings import Settings
-
-    with pytest.raises(ValueError, match="many-to-many model .m2m_100, .* languages.: nmt-import reads it"):
-        Engine.from_settings(Settings(model_dir=imported["nllb"], compile=False))
+def test_the_licence_is_printed_at_import(sources, tmp_path, capsys):
+    main([str(sources["nllb"]), "--out", str(tmp_path / "out")])
+    assert "its licence, by its model card: cc-by-nc-4.0" in capsys.readouterr().out

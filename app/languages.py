@@ -1,0 +1,125 @@
+"""Language codes of a many-to-many model: what a request may call a language, and the model's code it means.
+
+A request may name a language by the model's own code (`deu_Latn`, `de`, `__de__` as M2M100 writes its tokens), by
+ISO 639-1 or 639-3 (`de`, `deu`), or by a BCP 47-like tag with a script or a region (`zh-Hant`, `sr_Cyrl`, `pt-BR`,
+the region ignored). Every spelling goes through one table of ISO 639-1 codes and their 639-3 equivalents,
+macrolanguages with the individual language that NLLB-200 uses for them (`ar`: `ara` and `arb`, `ms`: `msa` and `zsm`).
+A name that fits none of the model's codes, or several without a usual default (Chinese: Simplified), is refused
+with the codes that the model does have.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import cached_property
+
+# ISO 639-1 -> its ISO 639-3 codes (terminology codes; a macrolanguage first, then the individual languages that
+# NLLB-200's codes use for it)
+ISO_639_1 = {
+    "af": "afr", "ak": "aka", "am": "amh", "ar": "ara arb", "as": "asm", "ay": "aym ayr", "az": "aze azj azb",
+    "ba": "bak", "be": "bel", "bg": "bul", "bm": "bam", "bn": "ben", "bo": "bod", "br": "bre", "bs": "bos",
+    "ca": "cat", "cs": "ces", "cy": "cym", "da": "dan", "de": "deu", "dz": "dzo", "ee": "ewe", "el": "ell",
+    "en": "eng", "eo": "epo", "es": "spa", "et": "est ekk", "eu": "eus", "fa": "fas pes", "ff": "ful fuv",
+    "fi": "fin", "fj": "fij", "fo": "fao", "fr": "fra", "fy": "fry", "ga": "gle", "gd": "gla", "gl": "glg",
+    "gn": "grn gug", "gu": "guj", "ha": "hau", "he": "heb", "hi": "hin", "hr": "hrv", "ht": "hat", "hu": "hun",
+    "hy": "hye", "id": "ind", "ig": "ibo", "is": "isl", "it": "ita", "ja": "jpn", "jv": "jav", "ka": "kat",
+    "kg": "kon", "ki": "kik", "kk": "kaz", "km": "khm", "kn": "kan", "ko": "kor", "kr": "kau knc", "ks": "kas",
+    "ku": "kur kmr", "ky": "kir", "lb": "ltz", "lg": "lug", "li": "lim", "ln": "lin", "lo": "lao", "lt": "lit",
+    "lv": "lav lvs", "mg": "mlg plt", "mi": "mri", "mk": "mkd", "ml": "mal", "mn": "mon khk", "mr": "mar",
+    "ms": "msa zsm", "mt": "mlt", "my": "mya", "nb": "nob", "ne": "nep npi", "nl": "nld", "nn": "nno",
+    "no": "nor nob", "ny": "nya", "oc": "oci", "om": "orm gaz", "or": "ori ory", "pa": "pan", "pl": "pol",
+    "ps": "pus pbt", "pt": "por", "qu": "que quy", "rn": "run", "ro": "ron", "ru": "rus", "rw": "kin", "sa": "san",
+    "sc": "srd", "sd": "snd", "sg": "sag", "si": "sin", "sk": "slk", "sl": "slv", "sm": "smo", "sn": "sna",
+    "so": "som", "sq": "sqi als", "sr": "srp", "ss": "ssw", "st": "sot", "su": "sun", "sv": "swe", "sw": "swa swh",
+    "ta": "tam", "te": "tel", "tg": "tgk", "th": "tha", "ti": "tir", "tk": "tuk", "tl": "tgl", "tn": "tsn",
+    "tr": "tur", "ts": "tso", "tt": "tat", "tw": "twi", "ug": "uig", "uk": "ukr", "ur": "urd", "uz": "uzb uzn",
+    "vi": "vie", "wo": "wol", "xh": "xho", "yi": "yid ydd", "yo": "yor", "zh": "zho", "zu": "zul",
+}  # fmt: skip
+ALIASES = {"ns": "nso", "iw": "he", "in": "id", "ji": "yi", "jw": "jv"}  # M2M100's Northern Sotho; old ISO 639-1
+DEFAULT_SCRIPT = {"zho": "Hans"}  # where a language has several scripts and one is meant without saying
+REGION_SCRIPT = {"TW": "Hant", "HK": "Hant", "MO": "Hant"}  # zh-TW: Traditional
+TAG = re.compile(r"^_*([A-Za-z]{2,3})(?:[-_]([A-Za-z]{4}))?(?:[-_]([A-Za-z]{2}|\d{3}))?_*$")
+
+
+class UnknownLanguage(ValueError):
+    """A request names a language the model does not have, or names it ambiguously."""
+
+
+def equivalents(language: str) -> frozenset[str]:
+    """Every ISO spelling of a language subtag: `de` -> {de, deu}; `arb` -> {arb, ar, ara}."""
+    language = ALIASES.get(language.lower(), language.lower())
+    if len(language) == 2:
+        return frozenset({language, *ISO_639_1.get(language, "").split()})
+    same = {language}
+    for two, threes in ISO_639_1.items():
+        if language in threes.split():
+            same |= {two, *threes.split()}
+    return frozenset(same)
+
+
+def parse(code: str) -> tuple[str, str | None] | None:
+    """(language, script) of a model code or tag (`deu_Latn`, `__de__`, `zh-Hant`, `pt-BR`), else None."""
+    m = TAG.match(code.strip())
+    if not m:
+        return None
+    script = m.group(2) and m.group(2).title()
+    if script is None and m.group(3) and "zh" in equivalents(m.group(1)):
+        script = REGION_SCRIPT.get(m.group(3).upper())
+    return m.group(1).lower(), script
+
+
+class Languages:
+    """A many-to-many model's language codes (as its tokenizer spells them), and what else names each."""
+
+    def __init__(self, codes: Iterable[str]):
+        self.codes = sorted(codes)
+        self._parsed = {c: parse(c) for c in self.codes}
+        self._same = {c: equivalents(p[0]) if p else frozenset() for c, p in self._parsed.items()}
+
+    def resolve(self, name: str, what: str = "language") -> str:
+        """The model's code for `name`; UnknownLanguage (a 422) says what the model has when none or several fit."""
+        if name in self._parsed:
+            return name
+        parsed = parse(name)
+        if parsed is None:
+            raise UnknownLanguage(f"{what} {name!r} is not a language code; {self.hint()}")
+        language, script = parsed
+        same = equivalents(language)
+        fits = [
+            c for c, p in self._parsed.items() if same & self._same[c] and (script is None or p[1] in (None, script))
+        ]
+        if len(fits) > 1 and script is None:
+            preferred = [c for c in fits if self._parsed[c][1] == DEFAULT_SCRIPT.get(self._parsed[c][0])]
+            fits = preferred if len(preferred) == 1 else fits
+        if len(fits) == 1:
+            return fits[0]
+        if fits:
+            raise UnknownLanguage(f"{what} {name!r} is ambiguous here: it may be {', '.join(fits)}; send one of them")
+        raise UnknownLanguage(f"this model does not translate {what} {name!r}; {self.hint()}")
+
+    def hint(self) -> str:
+        shown = ", ".join(self.codes[:20]) + (", ..." if len(self.codes) > 20 else "")
+        return f"it has {len(self.codes)} languages: {shown} (GET /models lists them all)"
+
+    @cached_property
+    def names(self) -> dict[str, str]:
+        """Each code's short name (`short`)."""
+        return {c: self.short(c) for c in self.codes}
+
+    def short(self, code: str) -> str:
+        """The shortest common name that resolves to `code`: ISO 639-1 where it has one (`de`, `zh`), with the
+        script where the language has several here (`zh-Hant`), else the model's own code."""
+        parsed = self._parsed.get(code)
+        if parsed is None:
+            return code
+        language, script = parsed
+        two = sorted(c for c in equivalents(language) if len(c) == 2 and c not in ALIASES)
+        candidates = [*two, *(f"{t}-{script}" for t in two if script), language]
+        for name in candidates:
+            try:
+                if self.resolve(name) == code:
+                    return name
+            except UnknownLanguage:
+                continue
+        return code

@@ -1,0 +1,181 @@
+"""A many-to-many model (NLLB-200's layout, a tiny random M2M100 built by transformers and imported by nmt-import)
+served over HTTP: any direction per request, directions mixed in one running batch, and every answer the one that
+transformers' generate(forced_bos_token_id=...) and batch_decode give."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.settings import Settings
+from tests.app.conftest import serve
+from tests.app.test_fuzz import assert_handled
+from tests.importers.marian_fixture import held_out_sentences
+from tests.importers.multilingual_fixture import import_all, model_directories
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+pytestmark = pytest.mark.anyio
+BUDGET = 12
+# (source as the request names it, its NLLB code, target as the request names it, its code, the sentences' language)
+DIRECTIONS = [("de", "deu_Latn", "fra", "fra_Latn", "de"), ("eng_Latn", "eng_Latn", "de-DE", "deu_Latn", "en"),
+              ("FR", "fra_Latn", "en", "eng_Latn", "fr")]  # fmt: skip
+PER_DIRECTION = 12
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    sources = model_directories(tmp_path_factory.mktemp("sources"), ("nllb",))
+    return sources["nllb"], import_all(sources, tmp_path_factory.mktemp("imported"))["nllb"]
+
+
+@pytest.fixture(scope="module")
+def hf(dirs):
+    return transformers.M2M100ForConditionalGeneration.from_pretrained(dirs[0]).eval()
+
+
+@pytest.fixture(scope="module")
+async def served(dirs):
+    settings = Settings(model_dir=dirs[1], compile=False, max_new_tokens=BUDGET, max_input_tokens=64)
+    async with serve(settings) as pair:
+        yield pair
+
+
+@pytest.fixture
+def client(served):
+    return served[1]
+
+
+def generate(hf, dirs, src: str, tgt: str, texts: list[str], **kwargs) -> tuple[list[list[int]], list[str]]:
+    """transformers' tokens (without the forced code and </s>) and texts for `texts` from src into tgt."""
+    tok = transformers.AutoTokenizer.from_pretrained(str(dirs[0]), src_lang=src, tgt_lang=tgt)
+    code = tok.convert_tokens_to_ids(tgt)
+    ids, out = [], []
+    with torch.inference_mode():
+        for text in texts:
+            got = hf.generate(**tok(text, return_tensors="pt"), forced_bos_token_id=code, max_new_tokens=BUDGET + 1,
+                              do_sample=False, early_stopping=True, **kwargs)[0].tolist()  # fmt: skip
+            ids.append(got[2 : len(got) - (got[-1] == 2)])
+            out.append(tok.batch_decode([ids[-1]], skip_special_tokens=True)[0].strip())
+    return ids, out
+
+
+async def test_three_directions_at_once_give_generates_tokens_and_text_in_one_running_batch(served, client, hf, dirs):
+    app, _ = served
+    engine = app.state.engine
+    engine.batcher.peak_rows = 0
+    cases = [(src, tgt, held_out_sentences(lang)[:PER_DIRECTION]) for src, _, tgt, _, lang in DIRECTIONS]
+    answers = await asyncio.gather(*(
+        client.post("/translate", json={"text": texts, "source": src, "target": tgt, "return_tokens": True})
+        for src, tgt, texts in cases
+    ))  # fmt: skip
+    assert engine.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
+    for (_, src, _, tgt, _), (_, _, texts), r in zip(DIRECTIONS, cases, answers):
+        assert r.status_code == 200, r.text
+        ids, wanted = generate(hf, dirs, src, tgt, texts, num_beams=1)
+        got = r.json()["translations"]
+        assert [t["token_ids"] for t in got] == ids
+        assert [t["text"] for t in got] == wanted
+
+
+async def test_beam_search_n_best_and_alignment_per_direction(client, hf, dirs):
+    _, src, _, tgt, lang = DIRECTIONS[0]
+    texts = held_out_sentences(lang)[20:26]
+    r = await client.post("/translate", json={
+        "text": texts, "source": "deu", "target": "fr", "beam_size": 4, "num_hypotheses": 2, "return_tokens": True,
+        "return_alignment": True,
+    })  # fmt: skip
+    assert r.status_code == 200, r.text
+    ids, wanted = generate(hf, dirs, src, tgt, texts, num_beams=4)
+    for t, want, text in zip(r.json()["translations"], ids, wanted):
+        assert t["token_ids"] == want and t["text"] == text
+        assert len(t["hypotheses"]) == 2
+        assert len(t["alignment"]) == len(t["token_ids"])
+
+
+async def test_a_stream_and_a_document_are_the_plain_answers_pieces(client):
+    body = {"text": "Ein Hund läuft. Zwei Kinder spielen im Park.", "source": "de", "target": "en"}
+    plain = (await client.post("/translate", json=body)).json()["translations"][0]["text"]
+    async with client.stream("POST", "/translate", json={**body, "stream": True}) as r:
+        events = [json.loads(line[6:]) async for line in r.aiter_lines() if line.startswith("data: ")]
+    assert events[-1]["text"] == plain
+    alone = [
+        (await client.post("/translate", json={**body, "text": t}, timeout=30)).json()["translations"][0]["text"]
+        for t in ("Ein Hund läuft.", "Zwei Kinder spielen im Park.")
+    ]
+    assert plain == " ".join(alone)  # each sentence decoded as a row of its own
+
+
+async def test_auto_detects_the_source_among_the_model_s_languages(client):
+    body = {"text": "Zwei junge Männer spielen auf einer Wiese Fußball.", "target": "fr", "return_scores": True}
+    auto = await client.post("/translate", json={**body, "source": "auto"})
+    left_out = await client.post("/translate", json=body)
+    named = await client.post("/translate", json={**body, "source": "de"})
+    assert auto.json() == left_out.json() == named.json()
+    other = await client.post("/translate", json={**body, "source": "en"})
+    assert other.json() != named.json()  # the source language's code is part of the input
+
+
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ({"source": "de"}, 422, "name the target"),
+        ({"source": "de", "target": "xx"}, 422, "does not translate target 'xx'; it has 20[0-9] languages"),
+        ({"source": "q!", "target": "fr"}, 422, "source 'q!' is not a language code"),
+        ({"source": "de", "target": "az"}, 422, "target 'az' is ambiguous here: it may be azb_Arab, azj_Latn"),
+        ({"source": "auto", "text": "   ", "target": "fr"}, 422, "the text is blank"),
+        ({"model": "nope", "target": "fr"}, 422, "there is no model 'nope'"),
+    ],
+)
+async def test_a_language_it_does_not_have_is_a_422_that_lists_what_it_has(client, body, status, message):
+    import re
+
+    r = await client.post("/translate", json={"text": "Ein Hund.", **body})
+    assert r.status_code == status, r.text
+    assert re.search(message, r.json()["error"]), r.json()
+
+
+async def test_models_lists_every_language_and_libretranslate_translates_between_any_two(client):
+    (entry,) = (await client.get("/models")).json()["models"]
+    assert entry["source"] == entry["target"] == "multilingual"
+    names = {lang["code"]: lang["name"] for lang in entry["languages"]}
+    assert len(names) >= 200
+    assert names["deu_Latn"] == "de" and names["zho_Hant"] == "zh-Hant" and names["zho_Hans"] == "zh"
+    languages = (await client.get("/libretranslate/languages")).json()
+    de = next(lang for lang in languages if lang["code"] == "de")
+    assert {"fr", "en", "zh-Hant"} <= set(de["targets"]) and "de" not in de["targets"]
+    ours = (await client.post("/translate", json={"text": "Ein Hund.", "source": "de", "target": "fr"})).json()
+    libre = await client.post("/libretranslate/translate", json={"q": "Ein Hund.", "source": "de", "target": "fr"})
+    assert libre.json()["translatedText"] == ours["translations"][0]["text"]
+    auto = (await client.post("/libretranslate/translate", json={"q": "Ein Hund läuft über die Wiese.",
+                                                                "source": "auto", "target": "fr"})).json()  # fmt: skip
+    assert auto["detectedLanguage"]["language"] == "de"
+    same = await client.post("/libretranslate/translate", json={"q": "x", "source": "de", "target": "de"})
+    assert same.status_code == 400
+
+
+NAMES = st.none() | st.text(max_size=12) | st.sampled_from([
+    "de", "deu", "deu_Latn", "fr", "fra_Latn", "en", "eng", "zh", "zh-Hant", "zh_TW", "az", "ks", "auto", "__de__",
+    "pt-BR", "sr-Latn", "DE", "xx", "", " ", "de\x00", "🙂", "d" * 300,
+])  # fmt: skip
+BODIES = st.fixed_dictionaries(
+    {"text": st.text(max_size=40) | st.lists(st.text(max_size=20), max_size=4)},
+    optional={
+        "source": NAMES, "target": NAMES, "beam_size": st.integers(0, 3), "return_alignment": st.booleans(),
+        "stream": st.booleans(), "format": st.sampled_from(["text", "html"]), "target_prefix": st.text(max_size=8),
+        "split": st.sampled_from(["sentences", "none"]), "max_new_tokens": st.integers(-1, BUDGET + 1),
+    },
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=BODIES)
+async def test_generated_languages_and_options_never_cause_a_5xx(client, body):
+    assert_handled(await client.post("/translate", json=body))
+    libre = {"q": body["text"] or "x", "source": body.get("source"), "target": body.get("target")}
+    assert_handled(await client.post("/libretranslate/translate", json=libre))
