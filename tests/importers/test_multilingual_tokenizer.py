@@ -192,3 +192,16 @@ def test_running_it_never_imports_transformers_or_sentencepiece(directories, tmp
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == expected
+
+
+def test_a_truncated_source_keeps_its_code_and_end_of_sentence(pair):
+    from app.engine.limits import Limits
+
+    name, _, ours = pair
+    language = KINDS[name][1]
+    text = "A dog runs after a ball in the park. " * 20
+    (whole,), _ = Limits(10_000, 16, 4, 4, ours.vocab_size).sources(ours, [text], False, True, language=language)
+    (cut,), truncated = Limits(12, 16, 4, 4, ours.vocab_size).sources(ours, [text], True, True, language=language)
+    assert truncated == {0} and len(cut) == 12
+    specials = 2 if name == "nllb-legacy" else 1  # after the text: </s>, and a legacy NLLB's code
+    assert cut[-specials:] == whole[-specials:] and cut[: 12 - specials] == whole[: 12 - specials]
