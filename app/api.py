@@ -209,7 +209,7 @@ async def decoding(body: s.TranslateRequest, engine: Engine) -> Decoding:
 
 async def detect_source(engine: Engine, texts: list[str]) -> str:
     """The likeliest of a many-to-many model's languages that the detector knows (by their ISO 639-1 names)."""
-    names = tuple(sorted({engine.codes.short(c) for c in engine.codes.codes}))
+    names = tuple(sorted(set(engine.codes.names.values())))
     if detect.identifier(names) is None or not any(t.strip() for t in texts):
         what = "the text is blank" if detect.identifier(names) else "the detector knows none of this model's languages"
         raise InvalidRequest(f'name the source language: {what}, so "auto" cannot tell; {engine.codes.hint()}')

@@ -175,5 +175,5 @@ class Models:
                 "parameters": info["parameters"], "metadata": engine.metadata,
             }  # fmt: skip
             if engine.codes:  # a many-to-many model: each language by its own code and its short name
-                out["languages"] = [{"code": c, "name": engine.codes.short(c)} for c in engine.codes.codes]
+                out["languages"] = [{"code": c, "name": n} for c, n in engine.codes.names.items()]
         return out
