@@ -36,9 +36,10 @@ ISO_639_1 = {
     "tr": "tur", "ts": "tso", "tt": "tat", "tw": "twi", "ug": "uig", "uk": "ukr", "ur": "urd", "uz": "uzb uzn",
     "vi": "vie", "wo": "wol", "xh": "xho", "yi": "yid ydd", "yo": "yor", "zh": "zho", "zu": "zul",
 }  # fmt: skip
-ALIASES = {"ns": "nso", "iw": "he", "in": "id", "ji": "yi", "jw": "jv"}  # M2M100's Northern Sotho; old ISO 639-1
+# M2M100's Northern Sotho; old ISO 639-1 codes; Filipino, which mBART-50's tl_XX and Google's `tl` mean
+ALIASES = {"ns": "nso", "iw": "he", "in": "id", "ji": "yi", "jw": "jv", "fil": "tl"}
 DEFAULT_SCRIPT = {"zho": "Hans"}  # where a language has several scripts and one is meant without saying
-REGION_SCRIPT = {"TW": "Hant", "HK": "Hant", "MO": "Hant"}  # zh-TW: Traditional
+REGION_SCRIPT = {"TW": "Hant", "HK": "Hant", "MO": "Hant", "CN": "Hans", "SG": "Hans"}  # zh-TW: Traditional
 TAG = re.compile(r"^_*([A-Za-z]{2,3})(?:[-_]([A-Za-z]{4}))?(?:[-_]([A-Za-z]{2}|\d{3}))?_*$")
 
 

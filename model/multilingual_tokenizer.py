@@ -1,16 +1,18 @@
-"""The tokenizer of a many-to-many model (M2M100, NLLB-200): one SentencePiece BPE model run by `tokenizers`, over the
-model's fairseq ids, with a language code on every sentence.
+"""The tokenizer of a many-to-many model (M2M100, NLLB-200, mBART-50): one SentencePiece model run by `tokenizers`,
+over the model's fairseq ids, with a language code on every sentence.
 
-transformers' M2M100Tokenizer and NllbTokenizer give these ids; this class gives the same ones without sentencepiece
-or transformers (`spec_from` converts a model directory's tokenizer files at import time):
+transformers' M2M100Tokenizer, NllbTokenizer and MBart50Tokenizer give these ids; this class gives the same ones
+without sentencepiece or transformers (`spec_from` converts a model directory's tokenizer files at import time):
 
 - ids: fairseq's dictionary, <s>=0, <pad>=1, </s>=2, <unk>=3, then the pieces (M2M100: in vocab.json's order, a piece
-  it lacks is <unk>; NLLB: in the SentencePiece model's order, so a piece's id is its SentencePiece id + 1), then the
-  language codes (M2M100: `__en__`, after vocab.json; NLLB: `eng_Latn`, where the saved tokenizer puts them);
-- a sentence is `code text </s>` (M2M100, NLLB) or `text </s> code` (NLLB with legacy_behaviour), on both sides: the
-  target side's code is the first token the decoder is forced to produce, and the decoder starts from </s>;
-- M2M100 cuts text as SentencePiece does; NLLB as transformers 5's NllbTokenizer, which keeps a trailing space (as
-  one "▁" piece) where SentencePiece strips it.
+  it lacks is <unk>; NLLB and mBART-50: in the SentencePiece model's order, so a piece's id is its SentencePiece id
+  + 1), then the language codes (M2M100: `__en__`, after vocab.json; NLLB: `eng_Latn`, mBART-50: `en_XX`, where the
+  saved tokenizer puts them);
+- a sentence is `code text </s>` (M2M100, NLLB, mBART-50) or `text </s> code` (NLLB with legacy_behaviour), on both
+  sides: the target side's code is the first token the decoder is forced to produce, and the decoder starts from </s>;
+- M2M100 and NLLB cut text with a BPE model: M2M100 as SentencePiece does; NLLB as transformers 5's NllbTokenizer,
+  which keeps a trailing space (as one "▁" piece) where SentencePiece strips it. mBART-50 cuts it with a unigram model
+  as transformers 5's MBart50Tokenizer does: the same trailing "▁", runs of spaces as one, a "▁" before the text.
 
 Text is never read as a code or a control token: "__de__ </s> eng_Latn" typed in a text is ordinary pieces.
 """
@@ -43,6 +45,14 @@ M2M100_LANGUAGES = {  # transformers' M2M100Tokenizer FAIRSEQ_LANGUAGE_CODES, by
     ],
     "wmt21": ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"],
 }  # fmt: skip
+MBART50_LANGUAGES = [  # transformers' MBart50Tokenizer FAIRSEQ_LANGUAGE_CODES, in their order after the pieces
+    "ar_AR", "cs_CZ", "de_DE", "en_XX", "es_XX", "et_EE", "fi_FI", "fr_XX", "gu_IN", "hi_IN", "it_IT", "ja_XX",
+    "kk_KZ", "ko_KR", "lt_LT", "lv_LV", "my_MM", "ne_NP", "nl_XX", "ro_RO", "ru_RU", "si_LK", "tr_TR", "vi_VN",
+    "zh_CN", "af_ZA", "az_AZ", "bn_IN", "fa_IR", "he_IL", "hr_HR", "id_ID", "ka_GE", "km_KH", "mk_MK", "ml_IN",
+    "mn_MN", "mr_IN", "pl_PL", "ps_AF", "pt_XX", "sv_SE", "sw_KE", "ta_IN", "te_IN", "th_TH", "tl_XX", "uk_UA",
+    "ur_PK", "xh_ZA", "gl_ES", "sl_SI",
+]  # fmt: skip
+KINDS = ("m2m100", "nllb", "mbart50")  # tokenizer_config.json's tokenizer_class, less "Tokenizer"/"Fast", lowercase
 
 
 class MultilingualTokenizer(SentencePieceTokenizer):
@@ -145,20 +155,25 @@ class MultilingualTokenizer(SentencePieceTokenizer):
 # ---- conversion, at import time (needs sentencepiece) ---------------------------------------------------------
 
 
-def spec_from(directory: str | Path) -> dict:
-    """The MultilingualTokenizer spec of a directory that M2M100Tokenizer or NllbTokenizer saved (or a Hub download):
-    sentencepiece.bpe.model and tokenizer_config.json, with vocab.json (M2M100) or maybe tokenizer.json (NLLB)."""
+def spec_from(directory: str | Path, default_kind: str = "nllb") -> dict:
+    """The MultilingualTokenizer spec of a directory that M2M100Tokenizer, NllbTokenizer or MBart50Tokenizer saved (or
+    a Hub download): sentencepiece.bpe.model and tokenizer_config.json, with vocab.json (M2M100) or maybe
+    tokenizer.json (NLLB, mBART-50). Without a tokenizer_class, vocab.json means M2M100, else `default_kind`."""
     from model.importers.marian import read_json
 
     source = Path(directory)
     settings = read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() else {}
-    kind = str(settings.get("tokenizer_class", "M2M100" if (source / "vocab.json").is_file() else "Nllb"))
+    kind = str(settings.get("tokenizer_class", "M2M100" if (source / "vocab.json").is_file() else default_kind))
     kind = kind.removesuffix("Fast").removesuffix("Tokenizer").lower()
-    if kind not in ("m2m100", "nllb"):
+    if kind not in KINDS:
         name = settings["tokenizer_class"]
-        raise CannotImport(f"tokenizer_config.json: {name} is not supported (M2M100Tokenizer or NllbTokenizer)")
+        raise CannotImport(
+            f"tokenizer_config.json: {name} is not supported (M2M100Tokenizer, NllbTokenizer or MBart50Tokenizer)"
+        )
     if not (source / SPM).is_file():
         raise CannotImport(f"{source / SPM} is missing")
+    if kind == "mbart50":
+        return mbart50_spec(source, settings)
     tokenizer, pieces, control, scores = convert_bpe(source / SPM, strip=kind == "m2m100")
     if kind == "m2m100":
         vocab = read_json(source / "vocab.json")
@@ -174,29 +189,65 @@ def spec_from(directory: str | Path) -> dict:
         vocab = {t: i for i, t in enumerate(FAIRSEQ_SPECIALS)}
         for p in scores:  # the normal pieces, in the SentencePiece model's order
             vocab.setdefault(p, len(vocab))
-        languages, other = nllb_languages(source, settings, len(vocab))
+        languages, other = added_languages(source, settings, len(vocab))
         tokens = {c: c for c in languages}
         size = max([*vocab.values(), *languages.values(), *other.values()]) + 1
         language_at = "suffix" if settings.get("legacy_behaviour", False) else "prefix"
         default = "eng_Latn"
-    wrong = [t for i, t in enumerate(FAIRSEQ_SPECIALS) if vocab.get(t) != i]
+    return finish(
+        kind, settings, default, other, tokenizer=tokenizer, pieces=pieces, control=control, vocab=vocab, size=size,
+        languages=languages, language_tokens=tokens, language_at=language_at,
+    )  # fmt: skip
+
+
+def finish(kind: str, settings: dict, default: str, other: dict[str, int], **fields: Any) -> dict:
+    """The spec's dictionary, once the fairseq ids are checked; `fields`: tokenizer, pieces, control, vocab, size,
+    languages, language_tokens, language_at."""
+    wrong = [t for i, t in enumerate(FAIRSEQ_SPECIALS) if fields["vocab"].get(t) != i]
     if wrong:
         raise CannotImport(f"the vocabulary does not have {wrong} at fairseq's ids (<s>, <pad>, </s>, <unk> = 0..3)")
     defaults = {side: settings.get(key) or default for side, key in (("source", "src_lang"), ("target", "tgt_lang"))}
-    return {
-        "kind": kind, "tokenizer": tokenizer, "pieces": pieces, "control": control, "vocab": vocab, "size": size,
-        "languages": languages, "language_tokens": tokens, "language_at": language_at,
-        "default_languages": defaults,
-        "special": {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "decoder_start": 2, "other": other},
-    }  # fmt: skip
+    special = {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "decoder_start": 2, "other": other}
+    return {"kind": kind, **fields, "default_languages": defaults, "special": special}
 
 
-def nllb_languages(source: Path, settings: dict, vocab_size: int) -> tuple[dict[str, int], dict[str, int]]:
-    """NLLB's language codes and its other added tokens (<mask>) with their ids: tokenizer.json's where it is saved,
-    else fairseq's layout (the codes after the vocabulary, then <mask>)."""
+def mbart50_spec(source: Path, settings: dict) -> dict:
+    """MBart50Tokenizer's: the SentencePiece model as a unigram model (whatever its type, as transformers builds it),
+    cutting text as transformers 5 does: no strip, runs of spaces as one, always a "▁" before the text; its pieces at
+    their SentencePiece id + 1, then the 52 language codes, then <mask>."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    from model.importers.marian import convert_spm
+
+    proto = read_spm(source / SPM)
+    proto.trainer_spec.model_type = pb.TrainerSpec.UNIGRAM
+    proto.normalizer_spec.add_dummy_prefix = proto.normalizer_spec.remove_extra_whitespaces = True
+    with tempfile.TemporaryDirectory() as tmp:
+        twin = Path(tmp) / SPM
+        twin.write_bytes(proto.SerializeToString())
+        tokenizer, pieces, control = convert_spm(twin)
+    steps = tokenizer["normalizer"]["normalizers"]
+    tokenizer["normalizer"]["normalizers"] = [s for s in steps if s["type"] != "Strip"]
+    vocab = dict(zip(FAIRSEQ_SPECIALS, range(4)))
+    for i, p in enumerate(proto.pieces[3:], start=3):
+        vocab.setdefault(p.piece, i + 1)
+    languages, other = added_languages(source, settings, len(proto.pieces) + 1, MBART50_LANGUAGES)
+    size = max([*vocab.values(), *languages.values(), *other.values()]) + 1
+    return finish(
+        "mbart50", settings, "en_XX", other, tokenizer=tokenizer, pieces=pieces, control=control, vocab=vocab,
+        size=size, languages=languages, language_tokens={c: c for c in languages}, language_at="prefix",
+    )  # fmt: skip
+
+
+def added_languages(
+    source: Path, settings: dict, vocab_size: int, known: list[str] | None = None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The language codes and the other added tokens (<mask>) with their ids: tokenizer.json's where it is saved,
+    else fairseq's layout (the codes after the vocabulary, then <mask>). The codes are tokenizer_config.json's,
+    else tokenizer.json's added tokens (NLLB), else `known` (mBART-50's fixed list)."""
     from model.importers.marian import read_json
 
-    codes = settings.get("extra_special_tokens") or settings.get("additional_special_tokens") or []
+    codes = settings.get("extra_special_tokens") or settings.get("additional_special_tokens") or known or []
     codes = [c for c in codes if isinstance(c, str) and c not in FAIRSEQ_SPECIALS]
     mask = str(settings.get("mask_token", "<mask>"))
     if (source / "tokenizer.json").is_file():
@@ -211,20 +262,26 @@ def nllb_languages(source: Path, settings: dict, vocab_size: int) -> tuple[dict[
     return languages, {mask: vocab_size + len(codes)}
 
 
+def read_spm(path: Path) -> Any:
+    """A SentencePiece model file's ModelProto."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2 as pb
+    except ImportError as e:
+        raise CannotImport(f"converting {path.name} needs sentencepiece: bash scripts/install.sh import ({e})") from e
+    try:
+        return pb.ModelProto.FromString(path.read_bytes())
+    except Exception as e:  # a DecodeError: the file is something else
+        raise CannotImport(f"{path} is not a SentencePiece model ({e})") from e
+
+
 def convert_bpe(path: Path, strip: bool) -> tuple[dict, list[str], list[str], dict]:
     """A SentencePiece BPE model as `tokenizers` JSON, the piece of each of its ids, its control pieces, and the
     scores of its normal pieces; `strip=False` keeps a trailing space, as transformers' NllbTokenizer does."""
     from model.importers.marian import convert_spm
 
-    try:
-        from sentencepiece import sentencepiece_model_pb2 as pb
-    except ImportError as e:
-        raise CannotImport(f"converting {path.name} needs sentencepiece: bash scripts/install.sh import ({e})") from e
-    data = path.read_bytes()
-    try:
-        proto = pb.ModelProto.FromString(data)
-    except Exception as e:  # a DecodeError: the file is something else
-        raise CannotImport(f"{path} is not a SentencePiece model ({e})") from e
+    proto = read_spm(path)
+    from sentencepiece import sentencepiece_model_pb2 as pb  # read_spm has checked that it is there
+
     if proto.trainer_spec.model_type != pb.TrainerSpec.BPE:
         raise CannotImport(f"{path.name}: model_type={proto.trainer_spec.model_type} is not supported (needs BPE)")
     # convert_spm checks the options and builds the normalizer and pre-tokenizer; it reads unigram models only, so

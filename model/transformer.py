@@ -35,10 +35,12 @@ class TransformerConfig:
     unk_id: int = 3
     # Options that imported models need (model/importers/); the defaults are nmt-train's model.
     positions: str = "interleaved"  # sinusoid layout: sin and cos interleaved (the paper), "halves" (Marian) or
-    # "fairseq" (M2M100: halves at frequencies 10000^(-i/(d/2 - 1)), a zero column for an odd d_model)
+    # "fairseq" (M2M100: halves at frequencies 10000^(-i/(d/2 - 1)), a zero column for an odd d_model); or
+    # "learned": a trained table per side (mBART), position p at its row p
     position_offset: int = 0  # token i takes the table's row i + offset (M2M100: pad_id + 1)
     pad_position_zero: bool = False  # a padding token gets no position vector (M2M100's zero row at pad_id)
     scale_embedding: bool = True  # token embeddings times sqrt(d_model)
+    embed_norm: bool = False  # a LayerNorm per side on token + position embeddings (mBART's layernorm_embedding)
     logits_bias: bool = False  # a learned bias added to the output logits (Marian's final_logits_bias)
     suppress_ids: list[int] = field(default_factory=list)  # never generated (Marian's bad_words_ids: pad)
     force_eos: bool = False  # a text that reaches its token budget ends with </s> (Marian's forced_eos_token_id)
@@ -97,7 +99,7 @@ def greedy_pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
-LAYOUTS = ("interleaved", "halves", "fairseq")  # sinusoidal_table's layouts
+LAYOUTS = ("interleaved", "halves", "fairseq", "learned")  # sinusoidal_table's layouts, and a learned table
 # Fused attention on CUDA without cuDNN's kernel: it builds an execution plan for every new shape (in half precision
 # on an H100 a prefill of a new source length took tens of milliseconds), and the sources change length with every
 # admission. The memory-efficient kernel takes the padding mask and needs no plan.
@@ -129,23 +131,32 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
 
 
 class Embeddings(nn.Module):
-    """Token embedding scaled by sqrt(d_model) (unless scale=False) plus sinusoidal positions.
+    """Token embedding scaled by sqrt(d_model) (unless scale=False) plus positions: sinusoidal, or a learned table
+    (layout "learned"), then a LayerNorm where `norm` is set.
 
-    Position p is the table's row p + offset; with pad_position_zero a padding token gets no position vector."""
+    Position p is the table's row p + offset; with pad_position_zero a padding token gets no position vector.
+    `token` may be another Embeddings' (a vocabulary shared by sides that have positions of their own)."""
 
     def __init__(
         self, vocab_size: int, d_model: int, max_positions: int, pad_id: int, dropout: float,
         layout: str = "interleaved", scale: bool = True, offset: int = 0, pad_position_zero: bool = False,
+        norm: bool = False, token: nn.Embedding | None = None,
     ):  # fmt: skip
         super().__init__()
         self.d_model, self.scale = d_model, math.sqrt(d_model) if scale else 1.0
         self.pad_id, self.pad_position_zero = pad_id, pad_position_zero
-        self.token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        nn.init.normal_(self.token.weight, mean=0.0, std=d_model**-0.5)
-        with torch.no_grad():
-            self.token.weight[pad_id].zero_()
-        table = sinusoidal_table(max_positions + offset, d_model, layout)[offset:]  # (P, D): row p is position p
-        self.register_buffer("pe", table.contiguous(), persistent=False)
+        if token is None:
+            token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+            nn.init.normal_(token.weight, mean=0.0, std=d_model**-0.5)
+            with torch.no_grad():
+                token.weight[pad_id].zero_()
+        self.token = token
+        if layout == "learned":
+            self.pe = nn.Parameter(torch.randn(max_positions, d_model) * d_model**-0.5)  # (P, D)
+        else:
+            table = sinusoidal_table(max_positions + offset, d_model, layout)[offset:]  # (P, D): row p is position p
+            self.register_buffer("pe", table.contiguous(), persistent=False)
+        self.norm = nn.LayerNorm(d_model) if norm else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -154,7 +165,8 @@ class Embeddings(nn.Module):
         pe = self.pe[: ids.size(1)] if positions is None else self.pe[positions]  # (T, D) or (B, T, D)
         if self.pad_position_zero:
             pe = pe * (ids != self.pad_id)[..., None]  # (B, T, D)
-        return self.dropout(x + pe.to(x.dtype))
+        x = x + pe.to(x.dtype)
+        return self.dropout(x if self.norm is None else self.norm(x))
 
 
 class MultiHeadAttention(nn.Module):
@@ -314,14 +326,15 @@ class Transformer(nn.Module):
         c = self.config = config
         embed = {
             "d_model": c.d_model, "max_positions": c.max_positions, "dropout": c.dropout, "layout": c.positions,
-            "offset": c.position_offset, "pad_position_zero": c.pad_position_zero,
+            "offset": c.position_offset, "pad_position_zero": c.pad_position_zero, "norm": c.embed_norm,
+            "scale": c.scale_embedding,
         }  # fmt: skip
-        self.src_embed = Embeddings(c.src_vocab_size, pad_id=c.source_pad_id, scale=c.scale_embedding, **embed)
-        self.tgt_embed = (
-            self.src_embed
-            if c.share_embeddings
-            else Embeddings(c.tgt_vocab_size, pad_id=c.pad_id, scale=c.scale_embedding, **embed)
-        )
+        self.src_embed = Embeddings(c.src_vocab_size, pad_id=c.source_pad_id, **embed)
+        if c.share_embeddings and c.positions != "learned" and not c.embed_norm:
+            self.tgt_embed = self.src_embed  # nothing of its own: the same module
+        else:  # a shared vocabulary keeps one token table; positions and the norm are the side's
+            token = self.src_embed.token if c.share_embeddings else None
+            self.tgt_embed = Embeddings(c.tgt_vocab_size, pad_id=c.pad_id, token=token, **embed)
         self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()

@@ -3,8 +3,9 @@
     nmt-import marian Helsinki-NLP/opus-mt-en-de --out checkpoints/opus-mt-en-de   # from the Hugging Face Hub
     nmt-import marian /path/to/opus-mt-en-de --out checkpoints/opus-mt-en-de       # a directory in its layout
     nmt-import /path/to/nllb-200-distilled-600M --out checkpoints/nllb-200         # the kind from config.json
+    nmt-import facebook/mbart-large-50-many-to-many-mmt --out checkpoints/mbart-50
 
-KIND is config.json's model_type (marian, m2m_100); left out, it is read from SOURCE's config.json.
+KIND is config.json's model_type (marian, m2m_100, mbart); left out, it is read from SOURCE's config.json.
 
 The import needs the `import` extra (sentencepiece, protobuf, huggingface-hub): bash scripts/install.sh import.
 The checkpoint it writes needs only what the server needs.
@@ -35,10 +36,15 @@ M2M100_FILES = [
     "config.json", "generation_config.json", "sentencepiece.bpe.model", "vocab.json", "tokenizer.json",
     "tokenizer_config.json", "special_tokens_map.json", "README.md",
 ]  # fmt: skip
+MBART_FILES = [
+    "config.json", "generation_config.json", "sentencepiece.bpe.model", "tokenizer.json", "tokenizer_config.json",
+    "special_tokens_map.json", "README.md",
+]  # fmt: skip
 # config.json's model_type -> the loader ("module:function", imported when used) and the files it reads
 IMPORTERS = {
     "marian": ("model.importers.marian:import_marian", MARIAN_FILES),
     "m2m_100": ("model.importers.m2m100:import_m2m100", M2M100_FILES),
+    "mbart": ("model.importers.mbart:import_mbart", MBART_FILES),
 }
 
 

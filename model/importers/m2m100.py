@@ -14,6 +14,7 @@ by the caller (DecodingOptions.prefix), as transformers' generate(forced_bos_tok
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,19 +56,36 @@ def read_config(source: Path) -> dict[str, Any]:
     return marian.read_config(source, MODEL_TYPE, ARCHITECTURE, GENERATION)
 
 
+# What M2M100 is, beyond config.json's numbers: fairseq's sinusoids from the padding on, pre-LN with final norms
+LAYOUT = {"positions": "fairseq", "pad_position_zero": True, "norm_first": True}
+
+
 def model_config(config: dict[str, Any]) -> TransformerConfig:
     """The TransformerConfig of an M2M100 config.json; raises CannotImport naming any option it cannot map exactly."""
-    unknown = sorted(set(config) - MAPPED - IGNORED_M2M100 - set(FIXED_M2M100))
+    c = {**DEFAULTS, **checked(config, MAPPED, IGNORED_M2M100, FIXED_M2M100, ARCHITECTURE)}
+    # create_position_ids_from_input_ids: token i at the table's row i + padding_idx + 1
+    return transformer_config(c, **LAYOUT, position_offset=c["pad_token_id"] + 1)
+
+
+def checked(
+    config: dict[str, Any], mapped: set[str], ignored: set[str], fixed: dict[str, tuple[Any, str]], architecture: str
+) -> dict[str, Any]:
+    """`config`, once every option is known (mapped, ignored, or holding the one value `fixed` allows)."""
+    unknown = sorted(set(config) - mapped - ignored - set(fixed))
     if unknown:
         raise CannotImport(f"config.json has options this importer does not know: {unknown}; refusing to guess")
-    architectures = config.get("architectures") or [ARCHITECTURE]
-    if architectures != [ARCHITECTURE]:
-        raise CannotImport(f"config.json: architectures {architectures}; only {ARCHITECTURE} is imported")
-    for key in sorted(FIXED_M2M100.keys() & config.keys()):
-        allowed, meaning = FIXED_M2M100[key]
+    architectures = config.get("architectures") or [architecture]
+    if architectures != [architecture]:
+        raise CannotImport(f"config.json: architectures {architectures}; only {architecture} is imported")
+    for key in sorted(fixed.keys() & config.keys()):
+        allowed, meaning = fixed[key]
         if config[key] != allowed:
             raise CannotImport(f"config.json: {key}={config[key]!r} is not supported; only {allowed!r} is ({meaning})")
-    c = {**DEFAULTS, **config}
+    return config
+
+
+def transformer_config(c: dict[str, Any], **layout: Any) -> TransformerConfig:
+    """The TransformerConfig of a BART-family config `c` (defaults filled in) with the architecture's `layout`."""
     need(c, "encoder_attention_heads", c["decoder_attention_heads"], "the decoder's head count")
     need(c, "encoder_ffn_dim", c["decoder_ffn_dim"], "the decoder's feed-forward width")
     if c["activation_function"] not in ACTIVATIONS:
@@ -96,7 +114,6 @@ def model_config(config: dict[str, Any]) -> TransformerConfig:
             attention_dropout=c["attention_dropout"],
             activation_dropout=c["activation_dropout"],
             max_positions=c["max_position_embeddings"],
-            norm_first=True,
             activation=ACTIVATIONS[c["activation_function"]],
             # tied: M2M100Model.shared is the encoder's, the decoder's and the output table; untied, transformers 5
             # gives the encoder, the decoder and lm_head a table each
@@ -105,11 +122,9 @@ def model_config(config: dict[str, Any]) -> TransformerConfig:
             pad_id=c["pad_token_id"],
             bos_id=c["decoder_start_token_id"],
             eos_id=c["eos_token_id"],
-            positions="fairseq",
-            position_offset=c["pad_token_id"] + 1,  # create_position_ids_from_input_ids: cumsum + padding_idx
-            pad_position_zero=True,
             scale_embedding=bool(c["scale_embedding"]),
             force_eos=c["forced_eos_token_id"] is not None,
+            **layout,
         )
     except ValueError as e:  # d_model not divisible by the heads, and the like
         raise CannotImport(f"config.json: {e}") from e
@@ -117,6 +132,7 @@ def model_config(config: dict[str, Any]) -> TransformerConfig:
 
 # ---- weights ------------------------------------------------------------------------------------------------
 
+SIDES = ("encoder", "decoder")
 TABLES = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")  # copies of shared when tied
 POSITION_TABLES = ("model.encoder.embed_positions.weights", "model.decoder.embed_positions.weights")
 PLACEHOLDERS = ("model.encoder.embed_positions._float_tensor", "model.decoder.embed_positions._float_tensor")
@@ -128,6 +144,11 @@ def weight_map(c: TransformerConfig) -> dict[str, list[str]]:
     for kind in ("weight", "bias"):
         out[f"encoder_norm.{kind}"] = [f"model.encoder.layer_norm.{kind}"]
         out[f"decoder_norm.{kind}"] = [f"model.decoder.layer_norm.{kind}"]
+        if c.embed_norm:  # mBART's layernorm_embedding
+            out[f"src_embed.norm.{kind}"] = [f"model.encoder.layernorm_embedding.{kind}"]
+            out[f"tgt_embed.norm.{kind}"] = [f"model.decoder.layernorm_embedding.{kind}"]
+    if c.positions == "learned":  # mBART's tables, less their first rows (the caller drops them)
+        out["src_embed.pe"], out["tgt_embed.pe"] = [[f"model.{side}.embed_positions.weight"] for side in SIDES]
     if c.share_embeddings:
         out["src_embed.token.weight"] = ["model.shared.weight"]
     else:
@@ -144,10 +165,15 @@ def load_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
     if c.share_embeddings and "model.shared.weight" not in weights and TABLES[0] in weights:
         weights["model.shared.weight"] = weights.pop(TABLES[0])
     # tied copies of the shared table (checked equal below), and what carries no weights of the model
-    known = (*POSITION_TABLES, *PLACEHOLDERS, *(TABLES if c.share_embeddings else ["model.shared.weight"]))
+    known = [*PLACEHOLDERS, *(TABLES if c.share_embeddings else ["model.shared.weight"])]
+    if c.positions != "learned":
+        known += POSITION_TABLES
     extra = {name: weights.pop(name) for name in known if name in weights}
     if c.tie_output and "lm_head.weight" in weights:
         extra["lm_head.weight"] = weights.pop("lm_head.weight")
+    bias = weights.pop("final_logits_bias", None)  # mBART's (a buffer of zeros unless trained)
+    if bias is not None and not c.logits_bias and bias.any():
+        raise CannotImport("final_logits_bias is not zero but the model was configured without it")
     mapping = weight_map(c)
     missing = sorted({p for parts in mapping.values() for p in parts} - set(weights))
     if missing:
@@ -156,10 +182,14 @@ def load_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
     if unexpected:
         raise CannotImport(f"the weights have tensors this importer does not know: {unexpected[:8]}")
     ours = unique_state_dict(model)  # the shared table once, under src_embed
-    unmapped = sorted(set(ours) - set(mapping))
+    unmapped = sorted(set(ours) - set(mapping) - {"logits_bias"})  # the bias: final_logits_bias, below
     if unmapped:
-        raise CannotImport(f"no M2M100 tensor for {unmapped[:8]}")
+        raise CannotImport(f"no tensor of the weights for {unmapped[:8]}")
     values = {name: torch.cat([weights[p].float() for p in parts]) for name, parts in mapping.items()}
+    if c.logits_bias:
+        if bias is None:
+            raise CannotImport("the weights have no tensor 'final_logits_bias'")
+        values["logits_bias"] = bias.float().reshape(-1)
     for name, value in values.items():
         if value.shape != ours[name].shape:
             theirs = " + ".join(mapping[name])
@@ -193,6 +223,13 @@ def load(source: Path) -> Transformer:
     return model.eval()
 
 
+def with_bias(config: TransformerConfig, weights: dict[str, torch.Tensor]) -> TransformerConfig:
+    """`config` with the logits bias where the weights have a final_logits_bias that is not zero."""
+    bias = weights.get("final_logits_bias")
+    config.logits_bias = bias is not None and bool(bias.any())
+    return config
+
+
 # ---- the import ---------------------------------------------------------------------------------------------
 
 
@@ -215,15 +252,24 @@ def check_tokenizer(tokenizer: MultilingualTokenizer, c: TransformerConfig) -> N
 
 def import_m2m100(source: Path, out: Path, provenance: dict[str, Any]) -> Path:
     """Read an M2M100 or NLLB directory, check everything, write an nmt-serve checkpoint to `out`; returns `out`."""
-    config = model_config(read_config(source))
-    tokenizer = MultilingualTokenizer(spec_from(source))
+    weights = read_weights(source)
+    config = with_bias(model_config(read_config(source)), weights)
+    return save_import(source, out, provenance, MODEL_TYPE, config, weights, load_weights, spec_from(source))
+
+
+def save_import(
+    source: Path, out: Path, provenance: dict[str, Any], kind: str, config: TransformerConfig,
+    weights: dict[str, torch.Tensor], loader: Callable[[Transformer, dict[str, torch.Tensor]], None], spec: dict,
+) -> Path:  # fmt: skip
+    """Check the tokenizer of `spec` against `config`, load the weights with `loader`, write the checkpoint."""
+    tokenizer = MultilingualTokenizer(spec)
     check_tokenizer(tokenizer, config)
     model = Transformer(config)
-    load_weights(model, read_weights(source))
+    loader(model, weights)
     model.eval()
     metadata = {
         "name": provenance.get("name", source.name),
-        "architecture": MODEL_TYPE,
+        "architecture": kind,
         "languages": sorted(tokenizer.languages),
         "default_languages": tokenizer.default_languages,  # the saved src_lang and tgt_lang (or the family's)
         "imported_from": provenance,

@@ -20,18 +20,36 @@ AWKWARD = [
 ]  # fmt: skip
 
 
-def train_bpe(out: Path, vocab_size: int = 800) -> Path:
-    """A SentencePiece BPE model with fairseq's piece layout (<unk>, <s>, </s> first), as M2M100's and NLLB's are."""
+def train_bpe(out: Path, vocab_size: int = 800, kind: str = "bpe") -> Path:
+    """A SentencePiece BPE (or `kind`) model with fairseq's piece layout (<unk>, <s>, </s> first), as M2M100's and
+    NLLB's are (mBART-50's: unigram)."""
     import sentencepiece as spm
 
     lines = [line for lang in ("en", "de", "fr") for line in corpus(lang, LINES)]
-    prefix = out / "spm"
+    prefix = out / f"spm-{kind}"
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=vocab_size, model_type="bpe",
+        sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=vocab_size, model_type=kind,
         character_coverage=0.9995, normalization_rule_name="nmt_nfkc", unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
         minloglevel=2, num_threads=1, hard_vocab_limit=False,
     )  # fmt: skip
     return prefix.with_suffix(".model")
+
+
+def build_mbart50(out: Path, model: Path, src_lang: str = "de_DE", tgt_lang: str = "fr_XX"):
+    """transformers' MBart50Tokenizer over the unigram `model` (as it converts a Hub download's SentencePiece model:
+    the pieces with their scores), saved to `out` with the SentencePiece model; returns the tokenizer."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    from transformers import MBart50Tokenizer
+
+    proto = pb.ModelProto()
+    proto.ParseFromString(model.read_bytes())
+    tokenizer = MBart50Tokenizer(
+        vocab=[(p.piece, p.score) for p in proto.pieces], src_lang=src_lang, tgt_lang=tgt_lang,
+        _spm_precompiled_charsmap=proto.normalizer_spec.precompiled_charsmap,
+    )  # fmt: skip
+    tokenizer.save_pretrained(str(out))
+    shutil.copy(model, out / "sentencepiece.bpe.model")
+    return tokenizer
 
 
 def build_nllb(out: Path, model: Path, legacy: bool, src_lang: str = "deu_Latn", tgt_lang: str = "fra_Latn"):
@@ -82,23 +100,41 @@ def build_m2m100(out: Path, model: Path, src_lang: str = "de", tgt_lang: str = "
 LAYOUTS = {  # name: (source language, target language) their tokenizers are saved with
     "nllb": ("deu_Latn", "fra_Latn"),
     "m2m100": ("de", "fr"),
+    "mbart50": ("de_DE", "fr_XX"),
 }
+ARCHITECTURES = {"nllb": "m2m_100", "m2m100": "m2m_100", "mbart50": "mbart"}  # config.json's model_type
 CARD = "---\nlicense: cc-by-nc-4.0\n---\n# a tiny test model\n"
+SHORT = {"deu": "de", "eng": "en", "fra": "fr"}  # NLLB's codes of Multi30k's languages
 
 
-def build_model(out: Path, vocab_size: int) -> None:
-    """config.json, generation_config.json and model.safetensors of a tiny M2M100ForConditionalGeneration (its
-    outputs run to the budget: test_m2m100.py compares where they end)."""
+def code_token(layout: str, code: str) -> str:
+    """The token of a language code, as the layout's tokenizer spells it (`__de__`, `deu_Latn`, `de_DE`)."""
+    return f"__{code}__" if layout == "m2m100" else code
+
+
+def short(code: str) -> str:
+    """A Multi30k language of a model's code: `de` of `de`, `deu_Latn`, `de_DE`."""
+    return SHORT.get(code[:3], code[:2])
+
+
+def build_model(out: Path, vocab_size: int, architecture: str = "m2m_100") -> None:
+    """config.json, generation_config.json and model.safetensors of a tiny M2M100ForConditionalGeneration, or
+    MBartForConditionalGeneration as mBART-50's is configured (its outputs run to the budget: test_m2m100_and_mbart.py
+    compares where they end)."""
     import torch
-    from transformers import M2M100Config, M2M100ForConditionalGeneration
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, MBartConfig, MBartForConditionalGeneration
 
     torch.manual_seed(0)
-    config = M2M100Config(
+    settings = dict(
         vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
         pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, init_std=0.2,
     )  # fmt: skip
-    M2M100ForConditionalGeneration(config).save_pretrained(out)
+    if architecture == "mbart":
+        config = MBartConfig(**settings, scale_embedding=True, activation_function="relu", forced_eos_token_id=2)
+        MBartForConditionalGeneration(config).save_pretrained(out)
+    else:
+        M2M100ForConditionalGeneration(M2M100Config(**settings)).save_pretrained(out)
 
 
 def model_directories(root: Path, layouts: tuple[str, ...] = tuple(LAYOUTS)) -> dict[str, Path]:
@@ -106,17 +142,24 @@ def model_directories(root: Path, layouts: tuple[str, ...] = tuple(LAYOUTS)) -> 
     tokenizer's, and a model card."""
     from model.multilingual_tokenizer import MultilingualTokenizer, spec_from
 
-    spm = train_bpe(root)
-    out = {}
+    out, spm = {}, {}
+
+    def trained(kind: str) -> Path:
+        if kind not in spm:
+            spm[kind] = train_bpe(root, kind=kind)
+        return spm[kind]
+
     for name in layouts:
         src, tgt = LAYOUTS[name]
         path = root / name
         path.mkdir()
         if name == "nllb":
-            build_nllb(path, spm, legacy=False, src_lang=src, tgt_lang=tgt)
+            build_nllb(path, trained("bpe"), legacy=False, src_lang=src, tgt_lang=tgt)
+        elif name == "mbart50":
+            build_mbart50(path, trained("unigram"), src_lang=src, tgt_lang=tgt)
         else:
-            build_m2m100(path, spm, src_lang=src, tgt_lang=tgt)
-        build_model(path, MultilingualTokenizer(spec_from(path)).vocab_size)
+            build_m2m100(path, trained("bpe"), src_lang=src, tgt_lang=tgt)
+        build_model(path, MultilingualTokenizer(spec_from(path)).vocab_size, ARCHITECTURES[name])
         (path / "README.md").write_text(CARD)
         out[name] = path
     return out

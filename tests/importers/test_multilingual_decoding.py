@@ -1,4 +1,4 @@
-"""Decoding an imported M2M100 or NLLB checkpoint in any direction: the target language is the decoder's forced start
+"""Decoding an imported M2M100, NLLB or mBART-50 checkpoint in any direction: the target language is the decoder's forced start
 (DecodingOptions.start), not part of the output, and rows of different directions share one batch. Greedy and beam-4
 tokens equal transformers' generate(forced_bos_token_id=...) on 210 sentences in three directions, one direction at a
 time and all mixed in one RowBatch; alignments with the start are those of the rows after it."""
@@ -13,14 +13,15 @@ from model.checkpoint import load_checkpoint
 from model.decoding import KVCache
 from model.search import DecodingOptions, alignment
 from tests.importers.marian_fixture import held_out_sentences
-from tests.importers.multilingual_fixture import import_all, model_directories
+from tests.importers.multilingual_fixture import code_token, import_all, model_directories, short
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 BUDGET = 12
 PER_DIRECTION = 70
 DIRECTIONS = {"nllb": [("deu_Latn", "fra_Latn"), ("eng_Latn", "deu_Latn"), ("fra_Latn", "eng_Latn")],
-              "m2m100": [("de", "fr"), ("en", "de"), ("fr", "en")]}  # fmt: skip
+              "m2m100": [("de", "fr"), ("en", "de"), ("fr", "en")],
+              "mbart50": [("de_DE", "fr_XX"), ("en_XX", "de_DE"), ("fr_XX", "en_XX")]}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +32,14 @@ def dirs(tmp_path_factory):
 
 def expected(source_dir, layout: str, beams: int) -> tuple[list, list[list[int]]]:
     """(each direction's (sources' ids, start, transformers' output tokens without the start and </s>)."""
-    from transformers import AutoTokenizer, M2M100ForConditionalGeneration
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    hf = M2M100ForConditionalGeneration.from_pretrained(source_dir).eval()
+    hf = AutoModelForSeq2SeqLM.from_pretrained(source_dir).eval()
     out = []
     for src, tgt in DIRECTIONS[layout]:
         tok = AutoTokenizer.from_pretrained(str(source_dir), src_lang=src, tgt_lang=tgt)
-        code = tok.convert_tokens_to_ids(f"__{tgt}__" if layout == "m2m100" else tgt)
-        sentences = held_out_sentences(src.split("_")[0][:2] if layout == "m2m100" else {"deu": "de", "fra": "fr",
-                                       "eng": "en"}[src[:3]])[:PER_DIRECTION]  # fmt: skip
+        code = tok.convert_tokens_to_ids(code_token(layout, tgt))
+        sentences = held_out_sentences(short(src))[:PER_DIRECTION]
         ids = [tok(t).input_ids for t in sentences]
         wanted = []
         with torch.inference_mode():

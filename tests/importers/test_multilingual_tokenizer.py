@@ -1,8 +1,9 @@
-"""MultilingualTokenizer: the ids, language codes and text of transformers' M2M100Tokenizer and NllbTokenizer.
+"""MultilingualTokenizer: the ids, language codes and text of transformers' M2M100Tokenizer, NllbTokenizer and
+MBart50Tokenizer.
 
 The references are transformers' own classes over one small SentencePiece BPE model (tests/importers/
-multilingual_fixture.py), as NLLB (prefix and legacy suffix codes) and as M2M100 (a vocab.json of its own order); the
-sentences are Multi30k's test2016 in en, de and fr where the data is at hand, and awkward texts.
+multilingual_fixture.py), as NLLB (prefix and legacy suffix codes) and as M2M100 (a vocab.json of its own order), and
+over a unigram model as mBART-50; the sentences are Multi30k's test2016 in en, de and fr where the data is at hand, and awkward texts.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from model.importers import CannotImport
 from model.multilingual_tokenizer import MultilingualTokenizer, spec_from
 from tests.importers.marian_fixture import held_out_sentences
-from tests.importers.multilingual_fixture import AWKWARD, build_m2m100, build_nllb, train_bpe
+from tests.importers.multilingual_fixture import AWKWARD, build_m2m100, build_mbart50, build_nllb, train_bpe
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
@@ -25,7 +26,9 @@ KINDS = {  # name: (source languages, target language)
     "nllb": (("deu_Latn", "eng_Latn"), "fra_Latn"),
     "nllb-legacy": (("deu_Latn", "eng_Latn"), "fra_Latn"),
     "m2m100": (("de", "en"), "fr"),
+    "mbart50": (("de_DE", "en_XX"), "fr_XX"),
 }
+CLASSES = {"m2m100": "M2M100Tokenizer", "mbart50": "MBart50Tokenizer"}  # else NllbTokenizer
 TYPED = [t for t in AWKWARD if "_" in t or "<" in t]  # codes and control tokens typed in a text
 PLAIN = [t for t in AWKWARD if t not in TYPED]
 
@@ -38,6 +41,7 @@ def directories(tmp_path_factory) -> dict[str, Path]:
         "nllb": lambda out: build_nllb(out, model, legacy=False),
         "nllb-legacy": lambda out: build_nllb(out, model, legacy=True),
         "m2m100": lambda out: build_m2m100(out, model),
+        "mbart50": lambda out: build_mbart50(out, train_bpe(root, kind="unigram")),
     }
     for name, build in builders.items():
         (root / name).mkdir()
@@ -59,7 +63,7 @@ def pair(request, directories):
 
 def test_the_references_are_the_classes_users_get(pair):
     name, ref, _ = pair
-    assert type(ref).__name__ == ("M2M100Tokenizer" if name == "m2m100" else "NllbTokenizer")
+    assert type(ref).__name__ == CLASSES.get(name, "NllbTokenizer")
     assert getattr(ref, "legacy_behaviour", False) == (name == "nllb-legacy")
 
 
@@ -92,7 +96,7 @@ def test_nllb_pieces_are_sentencepieces(directories, sentences):
 def test_every_language_code_has_transformers_id(pair):
     name, ref, ours = pair
     token = (lambda code: f"__{code}__") if name == "m2m100" else (lambda code: code)
-    assert len(ours.languages) == (100 if name == "m2m100" else 202)
+    assert len(ours.languages) == {"m2m100": 100, "mbart50": 52}.get(name, 202)
     for code in ours.languages:
         assert ours.language_id(code) == ref.convert_tokens_to_ids(token(code)), code
     with pytest.raises(ValueError, match="unknown language 'xx_Latn'"):
@@ -164,6 +168,9 @@ def test_it_refuses_what_it_does_not_know(directories, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "T5Tokenizer"}')
     with pytest.raises(CannotImport, match="T5Tokenizer is not supported"):
         spec_from(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "MBartTokenizer"}')  # mBART-cc25's
+    with pytest.raises(CannotImport, match="MBartTokenizer is not supported"):
+        spec_from(tmp_path)
     (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "NllbTokenizer"}')
     (tmp_path / "sentencepiece.bpe.model").write_bytes(b"not a model")
     with pytest.raises(CannotImport, match="not a SentencePiece model"):
@@ -205,3 +212,16 @@ def test_a_truncated_source_keeps_its_code_and_end_of_sentence(pair):
     assert truncated == {0} and len(cut) == 12
     specials = 2 if name == "nllb-legacy" else 1  # after the text: </s>, and a legacy NLLB's code
     assert cut[-specials:] == whole[-specials:] and cut[: 12 - specials] == whole[: 12 - specials]
+
+
+def test_mbart50_without_tokenizer_json_has_fairseqs_layout(directories, tmp_path, sentences):
+    """A download of only sentencepiece.bpe.model and tokenizer_config.json (no tokenizer.json, no codes named):
+    the codes follow the pieces in MBart50Tokenizer's order, then <mask>, as transformers converts it."""
+    source = tmp_path / "mbart50"
+    source.mkdir()
+    (source / "sentencepiece.bpe.model").write_bytes((directories["mbart50"] / "sentencepiece.bpe.model").read_bytes())
+    (source / "tokenizer_config.json").write_text('{"tokenizer_class": "MBart50Tokenizer", "src_lang": "de_DE"}')
+    bare, saved = MultilingualTokenizer(spec_from(source)), MultilingualTokenizer(spec_from(directories["mbart50"]))
+    assert bare.languages == saved.languages and bare.vocab_size == saved.vocab_size
+    assert bare.spec["special"]["other"] == saved.spec["special"]["other"] == {"<mask>": saved.vocab_size - 1}
+    assert bare.encode_batch(sentences[:300], language="de_DE") == saved.encode_batch(sentences[:300], language="de_DE")

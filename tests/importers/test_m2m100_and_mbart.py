@@ -1,7 +1,8 @@
-"""The M2M100 loader (model/importers/m2m100.py): the same logits and greedy tokens as transformers'
-M2M100ForConditionalGeneration (NLLB-200's architecture), or a refusal that names the option or tensor.
+"""The M2M100 and mBART loaders (model/importers/m2m100.py, mbart.py): the same logits and greedy tokens as
+transformers' M2M100ForConditionalGeneration (NLLB-200's architecture) and MBartForConditionalGeneration (mBART-50's),
+or a refusal that names the option or tensor.
 
-The references are tiny M2M100 models that transformers itself builds with seeded random weights."""
+The references are tiny models that transformers itself builds with seeded random weights."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from model.batch import decode
 from model.decoding import KVCache, greedy_decode
-from model.importers import CannotImport
+from model.importers import CannotImport, m2m100, mbart
 from model.importers.m2m100 import load, model_config, read_config
 from model.search import DecodingOptions
 from model.transformer import sinusoidal_table
@@ -25,30 +26,49 @@ transformers = pytest.importorskip("transformers")
 VOCAB, PAD, EOS = 96, 1, 2
 LANGUAGES = range(88, 96)  # the ids a forced first target token takes, as NLLB's language codes are
 BUDGET = 12
-VARIANTS = {
-    "scaled": {},
-    "unscaled-untied-gelu": {"scale_embedding": False, "tie_word_embeddings": False, "activation_function": "gelu"},
-    "odd-width": {"d_model": 35, "encoder_attention_heads": 5, "decoder_attention_heads": 5},
-}
+VARIANTS = {  # name: (architecture, config options)
+    "scaled": ("m2m100", {}),
+    "unscaled-untied-gelu": (
+        "m2m100", {"scale_embedding": False, "tie_word_embeddings": False, "activation_function": "gelu"}
+    ),
+    "odd-width": ("m2m100", {"d_model": 35, "encoder_attention_heads": 5, "decoder_attention_heads": 5}),
+    "mbart-50": ("mbart", {"scale_embedding": True, "activation_function": "relu"}),  # mBART-50's settings
+    "mbart-defaults-untied-bias": ("mbart", {"tie_word_embeddings": False, "logits_bias": True}),
+}  # fmt: skip
+LOADERS = {"m2m100": m2m100, "mbart": mbart}
 
 
-def build_m2m100(out: Path, seed: int = 0, **options) -> Path:
-    """config.json, generation_config.json and model.safetensors of a tiny M2M100ForConditionalGeneration.
+def build_m2m100(out: Path, seed: int = 0, architecture: str = "m2m100", **options) -> Path:
+    """config.json, generation_config.json and model.safetensors of a tiny M2M100ForConditionalGeneration (or
+    MBartForConditionalGeneration; `logits_bias`: a final_logits_bias that is not zero).
 
-    </s>'s embedding (and output row) is scaled up so that some outputs end before the budget."""
-    from transformers import M2M100Config, M2M100ForConditionalGeneration
+    </s>'s embedding (and output row) is scaled up so that some outputs end before the budget; mBART's learned
+    position tables and embedding norms are random too, so that a row or a norm taken wrongly shows."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, MBartConfig, MBartForConditionalGeneration
 
+    bias = options.pop("logits_bias", False)
     settings = {
         "vocab_size": VOCAB, "d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
         "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "max_position_embeddings": 64,
         "scale_embedding": True, "pad_token_id": PAD, "bos_token_id": 0, "eos_token_id": EOS,
         "decoder_start_token_id": EOS, "init_std": 0.2, **options,
     }  # fmt: skip
+    if architecture == "mbart":
+        settings = {**{k: v for k, v in settings.items() if k != "scale_embedding"}, **options}
     torch.manual_seed(seed)
-    model = M2M100ForConditionalGeneration(M2M100Config(**settings)).eval()
+    if architecture == "mbart":
+        model = MBartForConditionalGeneration(MBartConfig(**settings)).eval()
+    else:
+        model = M2M100ForConditionalGeneration(M2M100Config(**settings)).eval()
     with torch.no_grad():
         for table in {model.model.shared.weight, model.lm_head.weight}:  # one table when tied
             table[EOS] *= 5.0
+        if architecture == "mbart":
+            for side in (model.model.encoder, model.model.decoder):
+                side.layernorm_embedding.weight.normal_(1.0, 0.3)
+                side.layernorm_embedding.bias.normal_(0.0, 0.3)
+            if bias:
+                model.final_logits_bias.normal_(0.0, 1.0)
     model.save_pretrained(out)
     return out
 
@@ -56,10 +76,11 @@ def build_m2m100(out: Path, seed: int = 0, **options) -> Path:
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def m2m100(request, tmp_path_factory):
     """(transformers' model, ours) for each variant."""
-    from transformers import M2M100ForConditionalGeneration
+    from transformers import AutoModelForSeq2SeqLM
 
-    path = build_m2m100(tmp_path_factory.mktemp(request.param) / "m2m100", **VARIANTS[request.param])
-    return M2M100ForConditionalGeneration.from_pretrained(path).eval(), load(path)
+    architecture, options = VARIANTS[request.param]
+    path = build_m2m100(tmp_path_factory.mktemp(request.param) / "model", architecture=architecture, **options)
+    return AutoModelForSeq2SeqLM.from_pretrained(path).eval(), LOADERS[architecture].load(path)
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +127,11 @@ def test_greedy_decoding_with_a_forced_language_token_gives_generates_tokens(m2m
             )[0].tolist()  # fmt: skip
             assert out[:2] == [EOS, language]
             finished = out[-1] == EOS and len(out) > 2
-            ended += finished
             assert hyps[0].tokens == out[1 : len(out) - finished], (sources[i], language)
-            assert hyps[0].finish_reason == ("eos" if finished else "length")
+            # mBART's forced_eos_token_id ends a text at its budget with </s>: the text was cut all the same
+            cut = hf.generation_config.forced_eos_token_id is not None and len(out) == BUDGET + 1
+            assert hyps[0].finish_reason == ("eos" if finished and not cut else "length")
+            ended += finished and not cut
     assert 0 < ended < len(sources)  # both ways of ending are compared
 
 
@@ -126,8 +149,9 @@ def test_greedy_decoding_without_a_forced_token_gives_generates_tokens(m2m100):
 
 @torch.inference_mode()
 def test_cached_steps_equal_transformers_incremental_decoding_with_padding_among_the_tokens(m2m100):
-    """Token by token over a KV cache, as generate feeds them: a token's position is the past length + 2, and a
-    <pad> among the target tokens (a model may generate one) takes M2M100's zero position row."""
+    """Token by token over a KV cache, as generate feeds them: a token's position is the past length (+ 2 in either
+    table), and a <pad> among the target tokens (a model may generate one) takes M2M100's zero position row, and
+    mBART's row of its position."""
     hf, ours = m2m100
     src = right_padded(random_sources(1, seed=5))
     encoded = hf.get_encoder()(input_ids=src)
@@ -234,3 +258,76 @@ def test_tied_copies_and_the_saved_position_table_of_older_saves_are_accepted(m2
     rewrite_weights(src, add_copies)
     ids = torch.tensor([[5, 6, 7, EOS]])
     assert torch.equal(load(src)(ids, ids), load(m2m100_dir)(ids, ids))
+
+
+# ---- mBART ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mbart_dir(tmp_path_factory) -> Path:
+    return build_m2m100(tmp_path_factory.mktemp("mbart") / "mbart", architecture="mbart", **VARIANTS["mbart-50"][1])
+
+
+def test_mbarts_config_maps_to_our_options(mbart_dir):
+    c = mbart.model_config(mbart.read_config(mbart_dir))
+    assert (c.positions, c.position_offset, c.pad_position_zero, c.embed_norm) == ("learned", 0, False, True)
+    assert (c.norm_first, c.scale_embedding, c.activation, c.force_eos, c.logits_bias) == (
+        True, True, "relu", True, False,
+    )  # fmt: skip
+    assert (c.pad_id, c.bos_id, c.eos_id, c.share_embeddings, c.tie_output) == (PAD, EOS, EOS, True, True)
+    model = mbart.load(mbart_dir)
+    assert model.tgt_embed is not model.src_embed and model.tgt_embed.token is model.src_embed.token
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"normalize_before": False}, "normalize_before=False is not supported; only True is (pre-LN"),
+        ({"add_final_layer_norm": False}, "add_final_layer_norm=False is not supported"),
+        ({"normalize_embedding": False}, "normalize_embedding=False is not supported"),
+        ({"static_position_embeddings": True}, "static_position_embeddings=True is not supported"),
+        ({"extra_pos_embeddings": 1}, "extra_pos_embeddings=1 is not supported; only 2 is"),
+        ({"decoder_start_token_id": None}, "decoder_start_token_id=None; a single token id is supported"),
+        ({"some_new_option": 1}, "options this importer does not know: ['some_new_option']"),
+        ({"architectures": ["MBartForCausalLM"]}, "architectures ['MBartForCausalLM']"),
+    ],
+)
+def test_mbart_options_that_cannot_be_loaded_exactly_are_refused_by_name(mbart_dir, tmp_path, change, message):
+    src = shutil.copytree(mbart_dir, tmp_path / "src")
+    (src / "generation_config.json").unlink()  # its decoding ids would win over config.json's
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(CannotImport, match=message.replace("[", r"\[").replace("(", r"\(")):
+        mbart.load(src)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda w: w.pop("model.encoder.layernorm_embedding.bias"),
+            "no tensor 'model.encoder.layernorm_embedding.bias'",
+        ),
+        (lambda w: w.pop("model.decoder.embed_positions.weight"), "no tensor 'model.decoder.embed_positions.weight'"),
+        (
+            lambda w: w.update({"model.encoder.embed_positions.weight": torch.zeros(64, 32)}),
+            r"model.encoder.embed_positions.weight: the weights give shape \[64, 32\], the config needs \[66, 32\]",
+        ),
+    ],
+)
+def test_missing_and_misshaped_mbart_weights_are_refused_by_name(mbart_dir, tmp_path, change, message):
+    src = shutil.copytree(mbart_dir, tmp_path / "src")
+    rewrite_weights(src, change)
+    with pytest.raises(CannotImport, match=message):
+        mbart.load(src)
+
+
+@torch.inference_mode()
+def test_mbarts_positions_start_at_row_two_of_its_tables(mbart_dir):
+    """Position p is row p + 2 of transformers' table, on each side; the two rows before are never read."""
+    from transformers import MBartForConditionalGeneration
+
+    hf, ours = MBartForConditionalGeneration.from_pretrained(mbart_dir), mbart.load(mbart_dir)
+    for theirs, mine in ((hf.model.encoder, ours.src_embed), (hf.model.decoder, ours.tgt_embed)):
+        assert torch.equal(mine.pe, theirs.embed_positions.weight[2:])
+    assert not torch.equal(ours.src_embed.pe, ours.tgt_embed.pe)

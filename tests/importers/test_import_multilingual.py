@@ -1,5 +1,5 @@
-"""`nmt-import DIR --out OUT` on an M2M100 or NLLB directory (a tiny M2M100ForConditionalGeneration beside the
-tokenizer files of tests/importers/multilingual_fixture.py, as a Hub repository holds them): load_checkpoint(OUT) gives
+"""`nmt-import DIR --out OUT` on an M2M100, NLLB or mBART-50 directory (a tiny M2M100ForConditionalGeneration or
+MBartForConditionalGeneration beside the tokenizer files of tests/importers/multilingual_fixture.py, as a Hub repository holds them): load_checkpoint(OUT) gives
 transformers' generate tokens and text with the target language forced."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from model.importers import main
 from model.multilingual_tokenizer import MultilingualTokenizer
 from model.search import DecodingOptions
 from tests.importers.marian_fixture import held_out_sentences
-from tests.importers.multilingual_fixture import LAYOUTS, import_all, model_directories
+from tests.importers.multilingual_fixture import ARCHITECTURES, LAYOUTS, code_token, import_all, model_directories
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
@@ -37,18 +37,18 @@ def imported(sources, tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @torch.inference_mode()
 def test_the_imported_checkpoint_gives_generates_tokens_and_text(sources, imported, layout):
-    from transformers import AutoTokenizer, M2M100ForConditionalGeneration
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     src, tgt = LAYOUTS[layout]
     model, tokenizer, _ = load_checkpoint(imported[layout])
     assert type(tokenizer) is MultilingualTokenizer
-    hf = M2M100ForConditionalGeneration.from_pretrained(sources[layout]).eval()
+    hf = AutoModelForSeq2SeqLM.from_pretrained(sources[layout]).eval()
     hf_tokenizer = AutoTokenizer.from_pretrained(str(sources[layout]), src_lang=src, tgt_lang=tgt)
     sentences = held_out_sentences("de")[:20]
     ids = [tokenizer.encode(t, language=src) for t in sentences]
     codes = set(tokenizer.languages.values())
     language = tokenizer.language_id(tgt)
-    assert language == hf_tokenizer.convert_tokens_to_ids(f"__{tgt}__" if layout == "m2m100" else tgt)
+    assert language == hf_tokenizer.convert_tokens_to_ids(code_token(layout, tgt))
     got = decode(model, ids, [BUDGET] * len(ids), DecodingOptions(prefix=(language,)))
     texts = []
     for text, source, hyps in zip(sentences, ids, got):
@@ -71,8 +71,8 @@ def test_the_imported_checkpoint_gives_generates_tokens_and_text(sources, import
 def test_the_metadata_names_the_architecture_languages_and_licence(sources, imported, layout):
     src, tgt = LAYOUTS[layout]
     meta = json.loads((imported[layout] / "metadata.json").read_text())
-    assert meta["architecture"] == "m2m_100"
-    assert {src, tgt, "eng_Latn" if layout == "nllb" else "en"} <= set(meta["languages"])
+    assert meta["architecture"] == ARCHITECTURES[layout]
+    assert {src, tgt, {"nllb": "eng_Latn", "m2m100": "en", "mbart50": "en_XX"}[layout]} <= set(meta["languages"])
     assert meta["default_languages"] == {"source": src, "target": tgt}
     assert meta["license"] == "cc-by-nc-4.0"
     assert meta["imported_from"]["command"] == f"nmt-import {sources[layout]} --out {imported[layout]}"
@@ -82,7 +82,7 @@ def test_the_metadata_names_the_architecture_languages_and_licence(sources, impo
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"model_type": "t5"}, r"model_type 't5' has no importer; known: \['m2m_100', 'marian'\]"),
+        ({"model_type": "t5"}, r"model_type 't5' has no importer; known: \['m2m_100', 'marian', 'mbart'\]"),
         ({"vocab_size": 2000}, "the tokenizer has .* tokens but config.json says vocab_size=2000"),
         ({"pad_token_id": 0}, "the tokenizer's <pad> is id 1 but config.json's pad_token_id is 0"),
         ({"eos_token_id": 3}, "the tokenizer's </s> is id 2 but config.json's eos_token_id is 3"),
@@ -103,7 +103,7 @@ def test_an_unknown_model_type_and_a_tokenizer_that_is_not_the_models_are_refuse
 def test_an_unknown_kind_is_refused(sources, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["t5", str(sources["nllb"]), "--out", str(tmp_path / "out")])
-    assert "unknown kind 't5'; known: ['m2m_100', 'marian']" in capsys.readouterr().err
+    assert "unknown kind 't5'; known: ['m2m_100', 'marian', 'mbart']" in capsys.readouterr().err
 
 
 def test_the_licence_is_printed_at_import(sources, tmp_path, capsys):

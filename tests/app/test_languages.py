@@ -1,0 +1,67 @@
+"""app/languages.py: what a request may call a language, for each family's codes (NLLB-200's `deu_Latn`, M2M100's
+`de`, mBART-50's `de_DE`), and the refusals that list what the model has."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.languages import Languages, UnknownLanguage
+from model.multilingual_tokenizer import M2M100_LANGUAGES, MBART50_LANGUAGES
+
+NLLB = [
+    "arb_Arab", "ary_Arab", "deu_Latn", "eng_Latn", "fra_Latn", "heb_Hebr", "por_Latn", "srp_Cyrl", "tgl_Latn",
+    "yue_Hant", "zho_Hans", "zho_Hant", "zsm_Latn",
+]  # fmt: skip
+FAMILIES = {
+    "nllb": Languages(NLLB),
+    "m2m100": Languages(M2M100_LANGUAGES["m2m100"]),
+    "mbart50": Languages(MBART50_LANGUAGES),
+}
+CASES = [  # name: what each family's model takes it for (None: a 422)
+    ("de", {"nllb": "deu_Latn", "m2m100": "de", "mbart50": "de_DE"}),
+    ("deu", {"nllb": "deu_Latn", "m2m100": "de", "mbart50": "de_DE"}),
+    ("de-AT", {"nllb": "deu_Latn", "m2m100": "de", "mbart50": "de_DE"}),
+    ("de_DE", {"nllb": "deu_Latn", "m2m100": "de", "mbart50": "de_DE"}),
+    ("__de__", {"nllb": "deu_Latn", "m2m100": "de", "mbart50": "de_DE"}),
+    ("EN", {"nllb": "eng_Latn", "m2m100": "en", "mbart50": "en_XX"}),
+    ("pt-BR", {"nllb": "por_Latn", "m2m100": "pt", "mbart50": "pt_XX"}),
+    ("iw", {"nllb": "heb_Hebr", "m2m100": "he", "mbart50": "he_IL"}),
+    ("ar", {"nllb": "arb_Arab", "m2m100": "ar", "mbart50": "ar_AR"}),
+    ("zh", {"nllb": "zho_Hans", "m2m100": "zh", "mbart50": "zh_CN"}),
+    ("zh-CN", {"nllb": "zho_Hans", "m2m100": "zh", "mbart50": "zh_CN"}),
+    ("zh-Hans", {"nllb": "zho_Hans", "m2m100": "zh", "mbart50": "zh_CN"}),
+    ("zh-TW", {"nllb": "zho_Hant", "m2m100": "zh", "mbart50": None}),  # mBART-50's Chinese is Simplified
+    ("zh-Hant", {"nllb": "zho_Hant", "m2m100": "zh", "mbart50": None}),
+    ("fil", {"nllb": "tgl_Latn", "m2m100": "tl", "mbart50": "tl_XX"}),
+    ("ms", {"nllb": "zsm_Latn", "m2m100": "ms", "mbart50": None}),
+    ("sr", {"nllb": "srp_Cyrl", "m2m100": "sr", "mbart50": None}),
+    ("xx", {"nllb": None, "m2m100": None, "mbart50": None}),
+]
+
+
+@pytest.mark.parametrize("name, expected", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_name_resolves_to_the_families_code_or_is_refused_with_what_the_model_has(family, name, expected):
+    languages = FAMILIES[family]
+    if expected[family] is None:
+        with pytest.raises(UnknownLanguage, match=r"does not translate language .* it has \d+ languages"):
+            languages.resolve(name)
+    else:
+        assert languages.resolve(name) == expected[family]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_code_has_a_short_name_that_resolves_back_to_it(family):
+    languages = FAMILIES[family]
+    for code, name in languages.names.items():
+        assert languages.resolve(name) == code
+        assert len(name) <= len(code)
+    assert FAMILIES["mbart50"].names["de_DE"] == "de" and FAMILIES["nllb"].names["zho_Hant"] == "zh-Hant"
+
+
+def test_a_name_that_fits_several_codes_is_ambiguous():
+    with pytest.raises(UnknownLanguage, match="ambiguous here: it may be srp_Cyrl, srp_Latn"):
+        Languages(["srp_Cyrl", "srp_Latn"]).resolve("sr")
+    assert Languages(["arb_Arab", "ary_Arab"]).resolve("ar") == "arb_Arab"  # Moroccan Arabic is not `ar`
+    with pytest.raises(UnknownLanguage, match="is not a language code"):
+        FAMILIES["nllb"].resolve("de; DROP TABLE")
