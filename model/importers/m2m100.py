@@ -233,11 +233,18 @@ def with_bias(config: TransformerConfig, weights: dict[str, torch.Tensor]) -> Tr
 # ---- the import ---------------------------------------------------------------------------------------------
 
 
+# Embedding rows a model may have past its tokenizer's last id: NLLB-200's checkpoints have 256,206 where
+# NllbTokenizer has 256,204 ids (fairseq padded its dictionary); more than this is another tokenizer's model
+SPARE_ROWS = 64
+
+
 def check_tokenizer(tokenizer: MultilingualTokenizer, c: TransformerConfig) -> None:
-    """Refuse, by name, a tokenizer whose vocabulary or special ids are not the model's."""
-    if tokenizer.vocab_size != c.tgt_vocab_size:
+    """Refuse, by name, a tokenizer whose vocabulary or special ids are not the model's (the model may have up to
+    SPARE_ROWS rows more, ids no text becomes)."""
+    if not 0 <= c.tgt_vocab_size - tokenizer.vocab_size <= SPARE_ROWS:
         raise CannotImport(
-            f"the tokenizer has {tokenizer.vocab_size} tokens but config.json says vocab_size={c.tgt_vocab_size}"
+            f"the tokenizer has {tokenizer.vocab_size} tokens but config.json says vocab_size={c.tgt_vocab_size} "
+            f"(a model may have up to {SPARE_ROWS} rows more than its tokenizer, never fewer)"
         )
     ids = {  # the tokenizer's id, config.json's key and id
         "<pad>": (tokenizer.pad_id, "pad_token_id", c.pad_id),
@@ -261,9 +268,10 @@ def save_import(
     source: Path, out: Path, provenance: dict[str, Any], kind: str, config: TransformerConfig,
     weights: dict[str, torch.Tensor], loader: Callable[[Transformer, dict[str, torch.Tensor]], None], spec: dict,
 ) -> Path:  # fmt: skip
-    """Check the tokenizer of `spec` against `config`, load the weights with `loader`, write the checkpoint."""
-    tokenizer = MultilingualTokenizer(spec)
-    check_tokenizer(tokenizer, config)
+    """Check the tokenizer of `spec` against `config`, load the weights with `loader`, write the checkpoint. The
+    tokenizer spans the model's rows: those past its last id decode to nothing, as M2M100's made-up words do."""
+    check_tokenizer(MultilingualTokenizer(spec), config)
+    tokenizer = MultilingualTokenizer({**spec, "size": config.tgt_vocab_size})
     model = Transformer(config)
     loader(model, weights)
     model.eval()

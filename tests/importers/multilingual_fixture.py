@@ -20,12 +20,12 @@ AWKWARD = [
 ]  # fmt: skip
 
 
-def train_bpe(out: Path, vocab_size: int = 800, kind: str = "bpe") -> Path:
+def train_bpe(out: Path, vocab_size: int = 800, kind: str = "bpe", lines_per_language: int = LINES) -> Path:
     """A SentencePiece BPE (or `kind`) model with fairseq's piece layout (<unk>, <s>, </s> first), as M2M100's and
     NLLB's are (mBART-50's: unigram)."""
     import sentencepiece as spm
 
-    lines = [line for lang in ("en", "de", "fr") for line in corpus(lang, LINES)]
+    lines = [line for lang in ("en", "de", "fr") for line in corpus(lang, lines_per_language)]
     prefix = out / f"spm-{kind}"
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=vocab_size, model_type=kind,
@@ -125,11 +125,12 @@ def build_model(out: Path, vocab_size: int, architecture: str = "m2m_100") -> No
     from transformers import M2M100Config, M2M100ForConditionalGeneration, MBartConfig, MBartForConditionalGeneration
 
     torch.manual_seed(0)
-    settings = dict(
-        vocab_size=vocab_size, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, init_std=0.2,
-    )  # fmt: skip
+    settings = {
+        "vocab_size": vocab_size, "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
+        "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+        "max_position_embeddings": 128, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
+        "decoder_start_token_id": 2, "init_std": 0.2,
+    }  # fmt: skip
     if architecture == "mbart":
         config = MBartConfig(**settings, scale_embedding=True, activation_function="relu", forced_eos_token_id=2)
         MBartForConditionalGeneration(config).save_pretrained(out)
@@ -159,7 +160,9 @@ def model_directories(root: Path, layouts: tuple[str, ...] = tuple(LAYOUTS)) -> 
             build_mbart50(path, trained("unigram"), src_lang=src, tgt_lang=tgt)
         else:
             build_m2m100(path, trained("bpe"), src_lang=src, tgt_lang=tgt)
-        build_model(path, MultilingualTokenizer(spec_from(path)).vocab_size, ARCHITECTURES[name])
+        # NLLB-200's checkpoints have two embedding rows more than NllbTokenizer has ids
+        spare = 2 if name == "nllb" else 0
+        build_model(path, MultilingualTokenizer(spec_from(path)).vocab_size + spare, ARCHITECTURES[name])
         (path / "README.md").write_text(CARD)
         out[name] = path
     return out

@@ -109,3 +109,19 @@ def test_an_unknown_kind_is_refused(sources, tmp_path, capsys):
 def test_the_licence_is_printed_at_import(sources, tmp_path, capsys):
     main([str(sources["nllb"]), "--out", str(tmp_path / "out")])
     assert "its licence, by its model card: cc-by-nc-4.0" in capsys.readouterr().out
+
+
+def test_nllbs_spare_embedding_rows_are_imported_and_fewer_rows_than_ids_are_refused(sources, imported, tmp_path):
+    """NLLB-200's checkpoints have two rows more than NllbTokenizer has ids: they decode to nothing. A model with
+    fewer rows than its tokenizer has ids cannot be the tokenizer's."""
+    from model.multilingual_tokenizer import spec_from
+
+    model, tokenizer, _ = load_checkpoint(imported["nllb"])
+    ids = MultilingualTokenizer(spec_from(sources["nllb"])).vocab_size
+    assert model.config.tgt_vocab_size == tokenizer.vocab_size == ids + 2
+    assert tokenizer.decode([ids, ids + 1]) == "" and tokenizer.decode([ids - 1]) == ""  # <mask> is special too
+    source = shutil.copytree(sources["nllb"], tmp_path / "source")
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**config, "vocab_size": ids - 1}))
+    with pytest.raises(SystemExit, match=f"the tokenizer has {ids} tokens but config.json says vocab_size={ids - 1}"):
+        main([str(source), "--out", str(tmp_path / "out")])
