@@ -18,6 +18,7 @@ from starlette.types import Receive
 from app import detect
 from app import schemas as s
 from app.engine import (
+    Attention,
     Engine,
     EngineFailure,
     EngineUnavailable,
@@ -157,8 +158,12 @@ async def list_models(models: ModelsDep) -> s.ModelsResponse:
 @router.post("/tokenize", response_model=s.TokenizeResponse)
 async def tokenize(body: s.TokenizeRequest, models: ModelsDep) -> s.TokenizeResponse:
     """Split texts into tokens with ids and character offsets."""
-    engine = models.pick(body.model)
-    results = await engine.tokenize(body.text, body.side, body.add_special_tokens)
+    source = body.side == "source"
+    engine = models.pick(body.model, body.language if source else None, None if source else body.language)
+    language = body.language
+    if engine.codes and source and language == "auto":
+        language = await detect_source(engine, [body.text] if isinstance(body.text, str) else body.text)
+    results = await engine.tokenize(body.text, body.side, body.add_special_tokens, language)
     return s.TokenizeResponse(
         results=[s.TokenizeResult(tokens=[s.TokenOut(**t.__dict__) for t in toks], count=len(toks)) for toks in results]
     )
@@ -275,12 +280,21 @@ def translation_response(body: s.TranslateRequest, out: list[Translation], model
 
 @router.post("/attention", response_model=s.AttentionResponse)
 async def attention(body: s.AttentionRequest, models: ModelsDep, request: Request) -> s.AttentionResponse:
-    """Encoder self-, decoder self- and cross-attention weights for one text, in bertviz's layout."""
-    engine = models.pick(body.model)
-    a = await unless_disconnected(
-        request.receive, engine.attention(body.text, body.target, body.layers, body.heads, body.average_heads)
-    )
+    """Encoder self-, decoder self- and cross-attention weights for one text, in bertviz's layout; a many-to-many
+    model's in the languages `source_language` and `target_language` name (as /translate's `source` and `target`)."""
+    engine = models.pick(body.model, body.source_language, body.target_language)
+    a = await unless_disconnected(request.receive, run_attention(engine, body))
     return s.AttentionResponse(**a.__dict__)
+
+
+async def run_attention(engine: Engine, body: s.AttentionRequest) -> Attention:
+    """The engine call for an `/attention` request, its source language detected first when it is "auto"."""
+    source = body.source_language
+    if engine.codes and source == "auto":
+        source = await detect_source(engine, [body.text])
+    return await engine.attention(
+        body.text, body.target, body.layers, body.heads, body.average_heads, source, body.target_language
+    )
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})

@@ -85,6 +85,11 @@ class TokenizeRequest(Request):
     model: Text | None = Field(None, description="the model to use (GET /models); default the server's first")
     side: Side = Field("source", description="source adds `</s>`; target adds `<s>` and `</s>`")
     add_special_tokens: bool = True
+    language: Text | None = Field(
+        None, description="the language of `side`, named as /translate's `source` or `target`: picks the model as "
+        "they do; a many-to-many model's tokens carry its code (default the model's saved one; `auto` detects a "
+        "source's)",
+    )  # fmt: skip
     model_config = ConfigDict(json_schema_extra={"examples": [{"text": "A man is riding a bike."}]})
 
 
@@ -253,6 +258,14 @@ class AttentionRequest(Request):
     text: Text
     model: Text | None = Field(None, description="the model to use (GET /models); default the server's first")
     target: Text | None = Field(None, description="teacher-force this translation; default: the model's own")
+    source_language: Text | None = Field(
+        None, description="the text's language, named as /translate's `source`: picks the model as it does; a "
+        "many-to-many model's source tokens carry its code (default its saved source language; `auto` detects it)",
+    )  # fmt: skip
+    target_language: Text | None = Field(
+        None, description="the translation's language, named as /translate's `target`: picks the model as it does; a "
+        "many-to-many model's decoder is fed its code (default its saved target language)",
+    )  # fmt: skip
     layers: list[int] | None = Field(None, description="layer indices to return; default all")
     heads: list[int] | None = Field(None, description="head indices to return; default all")
     average_heads: bool = Field(False, description="average the selected heads into one")

@@ -145,8 +145,7 @@ class Engine:
         then report ready (and, with NMT_COMPILE=background, start compiling beside serving)."""
         self.batcher.start()
         await self.compiler.before_ready()
-        defaults = self.tokenizer.default_languages if self.codes else {}
-        warm_up = Decoding(source=defaults.get("source"), target=defaults.get("target"))
+        warm_up = self._languages_or_saved(None, None)  # a many-to-many model: its saved pair
         await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens), decoding=warm_up)
         self.ready = True
         self.compiler.after_ready()
@@ -205,6 +204,15 @@ class Engine:
         except UnknownLanguage as e:
             raise InvalidRequest(str(e)) from None
         return replace(decoding, source=source, target=target)
+
+    def _languages_or_saved(self, source: str | None, target: str | None) -> Decoding:
+        """A many-to-many model: the languages a request names, each one left out the model's saved default
+        (`default_languages`), resolved to its codes or a 422 as /translate's; a pair model: none."""
+        defaults = self.tokenizer.default_languages if self.codes else {}
+        return self.resolve(Decoding(
+            source=defaults.get("source") if source is None else source,
+            target=defaults.get("target") if target is None else target,
+        ))  # fmt: skip
 
     def _start(self, decoding: Decoding) -> tuple[int, ...]:
         """What the decoder is fed before it translates: a many-to-many model's target language."""
@@ -420,10 +428,20 @@ class Engine:
             for tokens in streams:
                 tokens.close()
 
-    async def tokenize(self, text: str | list[str], side: str, add_special_tokens: bool) -> list[list[Token]]:
+    async def tokenize(
+        self, text: str | list[str], side: str, add_special_tokens: bool, language: str | None = None
+    ) -> list[list[Token]]:
+        """Tokens of each text; a many-to-many model's special tokens carry `language`'s code (default its saved
+        language for `side`), a pair model's ignore it."""
         texts = self.limits.texts(text, "text")
         check_chars(texts, self.max_request_chars)  # its answer is tens of bytes a token: bound it as /translate's
-        return await asyncio.to_thread(lambda: [self.tokenizer.tokenize(t, side, add_special_tokens) for t in texts])
+        source = side == "source"
+        named = self._languages_or_saved(language if source else None, None if source else language)
+        code = named.source if source else named.target
+        more = {} if code is None else {"language": code}  # a pair model's tokenizer takes no language
+        return await asyncio.to_thread(
+            lambda: [self.tokenizer.tokenize(t, side, add_special_tokens, **more) for t in texts]
+        )
 
     async def detokenize(self, ids: list[int] | list[list[int]], side: str, skip_special_tokens: bool) -> list[str]:
         nested = bool(ids) and isinstance(ids[0], list)
@@ -442,14 +460,16 @@ class Engine:
 
     async def attention(
         self, text: str, target: str | None = None, layers: list[int] | None = None,
-        heads: list[int] | None = None, average_heads: bool = False,
+        heads: list[int] | None = None, average_heads: bool = False, source_language: str | None = None,
+        target_language: str | None = None,
     ) -> Attention:  # fmt: skip
-        """Attention weights over `text`, teacher-forcing `target` or else the model's own translation."""
+        """Attention weights over `text`, teacher-forcing `target` or else the model's own translation; a
+        many-to-many model's source carries `source_language`'s code and its decoder is fed `target_language`'s
+        (each left out: the model's saved one)."""
         c = self.model.config
         layers = self.limits.indices("layers", layers, min(c.n_encoder_layers, c.n_decoder_layers))
         heads = self.limits.indices("heads", heads, c.n_heads)
-        defaults = self.tokenizer.default_languages if self.codes else {}  # a many-to-many model: its saved pair
-        decoding = self.resolve(Decoding(source=defaults.get("source"), target=defaults.get("target")))
+        decoding = self._languages_or_saved(source_language, target_language)
         start = self._start(decoding)
         (src,), _ = await asyncio.to_thread(
             self.limits.sources, self.tokenizer, [text], False, True, None, decoding.source

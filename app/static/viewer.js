@@ -1,5 +1,6 @@
 /* nmt-serve attention viewer: plain JavaScript, no build step, nothing fetched but this server's own
- * /info, /tokenize, /translate and /attention. The browser tests read ids and data-* attributes:
+ * /info, /models (a many-to-many model's languages), /tokenize, /translate and /attention. The browser tests read ids
+ * and data-* attributes:
  * body[data-state] (idle, empty, loading, ready, error), #heatmap[data-checksum] (changes with the drawn
  * matrix), rect.cell[data-row][data-col][data-weight], #tooltip[data-weight] for the cell under the mouse,
  * #alternatives li[data-rank][data-score] for the n-best list, and [data-align][data-tokens] for the words and token
@@ -24,7 +25,8 @@ const $ = (id) => document.getElementById(id);
 const state = {
   key: readStoredKey(),
   info: null,
-  sourceName: "English", // the source language's name, from /info
+  sourceName: "English", // the source language's name, from /info or the language picked; "" when detected
+  languages: null, // a many-to-many model's languages, a Map of code -> short name (GET /models); null for a pair one
   run: 0, // the latest translate request; answers to older ones are dropped
   lastError: null,
   attention: null, // the /attention answer
@@ -89,14 +91,14 @@ async function loadInfo() {
     const info = await api("info");
     state.info = info;
     const langs = info.languages || {};
-    state.sourceName = languageName(langs.source, "Source");
-    $("source-label").textContent = `${state.sourceName} sentence`;
-    $("target-name").textContent = languageName(langs.target, "Target");
-    const code = (lang) => (lang && lang !== "unknown" ? lang : "");
-    for (const id of ["reference", "translation", "alternatives", "target-tokens", "reference-tokens"]) {
-      $(id).lang = code(langs.target);
+    if (langs.source === "multilingual") {
+      await loadLanguages(info.model);
+      showPickedLanguages();
+    } else {
+      state.languages = null;
+      $("language-controls").hidden = true;
+      showLanguages(langs.source, langs.target, languageName(langs.source, "Source"));
     }
-    for (const id of ["source", "source-text"]) $(id).lang = code(langs.source);
     const c = info.config || {};
     $("model-info").textContent =
       `${info.model} · ${c.n_encoder_layers}+${c.n_decoder_layers} layers · ${c.n_heads} heads · ` +
@@ -108,6 +110,55 @@ async function loadInfo() {
     else if (e.status === 503 && e.type !== "load_failed") setTimeout(loadInfo, 2000);
   }
   $("key-button").hidden = !state.key;
+}
+
+/** Names the fields after the languages (codes such as "de", or "" where unknown) and sets the texts' lang. */
+function showLanguages(source, target, sourceName) {
+  state.sourceName = sourceName;
+  $("source-label").textContent = sourceName ? `${sourceName} sentence` : "Sentence";
+  $("target-name").textContent = languageName(target, "Target");
+  const code = (lang) => (lang && lang !== "unknown" ? lang.replaceAll("_", "-") : "");
+  for (const id of ["reference", "translation", "alternatives", "target-tokens", "reference-tokens"]) {
+    $(id).lang = code(target);
+  }
+  for (const id of ["source", "source-text"]) $(id).lang = code(source);
+}
+
+/** A many-to-many model: its languages from /models in the source and target pickers, the source detected and the
+ * target the model's saved one at first. */
+async function loadLanguages(model) {
+  const entry = ((await api("models")).models || []).find((m) => m.name === model) || {};
+  const languages = entry.languages || [];
+  const saved = (entry.metadata && entry.metadata.default_languages) || {};
+  state.languages = new Map(languages.map((l) => [l.code, l.name]));
+  const options = () => languages
+    .map((l) => {
+      const name = languageName(l.name, l.code);
+      return new Option(name === l.code ? l.code : `${name} (${l.code})`, l.code);
+    })
+    .sort((a, b) => a.text.localeCompare(b.text, "en"));
+  const source = $("source-language");
+  const target = $("target-language");
+  const keep = [source.value, target.value];
+  source.replaceChildren(new Option("detect", "auto"), ...options());
+  target.replaceChildren(...options());
+  const known = (code) => state.languages.has(code);
+  source.value = known(keep[0]) ? keep[0] : "auto";
+  target.value = known(keep[1]) ? keep[1] : known(saved.target) ? saved.target : target.value;
+  $("language-controls").hidden = false;
+}
+
+/** The pickers' languages named in the fields (a many-to-many model). */
+function showPickedLanguages() {
+  const { source, target } = pickedLanguages();
+  const short = (code) => state.languages.get(code) || "";
+  showLanguages(short(source), short(target), source === "auto" ? "" : languageName(short(source), source));
+}
+
+/** The languages picked for a many-to-many model, as model codes ({source: "auto"} detects); null for a pair one. */
+function pickedLanguages() {
+  if (!state.languages) return null;
+  return { source: $("source-language").value, target: $("target-language").value };
 }
 
 function showKeyPanel(message) {
@@ -192,7 +243,8 @@ async function translate() {
   $("translate").removeAttribute("aria-busy");
   if (!text.trim()) {
     clearResults("Translate a sentence to explore its attention.");
-    setState("empty", `Type ${article(state.sourceName)} ${state.sourceName} sentence first, then press Translate.`);
+    const what = state.sourceName ? `${article(state.sourceName)} ${state.sourceName} sentence` : "a sentence";
+    setState("empty", `Type ${what} first, then press Translate.`);
     $("source").focus();
     return;
   }
@@ -201,19 +253,22 @@ async function translate() {
   $("translate").setAttribute("aria-busy", "true");
   const t0 = performance.now();
   const { beam, alternatives } = searchSettings();
-  const tokenized = api("tokenize", { text, side: "source" });
+  const picked = pickedLanguages(); // a many-to-many model: every call names the languages
+  const tokenized = api("tokenize", { text, side: "source", ...(picked && { language: picked.source }) });
   const translated = api("translate", {
     text, return_tokens: true, return_scores: true, return_alignment: true, beam_size: beam,
-    num_hypotheses: alternatives,
+    num_hypotheses: alternatives, ...picked,
   });
+  const attention = (body) =>
+    api("attention", { ...body, ...(picked && { source_language: picked.source, target_language: picked.target }) });
   // /attention decodes greedily: for a beam search's translation, it is teacher-forced on that translation instead
   const beamForced = beam > 1 && !reference;
   const attended = beamForced
     ? translated.then((r) => {
       const best = r.translations[0].text;
-      return api("attention", best ? { text, target: best } : { text });
+      return attention(best ? { text, target: best } : { text });
     })
-    : api("attention", reference ? { text, target: reference } : { text });
+    : attention(reference ? { text, target: reference } : { text });
   tokenized.then((r) => current() && renderSourceTokens(r.results[0].tokens, text), () => {});
   translated.then((r) => current() && renderTranslation(r, beam, text), () => {});
   attended.then((r) => current() && renderAttention(r, reference, beamForced ? beam : 0), () => {});
@@ -247,7 +302,9 @@ function pieceNode(piece, tag) {
   return node;
 }
 
-const isSpecial = (piece) => /^<(s|\/s|pad|unk)>$/.test(piece);
+/** <s>, </s>, <pad>, <unk>, and a many-to-many model's language codes (`deu_Latn`; M2M100's `__de__`). */
+const isSpecial = (piece) =>
+  /^<(s|\/s|pad|unk)>$/.test(piece) || Boolean(state.languages?.has(piece.replace(/^__(.+)__$/, "$1")));
 
 function fillTokens(list, pieces, titles, align) {
   list.replaceChildren(
@@ -818,6 +875,7 @@ function start() {
   }
   $("key-form").addEventListener("submit", saveKey);
   $("beam-size").addEventListener("change", syncAlternatives);
+  for (const id of ["source-language", "target-language"]) $(id).addEventListener("change", showPickedLanguages);
   syncAlternatives();
   $("output").addEventListener("mouseover", (e) => highlightAlignment(e.target.closest("[data-align]")));
   $("output").addEventListener("mouseleave", () => highlightAlignment(null));

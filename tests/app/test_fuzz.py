@@ -31,9 +31,11 @@ json_values = st.recursive(
 texts = st.text(max_size=60) | st.lists(st.text(max_size=40), max_size=10)
 ids = st.lists(st.integers(-1, 545), max_size=12) | st.lists(st.lists(st.integers(-1, 545), max_size=6), max_size=10)
 small_ints = st.lists(st.integers(-2, 5), max_size=5)
+languages = st.sampled_from(["en", "de", "auto", "xx", "", "de_Latn", "zh-Hant"]) | st.text(max_size=8)
 FIELDS = {  # near-valid values for each field, so generated bodies also get past the schema
     "/tokenize": {
         "text": texts, "side": st.sampled_from(["source", "target", "x"]), "add_special_tokens": st.booleans(),
+        "language": languages,
     },
     "/detokenize": {"ids": ids, "side": st.sampled_from(["source", "target"]), "skip_special_tokens": st.booleans()},
     "/translate": {
@@ -42,7 +44,7 @@ FIELDS = {  # near-valid values for each field, so generated bodies also get pas
     },
     "/attention": {
         "text": st.text(max_size=60), "target": st.text(max_size=40), "layers": small_ints, "heads": small_ints,
-        "average_heads": st.booleans(),
+        "average_heads": st.booleans(), "source_language": languages, "target_language": languages,
     },
 }  # fmt: skip
 

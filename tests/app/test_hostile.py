@@ -36,9 +36,9 @@ VALID = {  # a request each POST endpoint accepts, to mutate; the LibreTranslate
 }
 STRING_FIELDS = {  # where user text goes in
     "/translate": ["text", "target_prefix", "model", "source"],
-    "/tokenize": ["text", "model"],
+    "/tokenize": ["text", "model", "language"],
     "/detokenize": ["model"],
-    "/attention": ["text", "target", "model"],
+    "/attention": ["text", "target", "model", "source_language", "target_language"],
     f"{LIBRE}/translate": ["q", "source", "target", "api_key"],
     f"{LIBRE}/detect": ["q", "api_key"],
     f"{LIBRE}/translate_file": ["q"],
@@ -264,6 +264,10 @@ async def test_a_lone_surrogate_is_read_as_the_replacement_character_everywhere(
 
 async def test_a_lone_surrogate_in_a_name_or_code_is_named_in_the_error(client):
     r = await client.post("/translate", **raw('{"text": "a", "model": "x\\ud800"}'))
+    assert_error(r, 422, "validation_error", "x\ufffd")
+    r = await client.post("/attention", **raw('{"text": "a", "target_language": "x\\ud800"}'))
+    assert_error(r, 422, "validation_error", "x\ufffd")
+    r = await client.post("/tokenize", **raw('{"text": "a", "language": "x\\udfff"}'))
     assert_error(r, 422, "validation_error", "x\ufffd")
     r = await client.post(f"{LIBRE}/translate", **raw('{"q": "a", "source": "x\\ud800", "target": "fr"}'))
     assert_error(r, 400, "bad_request", "x\ufffd is not supported")

@@ -60,6 +60,27 @@ async def test_a_request_picks_its_model_by_name_or_by_language_and_the_first_is
     assert tokens.status_code == 200 and tokens.json()["results"][0]["count"] > 1
 
 
+async def test_attention_and_tokenize_pick_a_pair_model_by_its_languages_as_translate_does(app, client):
+    engines = app.state.models.engines
+    for body, name in [({"target_language": "fr"}, "en-fr"), ({"source_language": "en"}, "en-de"),
+                       ({"model": "en-fr", "source_language": "en", "target_language": "fr"}, "en-fr")]:  # fmt: skip
+        r = await client.post("/attention", json={"text": TEXT, **body})
+        assert r.status_code == 200, r.text
+        assert r.json()["translation"] == (await engines[name].translate(TEXT))[0].text, body
+    r = await client.post("/attention", json={"text": TEXT, "model": "en-de", "target_language": "fr"})
+    assert_error(r, 422, "validation_error", "'en-de' translates en->de, not target 'fr'")
+    r = await client.post("/attention", json={"text": TEXT, "source_language": "de"})
+    assert_error(r, 422, "validation_error", "translates de->any", "en-de (en->de)")
+    for side, language in (("source", "en"), ("target", "fr")):  # a pair model's tokens carry no language
+        plain = await client.post("/tokenize", json={"text": TEXT, "model": "en-fr", "side": side})
+        r = await client.post("/tokenize", json={"text": TEXT, "model": "en-fr", "side": side, "language": language})
+        assert r.status_code == 200 and r.json() == plain.json()
+    r = await client.post("/tokenize", json={"text": TEXT, "model": "en-de", "side": "target", "language": "fr"})
+    assert_error(r, 422, "validation_error", "'en-de' translates en->de, not target 'fr'")
+    r = await client.post("/tokenize", json={"text": TEXT, "language": "es"})
+    assert_error(r, 422, "validation_error", "translates es->any")
+
+
 async def test_a_model_or_a_pair_that_is_not_served_is_a_422_naming_what_is(client):
     r = await client.post("/translate", json={"text": TEXT, "model": "en-es"})
     assert_error(r, 422, "validation_error", "'en-es'", "en-de (en->de), en-fr (en->fr)", "GET /models")

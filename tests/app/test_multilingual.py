@@ -40,6 +40,12 @@ def hf(dirs):
 
 
 @pytest.fixture(scope="module")
+def hf_eager(dirs):
+    """The same model with eager attention, which output_attentions needs."""
+    return transformers.M2M100ForConditionalGeneration.from_pretrained(dirs[0], attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="module")
 async def served(dirs):
     settings = Settings(model_dir=dirs[1], compile=False, max_new_tokens=BUDGET, max_input_tokens=64)
     async with serve(settings) as pair:
@@ -159,6 +165,99 @@ async def test_models_lists_every_language_and_libretranslate_translates_between
     assert same.status_code == 400
 
 
+def hf_attention(hf, dirs, src: str, tgt: str, text: str, target: str) -> tuple[list[str], list[str], dict]:
+    """transformers' tokens and output_attentions for `text` from src into tgt, teacher-forcing `target` after the
+    decoder's start and the target language's code: each kind (L, H, Q, K)."""
+    tok = transformers.AutoTokenizer.from_pretrained(str(dirs[0]), src_lang=src, tgt_lang=tgt)
+    src_ids = tok(text).input_ids
+    tgt_ids = [hf.config.decoder_start_token_id, tok.convert_tokens_to_ids(tgt)]
+    tgt_ids += tok(text_target=target, add_special_tokens=False).input_ids
+    with torch.inference_mode():
+        out = hf(input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([tgt_ids]), output_attentions=True)
+    kinds = {"encoder_attention": out.encoder_attentions, "decoder_attention": out.decoder_attentions,
+             "cross_attention": out.cross_attentions}  # fmt: skip
+    weights = {k: torch.stack([layer[0] for layer in v]) for k, v in kinds.items()}
+    return tok.convert_ids_to_tokens(src_ids), tok.convert_ids_to_tokens(tgt_ids), weights
+
+
+async def test_attention_in_the_requested_languages_is_transformers_output_attentions(client, hf_eager, dirs):
+    text, target = "A dog runs across the grass.", "Ein Hund läuft über das Gras."
+    body = {"text": text, "target": target}
+    r = await client.post("/attention", json={**body, "source_language": "en", "target_language": "deu"})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    encoder_tokens, decoder_tokens, weights = hf_attention(hf_eager, dirs, "eng_Latn", "deu_Latn", text, target)
+    assert got["encoder_tokens"] == encoder_tokens and got["encoder_tokens"][0] == "eng_Latn"
+    assert got["decoder_tokens"] == decoder_tokens and got["decoder_tokens"][1] == "deu_Latn"
+    for kind, theirs in weights.items():
+        ours, theirs = torch.tensor(got[kind], dtype=torch.float64), theirs.double()
+        assert ours.shape == theirs.shape, kind
+        assert torch.allclose(ours, theirs, atol=6e-5), (kind, float((ours - theirs).abs().max()))  # 4 decimals
+    default = (await client.post("/attention", json=body)).json()  # the saved pair: deu_Latn -> fra_Latn
+    assert (default["encoder_tokens"][0], default["decoder_tokens"][1]) == ("deu_Latn", "fra_Latn")
+    assert default["cross_attention"] != got["cross_attention"]
+    _, _, saved = hf_attention(hf_eager, dirs, "deu_Latn", "fra_Latn", text, target)
+    theirs = saved["cross_attention"].double()
+    assert torch.allclose(torch.tensor(default["cross_attention"], dtype=torch.float64), theirs, atol=6e-5)
+
+
+async def test_attention_decodes_in_the_requested_target_language_as_translate_does(client):
+    text = "Zwei Kinder spielen im Park."
+    for languages in ({"source": "de", "target": "en"}, {"source": "auto", "target": "fra_Latn"}):
+        translated = await client.post("/translate", json={"text": text, "return_tokens": True, **languages})
+        r = await client.post(
+            "/attention", json={"text": text, "source_language": languages["source"],
+                                "target_language": languages["target"]},
+        )  # fmt: skip
+        assert r.status_code == 200, r.text
+        t = translated.json()["translations"][0]
+        assert r.json()["decoder_tokens"][2:] == t["tokens"] and r.json()["translation"] == t["text"]
+    english = (await client.post("/attention", json={"text": text, "target_language": "en"})).json()
+    french = (await client.post("/attention", json={"text": text, "target_language": "fr"})).json()
+    assert english["decoder_tokens"][1] == "eng_Latn" and french["decoder_tokens"][1] == "fra_Latn"
+    assert english["decoder_tokens"] != french["decoder_tokens"]
+
+
+async def test_tokenize_puts_the_requested_language_s_code_where_transformers_does(client, dirs):
+    text = "Un chien court dans le parc."
+    for side, language, code in (("source", "fr", "fra_Latn"), ("target", "de-DE", "deu_Latn"),
+                                 ("source", "auto", "fra_Latn"), ("source", None, "deu_Latn"),
+                                 ("target", None, "fra_Latn")):  # fmt: skip
+        r = await client.post("/tokenize", json={"text": [text], "side": side, "language": language})
+        assert r.status_code == 200, r.text
+        tokens = r.json()["results"][0]["tokens"]
+        assert (tokens[0]["text"], tokens[0]["special"], tokens[0]["start"], tokens[0]["end"]) == (code, True, 0, 0)
+        tok = transformers.AutoTokenizer.from_pretrained(str(dirs[0]), src_lang=code, tgt_lang=code)
+        wanted = tok(text).input_ids if side == "source" else tok(text_target=text).input_ids
+        assert [t["id"] for t in tokens] == wanted, (side, language)
+    bare = await client.post("/tokenize", json={"text": text, "language": "en", "add_special_tokens": False})
+    assert not any(t["special"] for t in bare.json()["results"][0]["tokens"])
+
+
+@pytest.mark.parametrize(
+    "path, body, message",
+    [
+        ("/attention", {"target_language": "xx"}, "does not translate target 'xx'; it has 20[0-9] languages"),
+        ("/attention", {"source_language": "q!"}, "source 'q!' is not a language code"),
+        ("/attention", {"source_language": "de", "target_language": "az"}, "target 'az' is ambiguous here"),
+        ("/attention", {"source_language": "auto", "text": "   "}, "the text is blank"),
+        ("/attention", {"target_language": "auto"}, "target 'auto' is not a language code"),
+        ("/attention", {"target_language": ""}, "name the target"),
+        ("/attention", {"model": "nope", "target_language": "fr"}, "there is no model 'nope'"),
+        ("/tokenize", {"language": "xx"}, "does not translate source 'xx'"),
+        ("/tokenize", {"language": "az", "side": "target"}, "target 'az' is ambiguous here"),
+        ("/tokenize", {"language": "auto", "side": "target"}, "target 'auto' is not a language code"),
+        ("/tokenize", {"language": "auto", "text": ["", " "]}, "the text is blank"),
+    ],
+)
+async def test_a_language_attention_or_tokenize_does_not_have_is_a_422(client, path, body, message):
+    import re
+
+    r = await client.post(path, json={"text": "Ein Hund.", **body})
+    assert r.status_code == 422, r.text
+    assert r.json()["type"] == "validation_error" and re.search(message, r.json()["error"]), r.json()
+
+
 NAMES = st.none() | st.text(max_size=12) | st.sampled_from([
     "de", "deu", "deu_Latn", "fr", "fra_Latn", "en", "eng", "zh", "zh-Hant", "zh_TW", "az", "ks", "auto", "__de__",
     "pt-BR", "sr-Latn", "DE", "xx", "", " ", "de\x00", "🙂", "d" * 300,
@@ -179,3 +278,10 @@ async def test_generated_languages_and_options_never_cause_a_5xx(client, body):
     assert_handled(await client.post("/translate", json=body))
     libre = {"q": body["text"] or "x", "source": body.get("source"), "target": body.get("target")}
     assert_handled(await client.post("/libretranslate/translate", json=libre))
+    text = body["text"] if isinstance(body["text"], str) else " ".join(body["text"])
+    attention = {"text": text, "source_language": body.get("source"), "target_language": body.get("target"),
+                 "target": body.get("target_prefix")}  # fmt: skip
+    assert_handled(await client.post("/attention", json=attention))
+    side = "target" if body.get("return_alignment") else "source"  # either side, by a flag the body has anyway
+    tokens = {"text": body["text"], "language": body.get("source"), "side": side}
+    assert_handled(await client.post("/tokenize", json=tokens))

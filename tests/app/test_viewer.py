@@ -23,7 +23,8 @@ async def test_the_page_is_served_at_root_and_viewer(client, path):
     r = await client.get(path)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     hooks = ('id="source"', 'id="translate"', 'id="heatmap"', 'id="headview"', 'id="tooltip"', 'id="error"',
-             'id="beam-size"', 'id="num-hypotheses"', 'id="alternatives"', 'id="source-text"')  # fmt: skip
+             'id="beam-size"', 'id="num-hypotheses"', 'id="alternatives"', 'id="source-text"',
+             'id="source-language"', 'id="target-language"')  # fmt: skip
     for hook in hooks:
         assert hook in r.text
     assert 'src="static/viewer.js"' in r.text and 'href="static/viewer.css"' in r.text

@@ -477,3 +477,57 @@ def test_an_imported_model_s_languages_name_the_fields_and_its_translation_shows
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_many_to_many_model_s_languages_are_picked_and_every_call_names_them(browser, tmp_path_factory):
+    """An imported NLLB-layout model: the page offers its languages (the source detected, the target the saved one
+    at first), and the tokens, translation and attention it shows are the API's for the languages picked."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("sentencepiece")
+    from tests.importers.multilingual_fixture import import_all, model_directories
+
+    sources = model_directories(tmp_path_factory.mktemp("sources"), ("nllb",))
+    ckpt = import_all(sources, tmp_path_factory.mktemp("imported"))["nllb"]
+    proc, base = start_server(ckpt, NMT_MAX_NEW_TOKENS="12", NMT_MAX_INPUT_TOKENS="64")
+    try:
+        wait_ready(proc, base)
+        open_page(browser, base)
+        assert by_id(browser, "language-controls").is_displayed()
+        source, target = Select(by_id(browser, "source-language")), Select(by_id(browser, "target-language"))
+        assert source.first_selected_option.get_attribute("value") == "auto"
+        assert target.first_selected_option.get_attribute("value") == "fra_Latn"  # the saved tgt_lang
+        assert len(target.options) >= 200 and len(source.options) == len(target.options) + 1
+        assert by_id(browser, "source-label").text == "Sentence"
+        source.select_by_value("eng_Latn")
+        target.select_by_value("deu_Latn")
+        assert by_id(browser, "source-label").text == "English sentence"
+        assert by_id(browser, "target-name").get_attribute("textContent") == "German"
+        assert by_id(browser, "source").get_attribute("lang") == "en"
+        text = "A dog runs."
+        translate(browser, text)
+        languages = {"source": "eng_Latn", "target": "deu_Latn"}
+        r = httpx.post(f"{base}/translate", json={"text": text, "return_tokens": True, **languages})
+        expected = r.json()["translations"][0]
+        assert by_id(browser, "translation").text == (" ".join(expected["text"].split()) or "(empty)")
+        targets = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#target-tokens li")]
+        assert targets == expected["tokens"] + ["</s>"] * (expected["finish_reason"] == "eos")
+        chips = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#source-tokens li")]
+        tokens = httpx.post(f"{base}/tokenize", json={"text": text, "language": "en"}).json()["results"][0]["tokens"]
+        assert chips == [t["text"] for t in tokens] and chips[0] == "eng_Latn"
+        assert "special" in classes(browser.find_element(By.CSS_SELECTOR, "#source-tokens li")), "a code is no word"
+        attention = httpx.post(f"{base}/attention", json={
+            "text": text, "source_language": "eng_Latn", "target_language": "deu_Latn",
+        }).json()  # fmt: skip
+        heatmap = by_id(browser, "heatmap")
+        assert [e.text for e in heatmap.find_elements(By.CSS_SELECTOR, ".col-label")] == attention["encoder_tokens"]
+        assert int(heatmap.get_attribute("data-rows")) == len(attention["decoder_tokens"])
+        assert attention["decoder_tokens"][1] == "deu_Latn"
+        screenshot(browser, "many-to-many")
+
+        source.select_by_value("auto")  # detected: the German text's code
+        translate(browser, "Zwei Hunde spielen im Schnee.")
+        assert browser.find_element(By.CSS_SELECTOR, "#source-tokens li").text == "deu_Latn"
+        assert by_id(browser, "source-label").text == "Sentence"
+    finally:
+        proc.kill()
+        proc.wait()
