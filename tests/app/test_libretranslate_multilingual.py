@@ -1,0 +1,50 @@
+"""LibreTranslate's clients from PyPI, unmodified, against a live nmt-serve process serving a many-to-many model (an
+imported NLLB-layout model, tests/importers/multilingual_fixture.py): they translate between any two of its
+languages, as our own /translate does, and list every language with every other as a target."""
+
+from __future__ import annotations
+
+import pytest
+from deep_translator import LibreTranslator
+from libretranslatepy import LibreTranslateAPI
+
+from tests.app.test_cli import start_server, wait_ready
+from tests.app.test_libretranslate import ours
+from tests.importers.marian_fixture import held_out_sentences
+from tests.importers.multilingual_fixture import import_all, model_directories
+
+pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    sources = model_directories(tmp_path_factory.mktemp("sources"), ("nllb",))
+    imported = import_all(sources, tmp_path_factory.mktemp("imported"))["nllb"]
+    proc, url = start_server(imported, NMT_COMPILE="off", NMT_MAX_NEW_TOKENS="16")
+    try:
+        wait_ready(proc, url)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_libretranslatepy_translates_between_any_two_languages_and_lists_them(base):
+    client = LibreTranslateAPI(f"{base}/libretranslate")
+    for source, target in (("de", "fr"), ("fr", "en"), ("en", "de"), ("de", "ja")):
+        text = held_out_sentences(source if source != "ja" else "en")[3]
+        assert client.translate(text, source, target) == ours(base, text, source=source, target=target)[0]["text"]
+    languages = {x["code"]: x for x in client.languages()}
+    assert len(languages) == 202 and {"de", "fr", "en", "ja", "zh", "zh-Hant"} <= set(languages)
+    assert languages["de"]["name"] == "German" and len(languages["de"]["targets"]) == 201
+    assert "de" not in languages["de"]["targets"] and "fr" in languages["de"]["targets"]
+
+
+def test_deep_translators_libre_translator_translates_between_two_languages(base):
+    texts = held_out_sentences("fr")[:3]
+    to_german = LibreTranslator(source="fr", target="de", api_key="any", custom_url=f"{base}/libretranslate/")
+    assert to_german.translate_batch(texts) == [t["text"] for t in ours(base, texts, source="fr", target="de")]
+    by_name = LibreTranslator(source="German", target="English", api_key="any", custom_url=f"{base}/libretranslate/")
+    german = held_out_sentences("de")[0]
+    assert by_name.translate(german) == ours(base, german, source="de", target="en")[0]["text"]

@@ -1,0 +1,86 @@
+"""An mBART-50 model (a tiny random MBartForConditionalGeneration with MBart50Tokenizer, built by transformers and
+imported by nmt-import) served over HTTP beside an NLLB-layout one: any direction per request, named by ISO codes or
+mBART's own (`de_DE`), directions mixed in one running batch, every answer generate(forced_bos_token_id=...)'s."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.settings import Settings
+from tests.app.conftest import serve
+from tests.app.test_multilingual import BUDGET, PER_DIRECTION, generate
+from tests.importers.marian_fixture import held_out_sentences
+from tests.importers.multilingual_fixture import import_all, model_directories
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+pytestmark = pytest.mark.anyio
+# (source as the request names it, its mBART code, target as the request names it, its code, the sentences' language)
+DIRECTIONS = [("de", "de_DE", "fr", "fr_XX", "de"), ("en_XX", "en_XX", "deu", "de_DE", "en"),
+              ("fr-FR", "fr_XX", "EN", "en_XX", "fr")]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    sources = model_directories(tmp_path_factory.mktemp("sources"), ("mbart50", "nllb"))
+    return sources, import_all(sources, tmp_path_factory.mktemp("imported"))
+
+
+@pytest.fixture(scope="module")
+async def served(dirs):
+    _, imported = dirs
+    models = f"mbart={imported['mbart50']},nllb={imported['nllb']}"
+    async with serve(Settings(models=models, compile=False, max_new_tokens=BUDGET, max_input_tokens=64)) as pair:
+        yield pair
+
+
+@pytest.fixture
+def client(served):
+    return served[1]
+
+
+async def test_three_directions_at_once_give_generates_tokens_and_text(served, client, dirs):
+    sources, _ = dirs
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(sources["mbart50"]).eval()
+    engine = served[0].state.models.engines["mbart"]
+    engine.batcher.peak_rows = 0
+    cases = [(src, tgt, held_out_sentences(lang)[:PER_DIRECTION]) for src, _, tgt, _, lang in DIRECTIONS]
+    answers = await asyncio.gather(*(
+        client.post("/translate", json={"text": texts, "source": src, "target": tgt, "model": "mbart",
+                                        "return_tokens": True})
+        for src, tgt, texts in cases
+    ))  # fmt: skip
+    assert engine.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
+    for (_, src, _, tgt, _), (_, _, texts), r in zip(DIRECTIONS, cases, answers):
+        assert r.status_code == 200, r.text
+        ids, wanted = generate(hf, (sources["mbart50"],), src, tgt, texts, num_beams=1)
+        got = r.json()["translations"]
+        assert [t["token_ids"] for t in got] == ids
+        assert [t["text"] for t in got] == wanted
+
+
+async def test_models_lists_mbarts_languages_and_a_code_it_lacks_is_a_422(client):
+    models = {m["name"]: m for m in (await client.get("/models")).json()["models"]}
+    languages = {x["code"]: x for x in models["mbart"]["languages"]}
+    assert len(languages) == 52 and languages["de_DE"]["name"] == "de" and languages["zh_CN"]["name"] == "zh"
+    r = await client.post("/translate", json={"text": "Hallo", "source": "de", "target": "zh-TW", "model": "mbart"})
+    assert r.status_code == 422 and "does not translate target 'zh-TW'" in r.text
+    assert "de_DE" in r.text  # what it has
+    r = await client.post("/translate", json={"text": "Hallo", "source": "de", "target": "ms", "model": "mbart"})
+    assert r.status_code == 422
+
+
+async def test_libretranslate_translates_with_mbart_between_two_of_its_languages(client, dirs):
+    r = await client.post("/libretranslate/translate", json={"q": "Ein Hund.", "source": "de", "target": "fr"})
+    plain = await client.post(
+        "/translate", json={"text": "Ein Hund.", "source": "de", "target": "fr", "model": "mbart"}
+    )  # fmt: skip
+    assert r.status_code == 200 and plain.status_code == 200
+    served_by = {
+        (await client.post("/translate", json={"text": "Ein Hund.", "source": "de", "target": "fr", "model": m}))
+        .json()["translations"][0]["text"]: m
+        for m in ("mbart", "nllb")
+    }  # fmt: skip
+    assert r.json()["translatedText"] in served_by  # one of the two many-to-many models answered, whole
