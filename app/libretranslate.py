@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 from app import detect
 from app.api import ENGINE_ERRORS, RETRY_AFTER_S, ModelsDep, error, error_kind, unless_disconnected
 from app.engine import Engine, EngineUnavailable, Translation
+from app.engine.engine import MULTILINGUAL
 from app.engine.limits import GREEDY, MAX_BEAM, Decoding
 from app.models import Models
 from app.schemas import ErrorResponse, scrub
@@ -168,7 +169,8 @@ def pairs(models: Models) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
     for model in models.names:
         langs = models.languages(model)
-        if models.state(model) == "ready" and "unknown" not in langs.values():  # no languages in its metadata
+        # neither a model without languages in its metadata nor a many-to-many one (`many`) has a pair
+        if models.state(model) == "ready" and not {"unknown", MULTILINGUAL} & set(langs.values()):
             out.setdefault((langs["source"].lower(), langs["target"].lower()), model)
     return out
 
@@ -280,7 +282,10 @@ async def languages(models: ModelsDep) -> list[dict[str, Any]]:
 @router.get("/frontend/settings")
 async def frontend_settings(request: Request, models: ModelsDep) -> dict[str, Any]:
     """What LibreTranslate's web page and clients read first: limits, whether a key is needed, default languages."""
-    settings, target = request.app.state.settings, next((t for _, t in pairs(models)), "")  # the default model's
+    settings = request.app.state.settings
+    default = next((t for _, t in pairs(models)), "")  # the first pair model's target, else a many-to-many model's
+    saved = [e.codes.names[e.tokenizer.default_languages["target"]] for e in many(models)]
+    target = default or next(iter(saved), "")
     keyed = settings.api_key is not None
     return {
         "charLimit": settings.max_request_chars, "frontendTimeout": 500, "apiKeys": keyed, "keyRequired": keyed,

@@ -4,6 +4,7 @@ languages, as our own /translate does, and list every language with every other 
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from deep_translator import LibreTranslator
 from libretranslatepy import LibreTranslateAPI
@@ -21,7 +22,7 @@ pytest.importorskip("sentencepiece")
 def base(tmp_path_factory):
     sources = model_directories(tmp_path_factory.mktemp("sources"), ("nllb",))
     imported = import_all(sources, tmp_path_factory.mktemp("imported"))["nllb"]
-    proc, url = start_server(imported, NMT_COMPILE="off", NMT_MAX_NEW_TOKENS="16")
+    proc, url = start_server(imported, NMT_COMPILE="off", NMT_MAX_NEW_TOKENS="16", NMT_MAX_INPUT_TOKENS="64")
     try:
         wait_ready(proc, url)
         yield url
@@ -39,6 +40,8 @@ def test_libretranslatepy_translates_between_any_two_languages_and_lists_them(ba
     assert len(languages) == 202 and {"de", "fr", "en", "ja", "zh", "zh-Hant"} <= set(languages)
     assert languages["de"]["name"] == "German" and len(languages["de"]["targets"]) == 201
     assert "de" not in languages["de"]["targets"] and "fr" in languages["de"]["targets"]
+    settings = httpx.get(f"{base}/libretranslate/frontend/settings", timeout=10).json()
+    assert settings["language"]["target"] == {"code": "fr", "name": "French"}  # the model's saved target language
 
 
 def test_deep_translators_libre_translator_translates_between_two_languages(base):
