@@ -95,3 +95,37 @@ def test_alignment_after_a_start_is_that_of_the_rows_after_it(dirs):
         cross = model.attention_weights(torch.tensor([src]), tgt)[2][0].mean(1)[0, :, :-1]  # one decoder layer
     assert got == cross.argmax(-1).tolist()[1 : 1 + len(hyp.tokens)]
     assert len(got) == len(hyp.tokens)
+
+
+@pytest.mark.compiles
+def test_compiled_graphs_decode_mixed_directions_as_the_eager_model(dirs, tmp_path):
+    """mBART-50's learned positions and embedding norms in AOTInductor graphs (model/compile.py): greedy rows of
+    three directions, two rows a step, each row with another direction's beside it, give the eager model's tokens
+    with no step falling back (the full step's graphs compile the same model code; tests/model/test_compile.py)."""
+    from model.compile import compile_model
+
+    _, imported = dirs
+    eager, tokenizer, _ = load_checkpoint(imported["mbart50"])
+    compiled = load_checkpoint(imported["mbart50"])[0]
+    rows = []
+    for src, tgt in DIRECTIONS["mbart50"]:
+        for text in held_out_sentences(short(src))[:6]:
+            rows.append((tokenizer.encode(text, language=src), (tokenizer.language_id(tgt),)))
+    rows = rows[0::3] + rows[1::3] + rows[2::3]  # directions interleaved
+    cache = KVCache(compiled, max_batch=2, max_len=BUDGET + 2, max_src_len=max(len(r[0]) for r in rows))
+    graphs = compile_model(compiled, cache, steps=("greedy",), directory=tmp_path, mode="default")
+    for first, second in zip(rows[0::2], rows[1::2]):  # each of another direction than the other
+        pair = [first, second]
+        options = [DecodingOptions(start=r[1]) for r in pair]
+        want = [decode(eager, [r[0]], [BUDGET], o)[0][0].tokens for r, o in zip(pair, options)]
+        batch = RowBatch(compiled, cache)
+        searches = [o.search(BUDGET, compiled.config) for o in options]
+        src = torch.full((2, max(len(r[0]) for r in pair)), compiled.config.source_pad_id, dtype=torch.long)
+        for j, r in enumerate(pair):
+            src[j, : len(r[0])] = torch.tensor(r[0])
+        with torch.inference_mode():
+            batch.add(searches, src)
+            while len(batch):
+                batch.step()
+        assert [s.results()[0].tokens for s in searches] == want
+    assert graphs.missed == 0, "a step or a prefill fell back to the eager model"
