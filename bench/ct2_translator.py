@@ -6,6 +6,7 @@ runtimes in one process spin against each other on a small CPU and slow CT2 down
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import ctranslate2
@@ -22,6 +23,11 @@ class GreedyTranslator:
         self.translator = ctranslate2.Translator(str(model_dir), **translator_args)
         self.id_to_token = [tokenizer.id_to_token(i, "source") for i in range(tokenizer.src_vocab_size)]
         self.token_to_id = {tokenizer.id_to_token(i): i for i in range(tokenizer.tgt_vocab_size)}
+        # CT2's converter names the rows past a tokenizer's last id (NLLB's) itself: its vocabulary's order is the ids
+        for name in ("shared_vocabulary.json", "target_vocabulary.json"):
+            if (Path(model_dir) / name).is_file():
+                vocabulary = json.loads((Path(model_dir) / name).read_text(encoding="utf-8"))
+                self.token_to_id = {t: i for i, t in reversed(list(enumerate(vocabulary)))} | self.token_to_id
 
     def __call__(self, sources: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Source ids (each ending in </s>) -> generated ids without </s>; one batch, one budget."""

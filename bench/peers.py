@@ -52,6 +52,9 @@ default. Prints the GPU, its driver and torch's CUDA beside the figures, and one
 --model opus-shape races a Marian model of OPUS-MT's shape with random weights (bench/make_marian.py's), built and
 imported with nmt-import's importer into --opus-dir once; its SentencePiece models are trained on Multi30k's
 training text when it is beside --src. Random weights never end a sentence early: every engine decodes to the budget.
+--model nllb-shape races an M2M100 model of NLLB-200-distilled-600M's shape (nllb_shape: a 256,206-row vocabulary,
+an NllbTokenizer padded to NLLB's 256,000 pieces), built in nmt-nllb-shape beside --opus-dir once; CT2 converts the
+directory it was imported from with its own converter. Neither engine is given a target language: the same work.
 """
 
 from __future__ import annotations
@@ -495,12 +498,13 @@ def measure(
 
 
 def convert_for_ct2(model_dir: str, ct2_dir: str) -> None:
-    """Our checkpoint with bench/ct2_convert.py; an imported Marian model from its source with CT2's own converter."""
+    """Our checkpoint with bench/ct2_convert.py; an imported model (Marian, M2M100, mBART) from its source with CT2's
+    own converter."""
     from model.checkpoint import read_metadata
 
     meta = read_metadata(model_dir)
     source = meta.get("imported_from", {}).get("path")
-    if meta.get("architecture") == "marian":
+    if meta.get("architecture") in ("marian", "m2m_100", "mbart"):
         if not source or not Path(source).is_dir():
             sys.exit(f"{model_dir} was imported from {source or 'the Hub'}: CT2 converts the original directory, pass "
                      "a model imported from a local directory")  # fmt: skip
@@ -602,6 +606,55 @@ def opus_shape(directory: Path, src: str) -> tuple[str, str]:
     return str(imported), trained_on
 
 
+NLLB_SHAPE = {  # facebook/nllb-200-distilled-600M's config.json, less its weights
+    "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, "encoder_attention_heads": 16,
+    "decoder_attention_heads": 16, "encoder_ffn_dim": 4096, "decoder_ffn_dim": 4096, "max_position_embeddings": 1024,
+    "scale_embedding": True, "activation_function": "relu", "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
+    "decoder_start_token_id": 2, "dropout": 0.1, "attention_dropout": 0.1,
+}  # fmt: skip
+NLLB_PIECES = 256_000  # its SentencePiece model's pieces: NllbTokenizer has 256,204 ids, the model 256,206 rows
+
+
+def nllb_shape(directory: Path, src: str) -> tuple[str, str]:
+    """An M2M100 model of NLLB-200-distilled-600M's shape with random weights, beside an NllbTokenizer whose
+    SentencePiece model (trained on Multi30k's training text in en, de and fr) is padded to NLLB's 256,000 pieces with
+    pieces no text produces, imported as ours into directory/imported (built the first time; reused after): its
+    directory, and what its tokenizer was trained on."""
+    source, imported, note = directory / "nllb", directory / "imported", directory / "trained_on.txt"
+    if (imported / "metadata.json").is_file() and note.is_file():
+        return str(imported), note.read_text().strip()
+    data = Path(src).resolve().parent
+    if "NMT_TEST_DATA" not in os.environ and (data / "train.en.gz").is_file():
+        os.environ["NMT_TEST_DATA"] = str(data)
+    import torch
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    from model.importers.m2m100 import import_m2m100
+    from model.multilingual_tokenizer import MultilingualTokenizer, spec_from
+    from tests.importers.marian_fixture import DATA
+    from tests.importers.multilingual_fixture import build_nllb, train_bpe
+
+    trained_on = "Multi30k's training text" if (DATA / "train.en.gz").is_file() else "synthetic sentences"
+    print(f"building a random M2M100 model of NLLB-200-distilled-600M's shape in {source} ...", file=sys.stderr,
+          flush=True)  # fmt: skip
+    source.mkdir(parents=True, exist_ok=True)
+    proto = pb.ModelProto.FromString(train_bpe(directory, 8000, "bpe", 29000).read_bytes())
+    lowest = min(p.score for p in proto.pieces)
+    for i in range(NLLB_PIECES - len(proto.pieces)):  # two private-use characters each, neither a piece alone
+        proto.pieces.add(piece=chr(0xF0000 + i // 1024) + chr(0x100000 + i % 1024), score=lowest - 1 - i)
+    padded = directory / "padded.model"
+    padded.write_bytes(proto.SerializeToString())
+    build_nllb(source, padded, legacy=False, src_lang="eng_Latn", tgt_lang="deu_Latn")
+    ids = MultilingualTokenizer(spec_from(source)).vocab_size
+    torch.manual_seed(0)
+    config = M2M100Config(vocab_size=ids + 2, init_std=0.05, **NLLB_SHAPE)
+    M2M100ForConditionalGeneration(config).save_pretrained(source)
+    import_m2m100(source, imported, {"name": "nllb-shape-random", "path": str(source.resolve())})
+    note.write_text(trained_on + "\n")
+    return str(imported), trained_on
+
+
 def race_cuda(args, names: list[str], sizes: list[int], sentences_note: str) -> None:
     """The GPU race: every engine started (those that cannot run recorded), decoding in turns; figures and JSON."""
     from model.checkpoint import read_metadata
@@ -685,8 +738,9 @@ def main() -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the greedy race on the GPU")
     p.add_argument("--limit-batch1", type=int, help="with --device cuda: batch 1 decodes only the first N of the "
                    "--limit sentences (default 50; 0 = all)")  # fmt: skip
-    p.add_argument("--model", choices=("checkpoint", "opus-shape"), default="checkpoint",
-                   help="checkpoint: --model-dir; opus-shape: a random Marian model of OPUS-MT's shape")  # fmt: skip
+    p.add_argument("--model", choices=("checkpoint", "opus-shape", "nllb-shape"), default="checkpoint",
+                   help="checkpoint: --model-dir; opus-shape: a random Marian model of OPUS-MT's shape; nllb-shape: a "
+                   "random M2M100 of NLLB-200-distilled-600M's (built in nmt-nllb-shape beside --opus-dir)")  # fmt: skip
     p.add_argument("--opus-dir", type=Path, default=Path(tempfile.gettempdir()) / "nmt-opus-shape",
                    help="with --model opus-shape: where it is built and imported once, and reused")  # fmt: skip
     p.add_argument("--beam", type=int, default=1, help="beam size: 1 races greedy decoding, N > 1 beam search")
@@ -711,6 +765,8 @@ def main() -> None:
         return main_cuda(p, args)
     if args.model == "opus-shape":
         args.model_dir = opus_shape(args.opus_dir, args.src)[0]
+    if args.model == "nllb-shape":
+        args.model_dir = nllb_shape(args.opus_dir.with_name("nmt-nllb-shape"), args.src)[0]
     names = args.engines.split(",") if args.engines else BEAM_ENGINES if args.beam > 1 else ENGINES
     if unknown := [n for n in names if n not in ENGINES]:
         p.error(f"unknown engines {unknown}: choose from {ENGINES}")
