@@ -464,12 +464,14 @@ function renderAttention(a, reference, beam) {
   head.value = state.head;
   $("kind").value = state.kind;
   for (const id of ["kind", "layer", "head"]) $(id).disabled = false;
+  const start = state.languages ? "</s>, the target language's code" : "<s>"; // what the decoder is fed first
   $("explorer-note").textContent = reference
-    ? "Teacher-forced on your reference: decoder rows are <s> and the reference's tokens; row t predicted token t+1."
+    ? `Teacher-forced on your reference: decoder rows are ${start} and the reference's tokens; row t predicted ` +
+      "token t+1."
     : beam
-      ? `Teacher-forced on the beam search's translation (beam ${beam}): decoder rows are <s> and its tokens; ` +
+      ? `Teacher-forced on the beam search's translation (beam ${beam}): decoder rows are ${start} and its tokens; ` +
         "row t predicted token t+1."
-      : "Decoder rows are <s> and the model's translation; row t is the step that predicted token t+1.";
+      : `Decoder rows are ${start} and the model's translation; row t is the step that predicted token t+1.`;
   draw();
 }
 

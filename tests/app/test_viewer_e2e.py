@@ -522,6 +522,7 @@ def test_a_many_to_many_model_s_languages_are_picked_and_every_call_names_them(b
         assert [e.text for e in heatmap.find_elements(By.CSS_SELECTOR, ".col-label")] == attention["encoder_tokens"]
         assert int(heatmap.get_attribute("data-rows")) == len(attention["decoder_tokens"])
         assert attention["decoder_tokens"][1] == "deu_Latn"
+        assert "decoder rows are </s>, the target language's code and" in by_id(browser, "explorer-note").text.lower()
         screenshot(browser, "many-to-many")
 
         source.select_by_value("auto")  # detected: the German text's code
