@@ -238,19 +238,20 @@ def with_bias(config: TransformerConfig, weights: dict[str, torch.Tensor]) -> Tr
 SPARE_ROWS = 64
 
 
-def check_tokenizer(tokenizer: MultilingualTokenizer, c: TransformerConfig) -> None:
-    """Refuse, by name, a tokenizer whose vocabulary or special ids are not the model's (the model may have up to
-    SPARE_ROWS rows more, ids no text becomes)."""
-    if not 0 <= c.tgt_vocab_size - tokenizer.vocab_size <= SPARE_ROWS:
+def check_tokenizer(spec: dict, c: TransformerConfig) -> None:
+    """Refuse, by name, a tokenizer spec whose vocabulary or special ids are not the model's (the model may have up
+    to SPARE_ROWS rows more, ids no text becomes)."""
+    size, special = spec["size"], spec["special"]
+    if not 0 <= c.tgt_vocab_size - size <= SPARE_ROWS:
         raise CannotImport(
-            f"the tokenizer has {tokenizer.vocab_size} tokens but config.json says vocab_size={c.tgt_vocab_size} "
+            f"the tokenizer has {size} tokens but config.json says vocab_size={c.tgt_vocab_size} "
             f"(a model may have up to {SPARE_ROWS} rows more than its tokenizer, never fewer)"
         )
     ids = {  # the tokenizer's id, config.json's key and id
-        "<pad>": (tokenizer.pad_id, "pad_token_id", c.pad_id),
-        "</s>": (tokenizer.eos_id, "eos_token_id", c.eos_id),
-        "the decoder's start": (tokenizer.bos_id, "decoder_start_token_id", c.bos_id),
-        "<unk>": (tokenizer.unk_id, "unk_token_id (fairseq's 3)", c.unk_id),
+        "<pad>": (special["pad"], "pad_token_id", c.pad_id),
+        "</s>": (special["eos"], "eos_token_id", c.eos_id),
+        "the decoder's start": (special["decoder_start"], "decoder_start_token_id", c.bos_id),
+        "<unk>": (special["unk"], "unk_token_id (fairseq's 3)", c.unk_id),
     }
     for token, (ours, key, theirs) in ids.items():
         if ours != theirs:
@@ -270,8 +271,8 @@ def save_import(
 ) -> Path:  # fmt: skip
     """Check the tokenizer of `spec` against `config`, load the weights with `loader`, write the checkpoint. The
     tokenizer spans the model's rows: those past its last id decode to nothing, as M2M100's made-up words do."""
-    check_tokenizer(MultilingualTokenizer(spec), config)
-    tokenizer = MultilingualTokenizer({**spec, "size": config.tgt_vocab_size})
+    check_tokenizer(spec, config)
+    tokenizer = MultilingualTokenizer({**spec, "size": config.tgt_vocab_size})  # built once: 256k pieces for NLLB
     model = Transformer(config)
     loader(model, weights)
     model.eval()

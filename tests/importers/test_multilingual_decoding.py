@@ -24,6 +24,14 @@ DIRECTIONS = {"nllb": [("deu_Latn", "fra_Latn"), ("eng_Latn", "deu_Latn"), ("fra
               "mbart50": [("de_DE", "fr_XX"), ("en_XX", "de_DE"), ("fr_XX", "en_XX")]}  # fmt: skip
 
 
+def padded(sources: list[list[int]], pad: int) -> torch.Tensor:
+    """Right-padded (B, S) source ids."""
+    src = torch.full((len(sources), max(map(len, sources))), pad, dtype=torch.long)
+    for j, ids in enumerate(sources):
+        src[j, : len(ids)] = torch.tensor(ids)
+    return src
+
+
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     sources = model_directories(tmp_path_factory.mktemp("sources"))
@@ -70,12 +78,7 @@ def test_each_direction_alone_and_all_mixed_in_one_batch_give_generates_tokens(d
     searches = [DecodingOptions(beam_size=beams, start=start).search(BUDGET, model.config) for _, start, _ in rows]
     with torch.inference_mode():
         for k in range(0, len(rows), 50):  # admitted in waves, some while others decode
-            part = rows[k : k + 50]
-            width = max(len(r[0]) for r in part)
-            src = torch.full((len(part), width), model.config.source_pad_id, dtype=torch.long)
-            for j, (ids, _, _) in enumerate(part):
-                src[j, : len(ids)] = torch.tensor(ids)
-            batch.add(searches[k : k + 50], src)
+            batch.add(searches[k : k + 50], padded([r[0] for r in rows[k : k + 50]], model.config.source_pad_id))
             for _ in range(3):
                 batch.step()
         while len(batch):
@@ -120,11 +123,8 @@ def test_compiled_graphs_decode_mixed_directions_as_the_eager_model(dirs, tmp_pa
         want = [decode(eager, [r[0]], [BUDGET], o)[0][0].tokens for r, o in zip(pair, options)]
         batch = RowBatch(compiled, cache)
         searches = [o.search(BUDGET, compiled.config) for o in options]
-        src = torch.full((2, max(len(r[0]) for r in pair)), compiled.config.source_pad_id, dtype=torch.long)
-        for j, r in enumerate(pair):
-            src[j, : len(r[0])] = torch.tensor(r[0])
         with torch.inference_mode():
-            batch.add(searches, src)
+            batch.add(searches, padded([r[0] for r in pair], compiled.config.source_pad_id))
             while len(batch):
                 batch.step()
         assert [s.results()[0].tokens for s in searches] == want
