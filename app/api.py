@@ -29,10 +29,12 @@ from app.engine import (
     RequestTimeout,
     Translation,
 )
+from app.engine.documents import weakest
 from app.engine.limits import Decoding
 from app.metrics import CONTENT_TYPE_LATEST
 from app.models import Models
 from app.settings import Settings
+from model.confidence import Quality
 
 try:
     VERSION = version("nmt-serve")
@@ -65,7 +67,7 @@ SSE_EXAMPLE = (
     'data: {"index": 0, "token": {"id": 412, "text": "Ein"}, "text_so_far": "Ein"}\n\n'
     'data: {"index": 1, "token": {"id": 95, "text": " Mann"}, "text_so_far": "Ein Mann"}\n\n'
     'data: {"text": "Ein Mann", "finish_reason": "eos", "usage": {"input_tokens": 4, "output_tokens": 3}, '
-    '"truncated": false}\n\n'
+    '"truncated": false, "confidence": 0.93, "flags": []}\n\n'
 )
 # One server-sent event: its `data` field carries a JSON object (a token event, the last event, or an error).
 SSE_EVENT_SCHEMA = {
@@ -197,7 +199,7 @@ async def translate(body: s.TranslateRequest, models: ModelsDep, request: Reques
     if body.stream:
         return await stream_translation(body, engine)
     out = await unless_disconnected(request.receive, run_translate(engine, body))
-    return translation_response(body, out, engine.name)
+    return translation_response(body, out, engine)
 
 
 async def decoding(body: s.TranslateRequest, engine: Engine) -> Decoding:
@@ -208,7 +210,7 @@ async def decoding(body: s.TranslateRequest, engine: Engine) -> Decoding:
         source = await detect_source(engine, [body.text] if isinstance(body.text, str) else body.text)
     return Decoding(
         body.beam_size, body.num_hypotheses, body.length_penalty, body.target_prefix, body.sampling_topk,
-        body.sampling_temperature, body.seed, body.return_alignment, source, body.target,
+        body.sampling_temperature, body.seed, body.return_alignment, body.return_word_confidence, source, body.target,
     )  # fmt: skip
 
 
@@ -226,22 +228,47 @@ async def run_translate(engine: Engine, body: s.TranslateRequest) -> list[Transl
     if body.format == "html" and body.return_segments:
         raise InvalidRequest('return_segments works on plain text only; send it with "format": "text"')
     how = await decoding(body, engine)
-    return await engine.translate(body.text, body.max_new_tokens, body.truncate, how, body.split, body.format)
+    return await engine.translate(
+        body.text, body.max_new_tokens, body.truncate, how, body.split, body.format, body.min_confidence
+    )
 
 
-def translation_response(body: s.TranslateRequest, out: list[Translation], model: str) -> s.TranslateResponse:
+def translation_response(body: s.TranslateRequest, out: list[Translation], engine: Engine) -> s.TranslateResponse:
     """The answer to a `/translate` request that was not streamed (also used by app/fastpath.py)."""
     tokens = body.return_tokens
     texts = [body.text] if isinstance(body.text, str) else body.text
 
+    def spans_of(source: str, t: Translation) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+        if t.segments is None:  # translated whole
+            return [((0, len(source)), (0, len(t.text)))] if source.strip() else []
+        return t.segments
+
     def segments(source: str, t: Translation) -> list[s.SegmentOut] | None:
         if not body.return_segments:
             return None
-        if t.segments is None:  # translated whole
-            spans = [((0, len(source)), (0, len(t.text)))] if source.strip() else []
-        else:
-            spans = t.segments
-        return [s.SegmentOut(source_span=a, target_span=b) for a, b in spans]
+        qualities = t.segment_qualities or [t.quality]
+        return [
+            s.SegmentOut(source_span=a, target_span=b, withheld=i in t.withheld, **judged(q))
+            for i, ((a, b), q) in enumerate(zip(spans_of(source, t), qualities))
+        ]  # fmt: skip
+
+    def withheld(source: str, t: Translation) -> list[s.WithheldOut] | None:
+        if not t.withheld:
+            return None
+        qualities = t.segment_qualities or [t.quality]
+        spans = spans_of(source, t) if body.format == "text" else []
+        return [
+            s.WithheldOut(segment=i, source_span=spans[i][0] if i < len(spans) else None, **judged(qualities[i]))
+            for i in t.withheld
+        ]  # fmt: skip
+
+    def words(t: Translation) -> list[s.WordOut] | None:
+        if t.words is None:
+            return None
+        return [s.WordOut(text=t.text[a:b], span=(a, b), confidence=c) for (a, b), c in t.words]
+
+    def signals(t: Translation) -> s.Signals | None:
+        return s.Signals(**t.quality.signals.as_dict()) if body.return_signals and t.quality is not None else None
 
     def alignment(t: Translation) -> list[s.AlignedOut] | None:
         return None if t.alignment is None else [s.AlignedOut(**a.__dict__) for a in t.alignment]
@@ -253,7 +280,7 @@ def translation_response(body: s.TranslateRequest, out: list[Translation], model
             s.HypothesisOut(
                 text=h.text, score=round(h.score, 4), finish_reason=h.finish_reason,
                 tokens=h.tokens if tokens else None, token_ids=h.token_ids if tokens else None,
-                alignment=alignment(h),
+                alignment=alignment(h), **judged(h.quality), words=words(h),
             )
             for h in t.hypotheses
         ]  # fmt: skip
@@ -270,12 +297,22 @@ def translation_response(body: s.TranslateRequest, out: list[Translation], model
                 alignment=alignment(t),
                 hypotheses=hypotheses(t),
                 segments=segments(source, t),
+                **judged(t.quality),
+                signals=signals(t),
+                words=words(t),
+                withheld=withheld(source, t),
             )
             for source, t in zip(texts, out, strict=True)
         ],
         usage=s.Usage(input_tokens=sum(t.input_tokens for t in out), output_tokens=sum(t.output_tokens for t in out)),
-        model=model,
+        model=engine.name,
+        calibrated=engine.calibration is not None,
     )
+
+
+def judged(quality: Quality | None) -> dict[str, Any]:
+    """The confidence and flags fields of a translation, sentence or hypothesis."""
+    return {} if quality is None else {"confidence": quality.confidence, "flags": quality.flags}
 
 
 @router.post("/attention", response_model=s.AttentionResponse)
@@ -315,7 +352,9 @@ async def stream_translation(body: s.TranslateRequest, engine: Engine) -> Stream
     if body.format == "html":
         raise InvalidRequest('stream works on plain text only: leave out "stream" to translate HTML')
     how = await decoding(body, engine)
-    events = await engine.translate_stream(body.text, body.max_new_tokens, body.truncate, how, body.split)
+    events = await engine.translate_stream(
+        body.text, body.max_new_tokens, body.truncate, how, body.split, body.min_confidence
+    )  # fmt: skip
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering (deploy/nginx.conf)
     return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)
 
@@ -328,6 +367,10 @@ async def server_sent(events: AsyncIterator[dict[str, Any]], scores: bool) -> As
                 score = event.pop("score", None)
                 if scores and score is not None:
                     event["score"] = round(score, 4)
+                qualities, withheld = event.pop("quality"), event.pop("withheld")
+                event |= judged(weakest(qualities))
+                if withheld:
+                    event["withheld"] = [{"segment": i, **judged(qualities[i])} for i in withheld]
             yield b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
     except Exception as e:  # the status line is gone: the error travels as the last event
         status, kind = error_kind(e)

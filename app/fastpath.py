@@ -58,7 +58,7 @@ class FastTranslate:
         except ENGINE_ERROR_TYPES as e:  # anything else reaches the server-error handler, as from the route
             response: Response = engine_error(e)
         else:
-            answer = translation_response(request, out, engine.name).model_dump_json(exclude_none=True)
+            answer = translation_response(request, out, engine).model_dump_json(exclude_none=True)
             response = Response(answer, media_type="application/json")
         await response(scope, receive, send)
 

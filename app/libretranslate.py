@@ -41,6 +41,8 @@ FIELDS = {  # what /translate reads; /detect reads q and api_key
     "format": {"type": "string", "enum": ["text", "html"], "description": '"text" (default) or "html"'},
     "alternatives": {"type": ["integer", "string"], "description": "how many other translations to add (0 to 7)"},
     "api_key": {"type": ["string", "null"], "description": "the server's NMT_API_KEY, when it has one"},
+    "min_confidence": {"type": ["number", "string"], "description": "nmt-serve's own: withhold sentences whose "
+                       "confidence is below this (0 to 1), as /translate's min_confidence"},
 }  # fmt: skip
 
 
@@ -164,6 +166,20 @@ def alternatives(values: dict[str, Any], engine: Engine) -> int:
     return max(0, n)
 
 
+def min_confidence(values: dict[str, Any]) -> float | None:
+    """nmt-serve's extra field: withhold sentences below this confidence (default NMT_MIN_CONFIDENCE)."""
+    value = values.get("min_confidence")
+    if value is None:
+        return None
+    try:
+        floor = float(value) if not isinstance(value, bool) else float("nan")
+    except (TypeError, ValueError):
+        floor = float("nan")
+    if not 0.0 <= floor <= 1.0:  # NaN too
+        raise LibreError(400, "Invalid request: min_confidence parameter must be a number from 0 to 1")
+    return floor
+
+
 def pairs(models: Models) -> dict[tuple[str, str], str]:
     """(source, target) -> the first loaded model (in NMT_MODELS order) that translates it."""
     out: dict[tuple[str, str], str] = {}
@@ -247,14 +263,24 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     n = alternatives(values, engine)
     decoding = Decoding(beam_size=n + 1, num_hypotheses=n + 1) if n and fmt == "text" else GREEDY  # html: none, as LT
     decoding = replace(decoding, source=source, target=target)  # a many-to-many model's direction
-    out = await unless_disconnected(request.receive, engine.translate(q, decoding=decoding, format=fmt))
+    floor = min_confidence(values)
+    out = await unless_disconnected(
+        request.receive, engine.translate(q, decoding=decoding, format=fmt, min_confidence=floor)
+    )
     return answer(out, isinstance(values["q"], str), detected, n)
 
 
 def answer(out: list[Translation], one: bool, detected: dict[str, Any] | None, n: int) -> dict[str, Any]:
     """`translatedText`, with `detectedLanguage` for "auto" and `alternatives` when asked: one each for one text,
-    lists for a list (the detected language repeated, as LibreTranslate's)."""
+    lists for a list (the detected language repeated, as LibreTranslate's). nmt-serve adds `confidence` and `flags`
+    (and `withheld` where min_confidence left sentences out), which LibreTranslate's clients ignore."""
     body: dict[str, Any] = {"translatedText": out[0].text if one else [t.text for t in out]}
+    judged = {
+        "confidence": [None if t.quality is None else t.quality.confidence for t in out],
+        "flags": [[] if t.quality is None else t.quality.flags for t in out],
+        "withheld": [t.withheld for t in out] if any(t.withheld for t in out) else None,
+    }  # fmt: skip
+    body |= {key: values[0] if one else values for key, values in judged.items() if values is not None}
     if detected:
         body["detectedLanguage"] = detected if one else [detected] * len(out)
     if n:

@@ -10,6 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from model.confidence import FLAGS, Quality
+
 try:
     from fastapi.routing import iter_route_contexts  # FastAPI that keeps included routers whole (0.165)
 except ImportError:  # one that flattens them: app.routes holds every route with its full path
@@ -18,6 +20,7 @@ except ImportError:  # one that flattens them: app.routes holds every route with
 __all__ = ["CONTENT_TYPE_LATEST", "EngineMetrics", "Metrics", "RequestMetrics"]
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 MODEL = ("model",)
+CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
@@ -72,6 +75,17 @@ class Metrics:
             "(0 until then)", labelnames=MODEL, registry=r,
         )  # fmt: skip
 
+        self.confidence = Histogram(
+            "nmt_sentence_confidence", "per translated sentence: its confidence (model/confidence.py)",
+            buckets=CONFIDENCE_BUCKETS, labelnames=MODEL, registry=r,
+        )  # fmt: skip
+        self.flagged = Counter(
+            "nmt_flagged_sentences", "translated sentences that raised a flag, by flag", ["model", "flag"], registry=r
+        )
+        self.withheld = Counter(
+            "nmt_withheld_sentences", "translated sentences withheld under min_confidence", labelnames=MODEL, registry=r
+        )
+
     def engine(self, model: str) -> EngineMetrics:
         """The engine series of one model."""
         return EngineMetrics(self, model)
@@ -86,13 +100,24 @@ class EngineMetrics:
     SERIES = (
         "queue_length", "batch_size", "generated_tokens", "time_per_output_token", "time_to_first_token",
         "decoder_steps", "step_duration", "prefill_duration", "prefilled_sequences", "oom_retries", "compiled",
-        "compile_duration",
+        "compile_duration", "confidence", "withheld",
     )  # fmt: skip
 
     def __init__(self, metrics: Metrics, model: str):
         self.registry, self.model = metrics.registry, model
         for name in self.SERIES:
             setattr(self, name, getattr(metrics, name).labels(model))
+        self.flagged = {flag: metrics.flagged.labels(model, flag) for flag in FLAGS}
+
+    def judged(self, qualities: list[Quality | None], withheld: int) -> None:
+        """Count translated sentences: their confidences, the flags they raised and how many were withheld."""
+        for q in qualities:
+            if q is not None:
+                self.confidence.observe(q.confidence)
+                for flag in q.flags:
+                    self.flagged[flag].inc()
+        if withheld:
+            self.withheld.inc(withheld)
 
     def watch(self, queue_length: Callable[[], float], batch_size: Callable[[], float]) -> None:
         """Read the queue and batch gauges from these callables at scrape time (no work per decoder step)."""

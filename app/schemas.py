@@ -201,7 +201,21 @@ class TranslateRequest(Request):
         False,
         description="one text only: answer with server-sent events, one per generated token "
         '(`{"index", "token": {"id", "text"}, "text_so_far"}`), then `{"text", "finish_reason", "usage", '
-        '"truncated"}` (or `{"error", "type"}` if it failed midway)',
+        '"truncated", "confidence", "flags"}` (or `{"error", "type"}` if it failed midway)',
+    )
+    min_confidence: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="withhold each sentence whose `confidence` is below this: its text is left out (a document keeps "
+        "its other sentences and its whitespace) and `withheld` says which and why; default NMT_MIN_CONFIDENCE (0: "
+        "none). Streamed tokens cannot be taken back: the last event's `text` is what stands",
+    )  # fmt: skip
+    return_signals: bool = Field(
+        False, description="add `signals`: the measures the confidence and flags come from (docs/confidence.md)"
+    )
+    return_word_confidence: bool = Field(
+        False,
+        description="add `words`: each word of the translation with its character span and its probability as "
+        "generated (the product of its tokens' probabilities); plain text, not streamed",
     )
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"text": ["A man is riding a bike.", "Two dogs play in the snow."]}]}
@@ -218,12 +232,48 @@ class AlignedOut(BaseModel):
 class SegmentOut(BaseModel):
     source_span: tuple[int, int] = Field(description="[start, end) characters of the piece in the text")
     target_span: tuple[int, int] = Field(description="[start, end) characters of its translation in the translation")
+    confidence: float | None = Field(None, description="this piece's confidence")
+    flags: list[Flag] = Field(default_factory=list, description="this piece's flags")
+    withheld: bool = Field(False, description="left out of the translation: its confidence is below min_confidence")
+
+
+Flag = Literal["repetition", "length", "copy", "hallucination"]
+CONFIDENCE = (
+    "how far to trust the translation, 0 to 1: with a calibrated model (`calibrated`) the probability that its chrF "
+    "against a human reference clears the calibration's threshold; a document's is its least confident sentence's; "
+    "null for a blank text"
+)
+FLAGS = "what looks wrong, from a fixed vocabulary (docs/confidence.md); a document's: any sentence's"
+
+
+class Signals(BaseModel):
+    mean_logprob: float = Field(description="the mean log-probability of the generated tokens, `</s>` included")
+    min_logprob: float = Field(description="the lowest of them")
+    length: float = Field(description="how far the length ratio lies from the model's typical one, in spreads")
+    repetition: float = Field(description="the share of tokens repeating the n-gram before them, less the source's")
+    copied: float = Field(description="the share of the translation's words found in the source")
+
+
+class WithheldOut(BaseModel):
+    segment: int = Field(description="which sentence of the text (from 0, as `segments` counts them)")
+    source_span: tuple[int, int] | None = Field(description="[start, end) characters of it in the text (plain text)")
+    confidence: float
+    flags: list[Flag]
+
+
+class WordOut(BaseModel):
+    text: str
+    span: tuple[int, int] = Field(description="[start, end) characters of the word in the translation")
+    confidence: float = Field(description="the product of its tokens' probabilities")
 
 
 class HypothesisOut(BaseModel):
     text: str
     score: float
     finish_reason: Literal["eos", "length"]
+    confidence: float | None = Field(None, description=CONFIDENCE)
+    flags: list[Flag] = Field(default_factory=list, description=FLAGS)
+    words: list[WordOut] | None = Field(None, description="with return_word_confidence")
     tokens: list[str] | None = None
     token_ids: list[int] | None = None
     alignment: list[AlignedOut] | None = None
@@ -241,6 +291,17 @@ class TranslationOut(BaseModel):
         None, description="with num_hypotheses > 1: the n-best list, best first (the first is this translation)"
     )
     segments: list[SegmentOut] | None = Field(None, description="with return_segments: the pieces, in order")
+    confidence: float | None = Field(None, description=CONFIDENCE)
+    flags: list[Flag] = Field(default_factory=list, description=FLAGS)
+    signals: Signals | None = Field(
+        None, description="with return_signals (a document's: its least confident sentence's)"
+    )
+    words: list[WordOut] | None = Field(
+        None, description="with return_word_confidence: each word of the translation, its span and probability"
+    )
+    withheld: list[WithheldOut] | None = Field(
+        None, description="the sentences left out under min_confidence, with their confidence and flags; absent if none"
+    )
 
 
 class Usage(BaseModel):
@@ -252,6 +313,10 @@ class TranslateResponse(BaseModel):
     translations: list[TranslationOut]
     usage: Usage
     model: str
+    calibrated: bool = Field(
+        description="the model's confidence is calibrated (nmt-calibrate); false: it is the raw geometric mean of the "
+        "tokens' probabilities (`/info`'s `confidence` says what it means)"
+    )
 
 
 class AttentionRequest(Request):
@@ -392,4 +457,8 @@ class InfoResponse(BaseModel):
     memory: MemoryInfo
     languages: dict[str, str] = Field(description='the language pair, e.g. {"source": "en", "target": "de"}')
     metadata: dict[str, Any]
+    confidence: dict[str, Any] = Field(
+        description="what `confidence` means for this model: `calibrated`, `meaning`, the flags' `thresholds`, and for "
+        "a calibrated one its `chrf_threshold` and what it was fitted on (docs/confidence.md)"
+    )
     worker: WorkerInfo | None = Field(None, description="with NMT_WORKERS > 1: the worker that answered, else null")

@@ -141,7 +141,16 @@ class Settings(BaseSettings):
         "kernels run them. CPU and `float32` only; about 86–88% of sentences keep float32's tokens, BLEU within 0.12 "
         "(`docs/performance.md`); a translation can depend on the sentences batched with it (one input scale per "
         "batch); the logit screen is off. The eager model (before the graphs are in, with "
-        "`NMT_COMPILE=off`, for `/attention`) computes the same function, slower. `/info` reports it (`quantize`)",
+        "`NMT_COMPILE=off`, for `/attention`) computes the same function, slower: for a model of NLLB-600M's size too "
+        "slow to serve (use `NMT_COMPILE=blocking`). `/info` reports it (`quantize`)",
+    )
+    min_confidence: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="withhold every translated sentence whose `confidence` is below this (a request's "
+        "`min_confidence` overrides it): its text is left out, a document keeps its other sentences and its shape, "
+        "and `withheld` says which and why. `0`: nothing withheld. See `docs/confidence.md`",
     )
     screen_logits: bool = Field(
         True,

@@ -10,6 +10,7 @@ from app.engine.errors import InputTooLong, InvalidRequest
 from app.engine.results import Aligned, Translation
 from app.html import HtmlDocument, MalformedHtml, parse
 from app.segment import Segment, Split, assemble, segment
+from model.confidence import FLAGS, Quality
 
 Format = Literal["text", "html"]
 
@@ -73,6 +74,29 @@ def split_texts(texts: list[str], split: Split, language: str, max_chars: int, m
     return Documents(texts, segments, split)
 
 
+def withhold(parts: list[Translation], min_confidence: float) -> list[Translation]:
+    """Each translation whose confidence is below `min_confidence` loses its text, tokens, alignment and
+    alternatives and says it was withheld; its quality stays, to say why. In place; returns `parts`."""
+    if min_confidence <= 0:
+        return parts
+    for p in parts:
+        if p.quality is not None and p.quality.confidence < min_confidence:
+            p.text, p.token_ids, p.alignment, p.hypotheses, p.withheld = "", [], None, [], [0]
+            p.words = None if p.words is None else []
+            p.__dict__.pop("tokens", None)  # the cached pieces of the tokens it no longer has
+    return parts
+
+
+def weakest(qualities: list[Quality | None]) -> Quality | None:
+    """A document's quality: its least confident segment's confidence and signals, every segment's flags."""
+    known = [q for q in qualities if q is not None]
+    if not known:
+        return None
+    low = min(known, key=lambda q: q.confidence)
+    raised = {f for q in known for f in q.flags}
+    return replace(low, flags=[f for f in FLAGS if f in raised])
+
+
 def put_back(docs: Documents, parts: list[Translation]) -> list[Translation]:
     """One Translation per text from its segments' translations (in `docs.pieces` order)."""
     out, at = [], 0
@@ -103,6 +127,9 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
                 for a in p.alignment
             ]  # fmt: skip
             targets, sources = targets + len(p.token_ids), sources + p.input_tokens
+    words = None
+    if all(p.words is not None for p in parts):  # shifted to where each segment's translation stands
+        words = [((a + t, b + t), c) for p, (t, _) in zip(parts, spans, strict=True) for (a, b), c in p.words]
     out = Translation(
         text=joined, finish_reason="length" if any(p.finish_reason == "length" for p in parts) else "eos",
         token_ids=[i for p in parts for i in p.token_ids],
@@ -110,6 +137,8 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
         input_tokens=sum(p.input_tokens for p in parts), output_tokens=steps,
         truncated=any(p.truncated for p in parts), piece=parts[0].piece, alignment=alignment,
         segments=[((s.start, s.end), span) for s, span in zip(segments, spans, strict=True)],
+        quality=weakest([p.quality for p in parts]), segment_qualities=[p.quality for p in parts],
+        withheld=[i for i, p in enumerate(parts) if p.withheld], words=words,
     )  # fmt: skip
     n_best = min(len(p.hypotheses) for p in parts)
     if n_best > 1:  # the first is this one (each part's best heads its own list)
@@ -155,7 +184,16 @@ def page_translation(text: str, page: HtmlDocument, units: list[Translation]) ->
         score=sum(u.score * u.output_tokens for u in units) / steps if steps else 0.0,
         input_tokens=sum(u.input_tokens for u in units), output_tokens=steps,
         truncated=any(u.truncated for u in units), piece=units[0].piece,
+        quality=weakest([u.quality for u in units]),
     )  # fmt: skip
+    # the units' sentences, one after another: a unit translated whole counts as one
+    at = 0
+    out.segment_qualities = []
+    for u in units:
+        qualities = u.segment_qualities if u.segment_qualities is not None else [u.quality]
+        out.segment_qualities += qualities
+        out.withheld += [at + i for i in u.withheld]
+        at += len(qualities)
     n_best = min(len(u.hypotheses) for u in units)
     if n_best > 1:
         others = [page_translation(text, page, [u.hypotheses[i] for u in units]) for i in range(1, n_best)]

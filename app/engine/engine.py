@@ -15,7 +15,16 @@ import torch
 from app.detokenize import IncrementalText
 from app.device import device_name, resolve_device
 from app.engine.compiling import Compiler, Mode
-from app.engine.documents import Documents, Format, check_chars, pages_back, parse_pages, put_back, split_texts
+from app.engine.documents import (
+    Documents,
+    Format,
+    check_chars,
+    pages_back,
+    parse_pages,
+    put_back,
+    split_texts,
+    withhold,
+)
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.memory import Sizing, decoder_rows
@@ -26,6 +35,7 @@ from app.metrics import Metrics
 from app.segment import Segment, Split
 from app.settings import Settings
 from model.checkpoint import load_checkpoint
+from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration, assess, signals
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
@@ -60,6 +70,7 @@ class Engine:
         max_waiting_steps: int = 4, screen_logits: bool = False, compile_cache_dir: Path | None = None,
         compile_mode: str = "max-autotune", sizing: Sizing | None = None, gpu_memory_fraction: float | None = None,
         max_request_chars: int = 20_000, quantize: str = "none", max_request_sequences: int | None = None,
+        calibration: Calibration | None = None, min_confidence: float = 0.0,
     ):  # fmt: skip
         c = model.config
         # a many-to-many model's rows are fed their target language before they decode (DecodingOptions.start)
@@ -83,6 +94,8 @@ class Engine:
                 f"(a request may send that many texts) and at most max_queue={max_queue}"
             )
         self.model, self.tokenizer, self.name, self.metadata = model, tokenizer, name, metadata or {}
+        self.calibration = calibration  # the confidence's calibration (model/confidence.py); None: the raw one
+        self.min_confidence = min_confidence  # a request's default: sentences below it are withheld
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         self.limits = Limits(max_input_tokens, max_new_tokens, max_batch_texts, max_batch_size, c.tgt_vocab_size)
@@ -120,6 +133,7 @@ class Engine:
         if s.quantize != "none" and (device.type != "cpu" or dtype != torch.float32):
             raise ValueError(f"NMT_QUANTIZE={s.quantize} runs on the CPU in float32, not on {device} in {dtype}")
         model, tokenizer, metadata = load_checkpoint(model_dir, device=device, dtype=dtype)
+        calibration = Calibration.load(model_dir)
         start = START_TOKENS if isinstance(tokenizer, MultilingualTokenizer) else 0
         sizing = decoder_rows(
             model.config, device, dtype, s.max_new_tokens + 1 + start, s.max_input_tokens, s.max_batch_size, fraction,
@@ -135,7 +149,7 @@ class Engine:
             request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
             waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
             screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
-            quantize=s.quantize,
+            quantize=s.quantize, calibration=calibration, min_confidence=s.min_confidence,
         )  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -222,6 +236,14 @@ class Engine:
         """The source language's code for sentence splitting (ISO 639-1 where there is one)."""
         return self.codes.short(decoding.source) if self.codes else self.languages["source"]
 
+    def confidence_info(self) -> dict[str, Any]:
+        """What this model's `confidence` means: calibrated (and on what), or the raw token probability."""
+        k = self.calibration
+        if k is None:
+            return {"calibrated": False, "meaning": RAW_MEANING, "thresholds": DEFAULT_THRESHOLDS}
+        return {"calibrated": True, "meaning": k.meaning, "chrf_threshold": k.chrf_threshold,
+                "thresholds": k.thresholds, "fitted_on": k.fitted_on}  # fmt: skip
+
     def info(self) -> dict[str, Any]:
         c = self.model.config
         return {
@@ -230,7 +252,7 @@ class Engine:
             "device": str(self.device), "device_name": device_name(self.device),
             "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "compile": self.compiler.info(),
             "screened_logits": self.screened, "quantize": self.quantize, "threads": self.batcher.threads,
-            "languages": self.languages, "metadata": self.metadata,
+            "languages": self.languages, "metadata": self.metadata, "confidence": self.confidence_info(),
             "limits": {
                 "max_input_tokens": self.limits.max_input_tokens, "max_new_tokens": self.max_new_tokens,
                 "max_batch_texts": self.limits.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
@@ -258,36 +280,53 @@ class Engine:
     async def translate(
         self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False,
         decoding: Decoding = GREEDY, split: Split = "sentences", format: Format = "text",
+        min_confidence: float | None = None,
     ) -> list[Translation]:  # fmt: skip
         """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
         (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
         whitespace (app/engine/documents.py). Blank texts translate to "" without a model call. `format="html"`
-        translates the pages' text (app/html.py) and gives back their markup."""
+        translates the pages' text (app/html.py) and gives back their markup. Segments whose confidence is below
+        `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`."""
         texts = self.limits.texts(text, "text")
         decoding = self.resolve(decoding)
+        floor = self.min_confidence if min_confidence is None else min_confidence
         if format == "html":
-            return await self._translate_pages(texts, max_new_tokens, truncate, decoding, split)
-        return await self._translate_texts(texts, isinstance(text, str), max_new_tokens, truncate, decoding, split)
+            out = await self._translate_pages(texts, max_new_tokens, truncate, decoding, split, floor)
+        else:
+            out = await self._translate_texts(
+                texts, isinstance(text, str), max_new_tokens, truncate, decoding, split, floor
+            )
+        for t in out:
+            self.batcher.metrics.judged(t.segment_qualities or [t.quality], len(t.withheld))
+        return out
 
     async def _translate_texts(
         self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
-        split: Split,
+        split: Split, min_confidence: float,
     ) -> list[Translation]:  # fmt: skip
         docs = await self._split(texts, split, decoding)
         if docs.whole:  # a caption: the text as it is
-            return await self._translate(texts, single, max_new_tokens, truncate, decoding)
+            return withhold(await self._translate(texts, single, max_new_tokens, truncate, decoding), min_confidence)
         self._one_sentence_prefix(docs, decoding)
         names = docs.names(single)
         parts = await self._translate(docs.pieces, False, max_new_tokens, truncate, decoding, names)
-        return await _inline_or_on_thread(sum(map(len, texts)), put_back, docs, parts)
+        return await _inline_or_on_thread(sum(map(len, texts)), put_back, docs, withhold(parts, min_confidence))
 
     async def _translate_pages(
-        self, texts: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding, split: Split
+        self,
+        texts: list[str],
+        max_new_tokens: int | None,
+        truncate: bool,
+        decoding: Decoding,
+        split: Split,
+        min_confidence: float,
     ) -> list[Translation]:
         """HTML pages: the text of each page's units translated as documents (with the alignment that puts the
         inline tags back), and each page rendered with the translations."""
-        if decoding.target_prefix or decoding.return_alignment:
-            what = "target_prefix" if decoding.target_prefix else "return_alignment"
+        if decoding.target_prefix or decoding.return_alignment or decoding.return_word_confidence:
+            what = next(
+                k for k in ("target_prefix", "return_alignment", "return_word_confidence") if getattr(decoding, k)
+            )
             raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')
         size = check_chars(texts, self.max_request_chars)  # the markup counts too
         pages = await _inline_or_on_thread(size, parse_pages, texts)
@@ -296,7 +335,7 @@ class Engine:
         if not units:  # markup only
             return [Translation(t, "eos", [], 0.0, 0, 0, False, str) for t in texts]
         parts = await self._translate_texts(
-            units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split
+            units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split, min_confidence
         )  # fmt: skip
         return await _inline_or_on_thread(size, pages_back, texts, pages, parts)
 
@@ -339,7 +378,8 @@ class Engine:
                 alignments = await self.batcher.call(self._align, [srcs[i] for i in live], hyps, start)
         return await _inline_or_on_thread(
             size, translations, tokenizer, texts, srcs, truncated, dict(zip(live, hyps)),
-            alignments and dict(zip(live, alignments)),
+            alignments and dict(zip(live, alignments)), self.calibration, decoding.return_word_confidence,
+            len(options.prefix) if options is not None else 0,
         )  # fmt: skip
 
     async def _options(
@@ -360,24 +400,29 @@ class Engine:
 
     async def translate_stream(
         self, text: str, max_new_tokens: int | None = None, truncate: bool = False, decoding: Decoding = GREEDY,
-        split: Split = "sentences",
+        split: Split = "sentences", min_confidence: float | None = None,
     ) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
         """Validate, tokenize and queue `text` (raising here what `translate` would), then return its events: one
         per generated token, and a last one with the whole translation. A text of several segments decodes them
         together and sends their tokens one segment after another, the whitespace between two segments in the
         `text` of the next one's first token. Closing the iterator drops the sequences."""
         decoding = self.resolve(decoding)
+        if decoding.return_word_confidence:
+            raise InvalidRequest("return_word_confidence needs the whole translation: leave out stream to have it")
         docs = await self._split([text], split, decoding)
         pieces, segments = ([text], None) if docs.whole else (docs.pieces, docs.segments[0])
         if segments is not None:
             self._one_sentence_prefix(docs, decoding)
-        events = self._stream_events(text, pieces, segments, max_new_tokens, truncate, decoding, docs.names(True))
+        floor = self.min_confidence if min_confidence is None else min_confidence
+        events = self._stream_events(
+            text, pieces, segments, max_new_tokens, truncate, decoding, docs.names(True), floor
+        )  # fmt: skip
         await anext(events)  # started, so its `finally` runs however the iterator ends
         return events
 
     async def _stream_events(
         self, text: str, pieces: list[str], segments: list[Segment] | None, max_new_tokens: int | None,
-        truncate: bool, decoding: Decoding, names: list[str],
+        truncate: bool, decoding: Decoding, names: list[str], min_confidence: float,
     ):  # fmt: skip
         self.limits.budget(max_new_tokens)
         options = SEARCH_GREEDY if decoding.greedy else self.limits.decoding(decoding, stream=True)
@@ -393,7 +438,7 @@ class Engine:
         if not text.strip():
             yield None
             yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
-                   "truncated": False}  # fmt: skip
+                   "truncated": False, "quality": [], "withheld": [], "calibrated": self.calibration is not None}  # fmt: skip
             return
         request = object()  # the segments take their turns to be admitted as one request
         streams = [self.batcher.stream(src, budget, options, request) for src, budget in zip(srcs, budgets)]
@@ -416,13 +461,23 @@ class Engine:
                     yield {"index": index, "token": {"id": token, "text": delta}, "text_so_far": shown}
                     index += 1
                 hyps.append(await tokens.result())
-                done.append(text[start:end] + self.tokenizer.decode(hyps[-1].tokens))
+                done.append((text[start:end], self.tokenizer.decode(hyps[-1].tokens)))
             steps = sum(len(h.logprobs) for h in hyps)
+            length = self.calibration.length if self.calibration is not None else None
+            forced = len(options.prefix)  # a target prefix: the caller's tokens, not the model's choice
+            qualities = [
+                assess(signals(src, h.tokens, h.logprobs, piece, translated, length, forced), self.calibration)
+                for src, h, piece, (_, translated) in zip(srcs, hyps, pieces, done, strict=True)
+            ]  # fmt: skip
+            withheld = [i for i, q in enumerate(qualities) if q.confidence < min_confidence]
+            self.batcher.metrics.judged(qualities, len(withheld))
             yield {
-                "text": "".join(done) + (text[gaps[-1][0] :] if segments else ""),
+                "text": "".join(gap + ("" if i in withheld else translated) for i, (gap, translated) in enumerate(done))
+                + (text[gaps[-1][0] :] if segments else ""),
                 "finish_reason": "length" if any(h.finish_reason == "length" for h in hyps) else "eos",
                 "usage": {"input_tokens": sum(map(len, srcs)), "output_tokens": steps},
                 "truncated": bool(truncated), "score": hyps[0].score if len(hyps) == 1 else sum(h.score * len(h.logprobs) for h in hyps) / steps,
+                "quality": qualities, "withheld": withheld, "calibrated": self.calibration is not None,
             }  # fmt: skip
         finally:
             for tokens in streams:

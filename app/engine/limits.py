@@ -26,13 +26,14 @@ class Decoding:
     sampling_temperature: float = 1.0
     seed: int | None = None
     return_alignment: bool = False
+    return_word_confidence: bool = False  # each word's probability (app/engine/results.py): no change to decoding
     # a many-to-many model's languages, as the request names them (the engine resolves them to the model's codes)
     source: str | None = None
     target: str | None = None
 
     @property
     def greedy(self) -> bool:
-        return replace(self, source=None, target=None) == GREEDY
+        return replace(self, source=None, target=None, return_word_confidence=False) == GREEDY
 
 
 GREEDY = Decoding()
@@ -111,10 +112,10 @@ class Limits:
             raise InvalidRequest(
                 f"sampling_topk must be between 0 (the whole vocabulary) and {self.vocab_size}, got {d.sampling_topk}"
             )
-        if stream and (d.beam_size > 1 or d.num_hypotheses > 1 or d.return_alignment):
+        if stream and (d.beam_size > 1 or d.num_hypotheses > 1 or d.return_alignment or d.return_word_confidence):
             raise InvalidRequest(
-                "stream needs beam_size 1, num_hypotheses 1 and no return_alignment: a beam search knows its best "
-                "hypothesis only when it ends. Leave out stream, or decode greedily or by sampling"
+                "stream needs beam_size 1, num_hypotheses 1 and no return_alignment or return_word_confidence: a beam "
+                "search knows its best hypothesis only when it ends. Leave out stream, or decode greedily or by sampling"
             )
         seed = 0 if not sampling else random.randrange(2**63) if d.seed is None else d.seed  # only sampling draws
         return DecodingOptions(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -9,6 +10,7 @@ from functools import cached_property
 import torch
 
 from app.detokenize import IncrementalText
+from model.confidence import DIGITS, Calibration, Quality, assess, signals
 from model.decoding import Hypothesis
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Tokenizer
@@ -39,6 +41,14 @@ class Translation:
     alignment: list[Aligned] | None = None
     # a text split into segments (app/engine/documents.py): each one's [start, end) in the text and in the translation
     segments: list[tuple[tuple[int, int], tuple[int, int]]] | None = None
+    quality: Quality | None = (
+        None  # the confidence and flags (model/confidence.py); a document's: its weakest segment's
+    )
+    # a document's segments' qualities, in order, and those withheld under min_confidence (indices into `segments`)
+    segment_qualities: list[Quality] | None = None
+    withheld: list[int] = field(default_factory=list)
+    # with return_word_confidence: each word of the translation, its [start, end) characters and its probability
+    words: list[tuple[tuple[int, int], float]] | None = None
 
     @cached_property
     def tokens(self) -> list[str]:
@@ -61,9 +71,13 @@ class Attention:
 def translations(
     tokenizer: Tokenizer | SentencePieceTokenizer, texts: list[str], srcs: list[list[int]], truncated: set[int],
     hyps: dict[int, list[Hypothesis]], alignments: dict[int, list[list[int]]] | None,
+    calibration: Calibration | None = None, words: bool = False, forced: int = 0,
 ) -> list[Translation]:  # fmt: skip
-    """One Translation per text from its hypotheses (best first); blank texts (no hypotheses) translate to ""."""
+    """One Translation per text from its hypotheses (best first), each with its quality (`calibration`'s
+    confidence, else the raw one: the `forced` first tokens, a target prefix, are the caller's choice, not the
+    model's, and their probabilities are left out); blank texts (no hypotheses) translate to ""."""
     out, piece = [], tokenizer.id_to_token
+    length = calibration.length if calibration is not None else None
     for i, src in enumerate(srcs):
         if i not in hyps:  # blank text
             out.append(Translation("", "eos", [], 0.0, 0, 0, i in truncated, piece))
@@ -72,6 +86,9 @@ def translations(
         for j, h in enumerate(hyps[i]):
             text = tokenizer.decode(h.tokens)
             t = Translation(text, h.finish_reason, h.tokens, h.score, len(src), len(h.logprobs), i in truncated, piece)
+            t.quality = assess(signals(src, h.tokens, h.logprobs, texts[i], text, length, forced), calibration)
+            if words:
+                t.words = word_confidences(tokenizer, h.tokens, h.logprobs, text)
             if alignments is not None:
                 t.alignment = aligned(tokenizer, texts[i], text, h.tokens, alignments[i][j])
             n_best.append(t)
@@ -80,6 +97,29 @@ def translations(
             best.hypotheses = n_best
         out.append(best)
     return out
+
+
+def word_confidences(
+    tokenizer: Tokenizer | SentencePieceTokenizer, ids: list[int], logprobs: list[float], target: str
+) -> list[tuple[tuple[int, int], float]]:
+    """Each word of the translation (a run of characters between spaces, as its tokens add them) with its
+    [start, end) characters and its probability as generated: the product of its tokens' probabilities. A token
+    that adds no text yet (part of a character's bytes) counts towards the word that shows it."""
+    detok, out, pending = IncrementalText(tokenizer, tokenizer.byte_ids), [], 0.0
+    for token, logprob in zip(ids, logprobs):  # logprobs has one more, for </s>
+        start = len(detok.text)
+        delta = detok.add(token)
+        pending += logprob
+        if not delta.strip():  # nothing to show yet, or only spaces: carried to the next word
+            continue
+        first = start + len(delta) - len(delta.lstrip())  # its first visible character
+        end = min(start + len(delta.rstrip()), len(target))
+        if not out or first == 0 or detok.text[first - 1].isspace():  # a space before it (its own or the last's)
+            out.append([min(first, len(target)), end, pending])
+        else:
+            out[-1][1], out[-1][2] = end, out[-1][2] + pending
+        pending = 0.0
+    return [((a, b), round(math.exp(lp), DIGITS)) for a, b, lp in out]
 
 
 def aligned(

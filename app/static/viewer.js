@@ -256,8 +256,8 @@ async function translate() {
   const picked = pickedLanguages(); // a many-to-many model: every call names the languages
   const tokenized = api("tokenize", { text, side: "source", ...(picked && { language: picked.source }) });
   const translated = api("translate", {
-    text, return_tokens: true, return_scores: true, return_alignment: true, beam_size: beam,
-    num_hypotheses: alternatives, ...picked,
+    text, return_tokens: true, return_scores: true, return_alignment: true, return_word_confidence: true,
+    beam_size: beam, num_hypotheses: alternatives, ...picked,
   });
   const attention = (body) =>
     api("attention", { ...body, ...(picked && { source_language: picked.source, target_language: picked.target }) });
@@ -353,7 +353,9 @@ function renderTranslation(response, beam, source) {
   const ended = t.finish_reason === "eos" ? "ended with </s>" : "stopped at the length limit";
   const score = t.score === undefined || t.score === null ? "" : ` · mean log-prob ${t.score.toFixed(3)}`;
   const search = beam > 1 ? ` · beam ${beam}` : "";
-  $("translation-meta").textContent = `${response.usage.output_tokens} tokens, ${ended}${score}${search}`;
+  const judged = t.confidence === undefined || t.confidence === null ? "" : ` · confidence ${t.confidence.toFixed(2)}`
+    + (response.calibrated ? "" : " (not calibrated)") + (t.flags.length ? ` · flagged: ${t.flags.join(", ")}` : "");
+  $("translation-meta").textContent = `${response.usage.output_tokens} tokens, ${ended}${score}${search}${judged}`;
   const pieces = [...(t.tokens || []), ...(t.finish_reason === "eos" ? ["</s>"] : [])];
   fillTokens($("target-tokens"), pieces, (t.token_ids || []).map((id) => `id ${id}`), { align: "target", group: "t" });
   $("target-count").textContent = String(pieces.length);
@@ -377,17 +379,27 @@ function renderTranslation(response, beam, source) {
   $("align-hint").hidden = !t.alignment;
 }
 
+/** Below this probability a word of the translation is marked unsure (class "unsure"). */
+const UNSURE = 0.5;
+
 /** Puts a translation's text into node, a span for each aligned target token (its title quoting the source word it
- * aligns to in source, the text translated); records its alignment under group. */
+ * aligns to in source, the text translated, and the probability of the word it is part of); records its alignment
+ * under group. Tokens of words the model was unsure of (return_word_confidence) are marked. */
 function showTarget(node, t, group, source) {
   const alignment = t.alignment || [];
   const map = [];
   for (const a of alignment) map[a.target_token] = a.source_token;
   state.alignments[group] = map;
-  const words = alignment.map((a) => ({
-    index: a.target_token, start: a.target_span[0], end: a.target_span[1],
-    title: `aligned to “${source.slice(a.source_span[0], a.source_span[1])}” (source token ${a.source_token})`,
-  }));
+  const inWord = (start) => (t.words || []).find((w) => w.span[0] <= start && start < w.span[1]);
+  const words = alignment.map((a) => {
+    const word = inWord(a.target_span[0]);
+    const sure = word ? ` · the word “${word.text}”: probability ${word.confidence.toFixed(2)}` : "";
+    return {
+      index: a.target_token, start: a.target_span[0], end: a.target_span[1],
+      title: `aligned to “${source.slice(a.source_span[0], a.source_span[1])}” (source token ${a.source_token})${sure}`,
+      unsure: Boolean(word && word.confidence < UNSURE),
+    };
+  });
   linkedText(node, t.text, words, { align: "target", group });
 }
 
@@ -409,6 +421,7 @@ function linkedText(node, text, words, data) {
     Object.assign(last.dataset, data, { tokens: String(w.index) });
     last.textContent = text.slice(w.start, w.end);
     if (w.title) last.title = w.title;
+    if (w.unsure) last.classList.add("unsure");
     node.append(last);
     at = w.end;
   }

@@ -102,7 +102,7 @@ async def test_translate_batch_with_tokens_scores_and_usage(client, tokenizer):
 
 async def test_translate_plain_has_no_optional_fields_and_respects_max_new_tokens(client):
     t = (await client.post("/translate", json={"text": SENTENCES[0], "max_new_tokens": 3})).json()["translations"][0]
-    assert set(t) == {"text", "finish_reason", "truncated"}
+    assert set(t) == {"text", "finish_reason", "truncated", "confidence", "flags"}
     short = (
         await client.post("/translate", json={"text": SENTENCES[0], "max_new_tokens": 3, "return_tokens": True})
     ).json()
@@ -150,7 +150,11 @@ async def test_64_concurrent_requests_are_all_admitted_batched_and_equal_to_alon
     app.state.engine.batcher.peak_rows = 0
     together = await asyncio.gather(*(client.post("/translate", json=r) for r in requests))
     assert [r.status_code for r in together] == [200] * 64
-    assert [r.json()["translations"] for r in together] == alone
+    # the same translations; their confidence within rounding (a batch's sums run in another order)
+    batched = [r.json()["translations"] for r in together]
+    confidences = [[t.pop("confidence") for t in r] for r in alone]
+    assert [[t.pop("confidence") for t in r] for r in batched] == [pytest.approx(c, abs=1.5e-3) for c in confidences]
+    assert batched == alone
     assert app.state.engine.batcher.peak_rows > 1
 
 
@@ -200,7 +204,9 @@ def assert_stream_matches(events: list[dict], plain: dict) -> None:
         assert set(e) == {"index", "token", "text_so_far"} and e["text_so_far"] == shown + e["token"]["text"]
         shown = e["text_so_far"]
     assert last["text"].startswith(shown)
-    assert last == {"text": t["text"], "finish_reason": t["finish_reason"], "usage": plain["usage"], "truncated": False}
+    assert last == {"text": t["text"], "finish_reason": t["finish_reason"], "usage": plain["usage"], "truncated": False,
+                    "calibrated": plain["calibrated"], "confidence": pytest.approx(t["confidence"], abs=1.5e-3),
+                    "flags": t["flags"]}  # fmt: skip
 
 
 async def stream_and_plain(client, body: dict) -> tuple[list[dict], dict]:
@@ -232,8 +238,9 @@ async def test_a_stream_can_carry_the_score_and_a_blank_text_streams_only_the_en
     events = sse(await client.post("/translate", json={"text": SENTENCES[0], "stream": True, "return_scores": True}))
     assert events[-1]["score"] == plain["translations"][0]["score"]
     assert sse(await client.post("/translate", json={"text": " ", "stream": True})) == [
-        {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0}, "truncated": False}
-    ]
+        {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0}, "truncated": False,
+         "calibrated": False}
+    ]  # fmt: skip
 
 
 async def test_a_stream_of_a_list_is_refused(client):

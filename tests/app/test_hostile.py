@@ -25,11 +25,23 @@ pytestmark = pytest.mark.anyio
 HOSTILE = hypothesis.settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
 LIBRE = "/libretranslate"
 VALID = {  # a request each POST endpoint accepts, to mutate; the LibreTranslate ones translate with `fr` (en->fr)
-    "/translate": {"text": ["A dog runs.", "Two </s> cats."], "max_new_tokens": 5, "return_tokens": True},
+    "/translate": {
+        "text": ["A dog runs.", "Two </s> cats."],
+        "max_new_tokens": 5,
+        "return_tokens": True,
+        "min_confidence": 0.1,
+        "return_signals": True,
+    },
     "/tokenize": {"text": "A man <pad> is here.", "side": "target"},
     "/detokenize": {"ids": [[1, 50, 60, 2]], "skip_special_tokens": False},
     "/attention": {"text": "A dog.", "target": "Ein </s> Hund.", "layers": [0]},
-    f"{LIBRE}/translate": {"q": "A dog runs.", "source": "en", "target": "fr", "alternatives": 1},
+    f"{LIBRE}/translate": {
+        "q": "A dog runs.",
+        "source": "en",
+        "target": "fr",
+        "alternatives": 1,
+        "min_confidence": "0.1",
+    },
     f"{LIBRE}/detect": {"q": "A dog runs."},
     f"{LIBRE}/translate_file": {"q": "A dog runs."},
     f"{LIBRE}/suggest": {"q": "A dog runs."},
@@ -338,7 +350,7 @@ async def test_malformed_bodies_get_their_documented_4xx_on_every_endpoint(clien
         assert_error(await client.post(path, content=other, headers=headers), 422, "validation_error")
     q = body.replace(b'{"text"', b'{"source": "en", "target": "fr", "q"')
     r = await client.post(f"{LIBRE}/translate", content=q, headers=headers)
-    if libre == 200:  # LibreTranslate reads q, source, target, format, alternatives and api_key only
+    if libre == 200:  # LibreTranslate reads q, source, target, format, alternatives, api_key (and min_confidence) only
         assert r.status_code == 200, r.text
     else:
         assert_error(r, 400, "bad_request", "Invalid")

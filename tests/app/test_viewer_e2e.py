@@ -7,6 +7,7 @@ Screenshots land in test-artifacts/.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -188,6 +189,19 @@ def test_translating_shows_the_translation_the_tokens_and_the_heatmap(translated
     hm, hv = heatmap.rect, by_id(driver, "headview").rect
     assert hm["x"] + hm["width"] <= hv["x"] and hm["y"] + 200 < 800 and hv["x"] + hv["width"] <= 1280
     screenshot(driver, "translated")
+
+
+def test_the_translation_s_confidence_shows_and_its_unsure_words_are_marked(translated, api):
+    driver, _ = translated
+    t = api.post("/translate", json={"text": SENTENCE, "return_word_confidence": True}).json()["translations"][0]
+    assert f"confidence {t['confidence']:.2f}" in by_id(driver, "translation-meta").text
+    assert [w["text"] for w in t["words"]] == t["text"].split()
+    unsure = {w["text"] for w in t["words"] if w["confidence"] < 0.5}
+    marked = driver.find_elements(By.CSS_SELECTOR, "#translation span.unsure")
+    named = {re.search("the word “(.+)”: probability", m.get_attribute("title")).group(1) for m in marked}
+    assert named == unsure
+    spans = driver.find_elements(By.CSS_SELECTOR, "#translation span[data-tokens]")
+    assert len(spans) > len(marked) or unsure == {w["text"] for w in t["words"]}
 
 
 def test_switching_kind_layer_and_head_redraws(translated):

@@ -1,0 +1,120 @@
+"""model/confidence.py: the signals, the calibration's fit and file, and the flags."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from model.confidence import (
+    CALIBRATION,
+    DEFAULT_THRESHOLDS,
+    Calibration,
+    LengthModel,
+    Signals,
+    assess,
+    copied_share,
+    fit,
+    flags,
+    length_model,
+    repeated_share,
+    signals,
+)
+
+
+def test_repeated_share_counts_the_tokens_that_repeat_the_ngram_before_them():
+    assert repeated_share([]) == 0.0
+    assert repeated_share([5]) == 0.0
+    assert repeated_share([1, 2, 3, 4]) == 0.0
+    assert repeated_share([7, 7, 7, 7]) == 0.75  # w w w w: the last three
+    assert repeated_share([1, 2, 1, 2, 1, 2]) == pytest.approx(4 / 6)  # a b a b a b: the last four
+    assert repeated_share([1, 2, 3, 1, 2, 3]) == 0.5  # a trigram twice
+    assert repeated_share([1, 2, 3, 4, 5, 1, 2, 3, 4, 5]) == 0.0  # a 5-gram is past MAX_NGRAM
+
+
+def test_copied_share_is_over_the_translations_words():
+    assert copied_share("A man rides.", "Ein Mann fährt.") == (0.0, 3)
+    assert copied_share("Hello John Smith", "Hallo John Smith") == (pytest.approx(2 / 3), 3)
+    assert copied_share("anything", "") == (0.0, 0)
+    assert copied_share("The Cat", "the cat") == (1.0, 2)  # words compare lower-cased
+
+
+def test_signals_of_a_degenerate_translation():
+    s = signals(
+        [10, 11, 2], [7, 7, 7, 7, 9], [-0.1, -0.5, -0.2, -0.2, -0.3, -0.7], "Hello world", "Welt Welt Welt Welt."
+    )
+    assert s.mean_logprob == pytest.approx(-2.0 / 6)
+    assert s.min_logprob == -0.7
+    assert s.repetition == pytest.approx(3 / 5)
+    assert s.copied == 0.0
+    assert s.length == pytest.approx(abs(math.log(6 / 3)) / LengthModel().spread)
+    # the source's own repetition is not held against the translation
+    echoed = signals([4, 4, 4, 2], [7, 7, 7], [-0.1] * 4, "very very very", "sehr sehr sehr")
+    assert echoed.repetition == 0.0
+
+
+def test_flags_use_the_thresholds():
+    base = {"mean_logprob": -0.2, "min_logprob": -1.0, "length": 0.5, "repetition": 0.0, "copied": 0.0, "words": 5}
+    assert flags(Signals(**base), DEFAULT_THRESHOLDS) == []
+    assert flags(Signals(**base | {"repetition": 0.6}), DEFAULT_THRESHOLDS) == ["repetition"]
+    assert flags(Signals(**base | {"length": 9.0, "copied": 1.0}), DEFAULT_THRESHOLDS) == ["length", "copy"]
+    assert flags(Signals(**base | {"copied": 1.0, "words": 2}), DEFAULT_THRESHOLDS) == []  # too short to tell
+    assert flags(Signals(**base | {"mean_logprob": -3.0}), DEFAULT_THRESHOLDS) == ["hallucination"]
+    assert flags(Signals(**base | {"mean_logprob": -1.0}), DEFAULT_THRESHOLDS | {"hallucination": -0.5}) == [
+        "hallucination"
+    ]
+
+
+def test_uncalibrated_confidence_is_the_geometric_mean_token_probability():
+    s = Signals(mean_logprob=-0.5, min_logprob=-1.0, length=0.0, repetition=0.0, copied=0.0)
+    q = assess(s, None)
+    assert (q.confidence, q.calibrated) == (round(math.exp(-0.5), 3), False)
+
+
+def rows_and_outcomes(n: int = 400, seed: int = 0):
+    """Sentences whose chance of being good rises with their mean log-probability, as a logistic of it."""
+    rng = np.random.default_rng(seed)
+    mean = rng.uniform(-1.5, 0.0, n)
+    rows = [Signals(float(m), float(m) - 1, float(rng.uniform(0, 3)), 0.0, float(rng.uniform(0, 0.2))) for m in mean]
+    chance = 1 / (1 + np.exp(-(4 * mean + 3)))
+    return rows, list(rng.uniform(size=n) < chance), chance
+
+
+def test_fit_recovers_a_logistic_relationship_and_its_probabilities():
+    rows, good, chance = rows_and_outcomes(4000)
+    k = fit(rows, good, chrf_threshold=50, length=LengthModel())
+    predicted = np.asarray([k.probability(r) for r in rows])
+    assert np.abs(predicted - chance).mean() < 0.03
+    assert k.weights[0] > 0  # more likely tokens, more confidence
+    assert 0 <= predicted.min() and predicted.max() <= 1
+
+
+def test_calibration_file_round_trips_and_bad_files_are_refused_by_name(tmp_path):
+    rows, good, _ = rows_and_outcomes()
+    k = fit(rows, good, chrf_threshold=45, length=length_model([10, 12, 8], [11, 14, 9]))
+    k.thresholds = DEFAULT_THRESHOLDS | {"length": 3.5}
+    path = k.save(tmp_path)
+    assert path.name == CALIBRATION
+    back = Calibration.load(tmp_path)
+    assert back == k
+    assert json.loads(path.read_text())["meaning"].endswith("at least 45")
+    assert Calibration.load(tmp_path / "none") is None
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(data | {"features": ["mean_logprob"]}))
+    with pytest.raises(ValueError, match="confidence.json.*features"):
+        Calibration.load(tmp_path)
+    path.write_text(json.dumps(data | {"weights": [1.0]}))
+    with pytest.raises(ValueError, match="weights, mean and scale"):
+        Calibration.load(tmp_path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not a calibration"):
+        Calibration.load(tmp_path)
+
+
+def test_length_model_centres_on_the_median_ratio():
+    lm = length_model([10] * 99 + [10], [12] * 99 + [40])
+    assert lm.median == pytest.approx(math.log(1.2))
+    assert lm.distance(10, 12) == pytest.approx(0.0)
+    assert lm.distance(10, 40) > 10
