@@ -9,7 +9,9 @@ in the same batches with each engine: CT2 float32 and int8; ours compiled (model
 bfloat16 logit screen where the CPU has bfloat16 matmuls (model/screen.py: float32 greedy's tokens;
 what nmt-serve runs by default), ours compiled without it (ours_compiled_fp32), ours eager (float32),
 ours eager with dynamic int8 Linear layers (ours_int8), and ours compiled in int8 (ours_int8_compiled:
-model/quantize.py's int8 linears, NMT_QUANTIZE=int8). Each engine
+model/quantize.py's int8 linears, NMT_QUANTIZE=int8), and ours compiled with each sentence judged as the server
+judges it (ours_compiled_judged: its text detokenized, the confidence's signals, calibrated confidence and flags,
+model/confidence.py; its ratio to ours_compiled is the confidence's cost). Each engine
 runs in its own child process: two OpenMP runtimes in one process (PyTorch's and CT2's) spin on the
 same two cores and slow each other down several-fold. The children load (and compile) one after
 another, then take turns: in every round each engine decodes the whole corpus once while the others
@@ -84,10 +86,11 @@ from model.evaluate import max_new_tokens_for  # noqa: E402 - imports torch, run
 
 ENGINES = [
     "ct2_fp32", "ct2_fp32_dnnl", "ct2_int8", "ct2_int8_dnnl", "ours_compiled", "ours_compiled_fp32", "ours_eager",
-    "ours_int8", "ours_int8_compiled",
+    "ours_int8", "ours_int8_compiled", "ours_compiled_judged",
 ]  # fmt: skip
 BEAM_ENGINES = ["ct2_fp32", "ct2_fp32_dnnl", "ours_compiled", "ours_eager"]  # the default with --beam N > 1
-NO_BEAM = ("ours_compiled_fp32",)  # the logit screen is greedy's: with beam search it is ours_compiled
+NO_BEAM = ("ours_compiled_fp32", "ours_compiled_judged")  # greedy's only (the logit screen; the judged race)
+ON_REQUEST = ("ours_compiled_judged",)  # left out of the default engines
 # CTranslate2 runs its GEMMs with MKL by default and with oneDNN under CT2_USE_MKL=0 (the *_dnnl engines); which is
 # faster depends on the CPU (MKL ran 10x slower at batch 1 on one AMX Xeon), so both are timed and the faster counts.
 BACKEND = {False: "MKL", True: "oneDNN"}
@@ -137,7 +140,8 @@ class Unavailable(RuntimeError):
     """An engine that could not load or decode here; the message is its error."""
 
 
-def ours(model, pad_id: int, cache=None, device=None) -> Engine:
+def ours(model, pad_id: int, cache=None, device=None, judge: Callable | None = None) -> Engine:
+    """Greedy decoding on the model; `judge(source ids, hypothesis)` is called on each sentence when given."""
     from common import pad_batch
 
     from model.decoding import greedy_decode
@@ -145,9 +149,28 @@ def ours(model, pad_id: int, cache=None, device=None) -> Engine:
     def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
         src = pad_batch(batch, pad_id)
         hyps = greedy_decode(model, src if device is None else src.to(device), budget, cache)
+        if judge is not None:
+            for ids, h in zip(batch, hyps, strict=True):
+                judge(ids, h)
         return [(h.tokens, len(h.logprobs)) for h in hyps]
 
     return decode
+
+
+def judging(model_dir: str, tokenizer, sentences: list[str]) -> Callable:
+    """What the server adds to each translation for its confidence (app/engine/results.py): the translation's text,
+    the signals and the calibrated confidence and flags. The source texts are looked up, as the server has them."""
+    from model.confidence import Calibration, Quality, assess, signals
+
+    calibration = Calibration.load(model_dir)
+    length = calibration.length if calibration is not None else None
+    texts = {tuple(ids): text for ids, text in zip(tokenizer.encode_batch(sentences), sentences, strict=True)}
+
+    def judge(ids: list[int], h) -> Quality:
+        target = tokenizer.decode(h.tokens)
+        return assess(signals(ids, h.tokens, h.logprobs, texts[tuple(ids)], target, length), calibration)
+
+    return judge
 
 
 def ours_beam(model, beam_size: int, length_penalty: float, cache=None) -> Engine:
@@ -201,13 +224,13 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     pad = model.config.source_pad_id
     if name == "ours_int8":
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    if name not in ("ours_compiled", "ours_compiled_fp32", "ours_int8_compiled"):
+    if name not in ("ours_compiled", "ours_compiled_fp32", "ours_int8_compiled", "ours_compiled_judged"):
         return (ours_beam(model, args.beam, args.length_penalty) if args.beam > 1 else ours(model, pad)), encoded
     from model.compile import compile_model
 
     # ours_compiled is what nmt-serve runs by default: the output projection screened in bfloat16 where
     # the CPU has bfloat16 matmuls (model/screen.py, the same tokens); ours_compiled_fp32 without the screen
-    screened = model.use_screen(name == "ours_compiled" and args.beam == 1)
+    screened = model.use_screen(name in ("ours_compiled", "ours_compiled_judged") and args.beam == 1)
     print(f"  {name}: logit screen {'on' if screened else 'off'}", file=sys.stderr, flush=True)
     longest = max(map(len, encoded))
     cache = KVCache(model, max_batch * args.beam, max_new_tokens_for(longest) + 1, longest)
@@ -215,12 +238,19 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
         from model.quantize import quantize_int8
 
         quantize_int8(model)
-    compiled = compile_model(model, cache)
+    # the graphs the race steps with: greedy decoding's steps, or beam search's full ones (and the prefill)
+    compiled = compile_model(model, cache, steps=("greedy",) if args.beam == 1 else ("logprobs",))
     print(f"  {name}: compiling took {compiled.seconds:.0f} s ({len(compiled.built)} graphs built, "
           f"{len(compiled.loaded)} loaded from {compiled.directory})", file=sys.stderr, flush=True)  # fmt: skip
     if args.beam > 1:
         return ours_beam(model, args.beam, args.length_penalty, cache), encoded
-    return ours(model, pad, cache), encoded
+    judge = None
+    if name == "ours_compiled_judged":
+        from model.tokenizer import load_tokenizer, read_lines
+
+        sentences = list(read_lines(args.src))
+        judge = judging(args.model_dir, load_tokenizer(args.model_dir), sentences[: args.limit or None])
+    return ours(model, pad, cache, judge=judge), encoded
 
 
 def torch_dtype(name: str):
@@ -731,7 +761,8 @@ def main() -> None:
                    "3; with --device cuda, 1)")  # fmt: skip
     p.add_argument(
         "--engines",
-        help=f"comma-separated subset of {ENGINES} (default: all; with --beam, {','.join(BEAM_ENGINES)}); with "
+        help=f"comma-separated subset of {ENGINES} (default: all but {','.join(ON_REQUEST)}; with --beam, "
+        f"{','.join(BEAM_ENGINES)}); with "
         f"--device cuda of {CUDA_ENGINES + HF_ENGINES} (default: {','.join(CUDA_ENGINES)}, then {','.join(HF_ENGINES)} "
         "where CT2 fails on a model imported from Marian)",
     )
@@ -767,7 +798,8 @@ def main() -> None:
         args.model_dir = opus_shape(args.opus_dir, args.src)[0]
     if args.model == "nllb-shape":
         args.model_dir = nllb_shape(args.opus_dir.with_name("nmt-nllb-shape"), args.src)[0]
-    names = args.engines.split(",") if args.engines else BEAM_ENGINES if args.beam > 1 else ENGINES
+    default = [n for n in ENGINES if n not in ON_REQUEST]
+    names = args.engines.split(",") if args.engines else BEAM_ENGINES if args.beam > 1 else default
     if unknown := [n for n in names if n not in ENGINES]:
         p.error(f"unknown engines {unknown}: choose from {ENGINES}")
     if args.beam > 1 and (compiled := [n for n in names if n in NO_BEAM]):
@@ -802,7 +834,8 @@ def main() -> None:
                 row[f"{base}_backend"] = BACKEND[name.endswith("_dnnl")]
         pairs = [("ours_compiled", faster["ct2_fp32"]), ("ours_compiled_fp32", faster["ct2_fp32"]),
                  ("ours_eager", faster["ct2_fp32"]), ("ours_int8", faster["ct2_int8"]),
-                 ("ours_int8_compiled", faster["ct2_int8"]), ("ours_int8_compiled", faster["ct2_fp32"])]  # fmt: skip
+                 ("ours_int8_compiled", faster["ct2_int8"]), ("ours_int8_compiled", faster["ct2_fp32"]),
+                 ("ours_compiled_judged", "ours_compiled")]  # fmt: skip
         for mine, theirs in pairs:
             if mine in passes and theirs in passes:  # the same sentences: a speed ratio, per round
                 per_round = sorted(t["seconds"] / m["seconds"] for m, t in zip(passes[mine], passes[theirs]))

@@ -203,3 +203,22 @@ def test_budgets_are_the_same_rule_for_every_engine():
 
     peers.run(engine, [[[1] * 3, [1] * 7], [[1] * 20]])
     assert seen == [max_new_tokens_for(7), max_new_tokens_for(20)]
+
+
+def test_the_judged_engine_decodes_the_same_and_judges_each_sentence_as_the_server_does(tiny_checkpoint, tokenizer):
+    """ours_compiled_judged's extra work (bench/peers.py judging()) is the server's assessment of each sentence."""
+    from model.confidence import assess, signals
+    from tests.synthetic import synthetic_pairs
+
+    model, _, _ = load_checkpoint(tiny_checkpoint)
+    sentences = [en for en, _ in synthetic_pairs(6, seed=4)]
+    encoded = tokenizer.encode_batch(sentences)
+    judge, seen = peers.judging(str(tiny_checkpoint), tokenizer, sentences), []
+    plain = peers.ours(model, model.config.source_pad_id)
+    judged = peers.ours(model, model.config.source_pad_id, judge=lambda ids, h: seen.append((judge(ids, h), ids, h)))
+    batch = encoded[:3]
+    assert judged(batch, 12) == plain(batch, 12)
+    assert [ids for _, ids, _ in seen] == batch
+    for quality, ids, h in seen:
+        source = sentences[encoded.index(ids)]
+        assert quality == assess(signals(ids, h.tokens, h.logprobs, source, tokenizer.decode(h.tokens)), None)
