@@ -160,7 +160,6 @@ def main(argv: list[str] | None = None) -> None:
     if good.all() or not good.any():
         sys.exit(f"nmt-calibrate: every sentence is on one side of chrF {args.chrf:g}: choose another --chrf")
     length = length_model([translations[i].input_tokens for i in kept], [translations[i].output_tokens for i in kept])
-    calibration = fit(rows, list(good), chrf_threshold=args.chrf, length=length)
     # the length signal was measured against the default length model: measure it again against the fitted one
     for i, r in zip(kept, rows):
         r.length = length.distance(translations[i].input_tokens, translations[i].output_tokens)

@@ -160,17 +160,16 @@ def ours(model, pad_id: int, cache=None, device=None, judge: Callable | None = N
 def judging(model_dir: str, tokenizer, sentences: list[str]) -> Callable:
     """What the server adds to each translation for its confidence (app/engine/results.py): the translation's text,
     the signals and the calibrated confidence and flags. The source texts are looked up, as the server has them."""
-    from model.confidence import Calibration, Quality, assess, signals
+    from model.confidence import Calibration, Quality, judge
 
     calibration = Calibration.load(model_dir)
-    length = calibration.length if calibration is not None else None
     texts = {tuple(ids): text for ids, text in zip(tokenizer.encode_batch(sentences), sentences, strict=True)}
 
-    def judge(ids: list[int], h) -> Quality:
+    def sentence(ids: list[int], h) -> Quality:
         target = tokenizer.decode(h.tokens)
-        return assess(signals(ids, h.tokens, h.logprobs, texts[tuple(ids)], target, length), calibration)
+        return judge(ids, h.tokens, h.logprobs, texts[tuple(ids)], target, calibration)
 
-    return judge
+    return sentence
 
 
 def ours_beam(model, beam_size: int, length_penalty: float, cache=None) -> Engine:

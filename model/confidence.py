@@ -208,6 +208,15 @@ def assess(s: Signals, calibration: Calibration | None) -> Quality:
     return Quality(round(calibration.probability(s), DIGITS), True, flags(s, calibration.thresholds), s)
 
 
+def judge(
+    source_ids: list[int], token_ids: list[int], logprobs: list[float], source: str, target: str,
+    calibration: Calibration | None, forced: int = 0,
+) -> Quality:  # fmt: skip
+    """One translation's signals (against the calibration's length model) and what they come to (`assess`)."""
+    length = calibration.length if calibration is not None else None
+    return assess(signals(source_ids, token_ids, logprobs, source, target, length, forced), calibration)
+
+
 def fit(
     rows: list[Signals], good: list[bool], *, chrf_threshold: float, length: LengthModel, l2: float = 1e-2,
     iterations: int = 50,

@@ -35,7 +35,7 @@ from app.metrics import Metrics
 from app.segment import Segment, Split
 from app.settings import Settings
 from model.checkpoint import load_checkpoint
-from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration, assess, signals
+from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration, judge
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
@@ -313,21 +313,14 @@ class Engine:
         return await _inline_or_on_thread(sum(map(len, texts)), put_back, docs, withhold(parts, min_confidence))
 
     async def _translate_pages(
-        self,
-        texts: list[str],
-        max_new_tokens: int | None,
-        truncate: bool,
-        decoding: Decoding,
-        split: Split,
+        self, texts: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding, split: Split,
         min_confidence: float,
-    ) -> list[Translation]:
+    ) -> list[Translation]:  # fmt: skip
         """HTML pages: the text of each page's units translated as documents (with the alignment that puts the
         inline tags back), and each page rendered with the translations."""
-        if decoding.target_prefix or decoding.return_alignment or decoding.return_word_confidence:
-            what = next(
-                k for k in ("target_prefix", "return_alignment", "return_word_confidence") if getattr(decoding, k)
-            )
-            raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')
+        for what in ("target_prefix", "return_alignment", "return_word_confidence"):
+            if getattr(decoding, what):
+                raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')
         size = check_chars(texts, self.max_request_chars)  # the markup counts too
         pages = await _inline_or_on_thread(size, parse_pages, texts)
         units = [u.text for page in pages for u in page.units]
@@ -463,10 +456,9 @@ class Engine:
                 hyps.append(await tokens.result())
                 done.append((text[start:end], self.tokenizer.decode(hyps[-1].tokens)))
             steps = sum(len(h.logprobs) for h in hyps)
-            length = self.calibration.length if self.calibration is not None else None
             forced = len(options.prefix)  # a target prefix: the caller's tokens, not the model's choice
             qualities = [
-                assess(signals(src, h.tokens, h.logprobs, piece, translated, length, forced), self.calibration)
+                judge(src, h.tokens, h.logprobs, piece, translated, self.calibration, forced)
                 for src, h, piece, (_, translated) in zip(srcs, hyps, pieces, done, strict=True)
             ]  # fmt: skip
             withheld = [i for i, q in enumerate(qualities) if q.confidence < min_confidence]

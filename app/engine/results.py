@@ -10,7 +10,7 @@ from functools import cached_property
 import torch
 
 from app.detokenize import IncrementalText
-from model.confidence import DIGITS, Calibration, Quality, assess, signals
+from model.confidence import DIGITS, Calibration, Quality, judge
 from model.decoding import Hypothesis
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Tokenizer
@@ -77,7 +77,6 @@ def translations(
     confidence, else the raw one: the `forced` first tokens, a target prefix, are the caller's choice, not the
     model's, and their probabilities are left out); blank texts (no hypotheses) translate to ""."""
     out, piece = [], tokenizer.id_to_token
-    length = calibration.length if calibration is not None else None
     for i, src in enumerate(srcs):
         if i not in hyps:  # blank text
             out.append(Translation("", "eos", [], 0.0, 0, 0, i in truncated, piece))
@@ -86,7 +85,7 @@ def translations(
         for j, h in enumerate(hyps[i]):
             text = tokenizer.decode(h.tokens)
             t = Translation(text, h.finish_reason, h.tokens, h.score, len(src), len(h.logprobs), i in truncated, piece)
-            t.quality = assess(signals(src, h.tokens, h.logprobs, texts[i], text, length, forced), calibration)
+            t.quality = judge(src, h.tokens, h.logprobs, texts[i], text, calibration, forced)
             if words:
                 t.words = word_confidences(tokenizer, h.tokens, h.logprobs, text)
             if alignments is not None:

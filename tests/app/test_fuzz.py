@@ -42,7 +42,7 @@ FIELDS = {  # near-valid values for each field, so generated bodies also get pas
         "text": texts, "max_new_tokens": st.integers(-1, 14), "return_tokens": st.booleans(),
         "return_scores": st.booleans(), "truncate": st.booleans(),
         "min_confidence": st.floats(-0.5, 1.5) | st.sampled_from([0, 1, "0.5", None]), "return_signals": st.booleans(),
-        "return_segments": st.booleans(),
+        "return_segments": st.booleans(), "return_word_confidence": st.booleans(),
     },
     "/attention": {
         "text": st.text(max_size=60), "target": st.text(max_size=40), "layers": small_ints, "heads": small_ints,

@@ -25,27 +25,17 @@ pytestmark = pytest.mark.anyio
 HOSTILE = hypothesis.settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
 LIBRE = "/libretranslate"
 VALID = {  # a request each POST endpoint accepts, to mutate; the LibreTranslate ones translate with `fr` (en->fr)
-    "/translate": {
-        "text": ["A dog runs.", "Two </s> cats."],
-        "max_new_tokens": 5,
-        "return_tokens": True,
-        "min_confidence": 0.1,
-        "return_signals": True,
-    },
+    "/translate": {"text": ["A dog runs.", "Two </s> cats."], "max_new_tokens": 5, "return_tokens": True,
+                   "min_confidence": 0.1, "return_signals": True, "return_word_confidence": True},
     "/tokenize": {"text": "A man <pad> is here.", "side": "target"},
     "/detokenize": {"ids": [[1, 50, 60, 2]], "skip_special_tokens": False},
     "/attention": {"text": "A dog.", "target": "Ein </s> Hund.", "layers": [0]},
-    f"{LIBRE}/translate": {
-        "q": "A dog runs.",
-        "source": "en",
-        "target": "fr",
-        "alternatives": 1,
-        "min_confidence": "0.1",
-    },
+    f"{LIBRE}/translate": {"q": "A dog runs.", "source": "en", "target": "fr", "alternatives": 1,
+                           "min_confidence": "0.1"},
     f"{LIBRE}/detect": {"q": "A dog runs."},
     f"{LIBRE}/translate_file": {"q": "A dog runs."},
     f"{LIBRE}/suggest": {"q": "A dog runs."},
-}
+}  # fmt: skip
 STRING_FIELDS = {  # where user text goes in
     "/translate": ["text", "target_prefix", "model", "source"],
     "/tokenize": ["text", "model", "language"],
