@@ -27,6 +27,10 @@ class Decoding:
     seed: int | None = None
     return_alignment: bool = False
     return_word_confidence: bool = False  # each word's probability (app/engine/results.py): no change to decoding
+    # (source term, target term) pairs: where a source term occurs in a text (whole words, longest first) its target
+    # term is forced into the translation (app/terms.py, model/search.py's constrained search)
+    glossary: tuple[tuple[str, str], ...] = ()
+    glossary_ignore_case: bool = False  # source terms match in any case
     # a many-to-many model's languages, as the request names them (the engine resolves them to the model's codes)
     source: str | None = None
     target: str | None = None
