@@ -145,14 +145,15 @@ class RowBatch:
         scores = torch.tensor([s.scores for s in searches], device=self.device)  # (G, k)
         total = logprobs[rows] + scores[..., None]  # (G, k, V)
         for g, s in enumerate(searches):
-            if (token := s.forced()) is not None:  # only beam 0 goes on, with the prefix token
+            if (token := s.forced()) is not None and not s.constrained:  # only beam 0 goes on, with the prefix token
                 keep = total[g, 0, token].clone()
                 total[g] = float("-inf")
                 total[g, 0, token] = keep
         vocab = total.size(-1)
         best, flat = total.view(len(searches), -1).topk(2 * k)  # (G, 2k)
-        for s, own, b, f in zip(searches, searches.values(), best.tolist(), flat.tolist()):
-            picked = s.advance(b, f, vocab)
+        for g, (s, own, b, f) in enumerate(zip(searches, searches.values(), best.tolist(), flat.tolist())):
+            # a constrained beam search (model/constraints.py) picks from its own continuations
+            picked = s.choose(total[g]) if s.constrained else s.advance(b, f, vocab)
             if picked is None:
                 done += own
                 continue

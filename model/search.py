@@ -23,11 +23,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from model.decoding import Hypothesis
+
+if TYPE_CHECKING:
+    from model.constraints import Phrase
 from model.transformer import Transformer, TransformerConfig, padding_mask, subsequent_mask
 
 NEG_INF = float("-inf")
@@ -45,12 +49,20 @@ class DecodingOptions:
     # target ids the decoder is fed after its start token, before any it chooses, and not part of the output (a
     # many-to-many model's target language: transformers' forced_bos_token_id, CTranslate2's target_prefix)
     start: tuple[int, ...] = ()
+    # what every hypothesis must contain: a glossary's terms (model/constraints.py)
+    constraints: tuple[Phrase, ...] = ()
+    constraint_margin: float = 3.0  # one row: a phrase begins where its first token is this close to the model's pick
+    glued: torch.Tensor | None = None  # (V,) True for tokens that continue a word: none may follow a phrase
 
     def search(self, budget: int, config: TransformerConfig, device: torch.device | str = "cpu") -> Search:
         """A fresh search for one source, with `budget` output tokens (</s> included; `start` not counted)."""
-        if self.beam_size > 1:
+        if self.beam_size > 1 and self.constraints:
+            from model.constraints import ConstrainedBeamSearch  # it builds on this module's BeamSearch
+
+            search = ConstrainedBeamSearch(self, budget, config)
+        elif self.beam_size > 1:
             search = BeamSearch(self, budget, config)
-        elif self.sampling_topk != 1 or self.prefix or self.num_hypotheses > 1:
+        elif self.sampling_topk != 1 or self.prefix or self.num_hypotheses > 1 or self.constraints:
             search = Sampling(self, budget, config, device)
         else:
             search = Greedy(budget, config)
@@ -116,7 +128,8 @@ class Greedy(Search):
 
 
 class Sampling(Search):
-    """Independent rows: the target prefix forced, then argmax (top-k 1) or a seeded random draw per row."""
+    """Independent rows: the target prefix forced, then argmax (top-k 1) or a seeded random draw per row, each row
+    made to contain the constraints, if any (model/constraints.py)."""
 
     def __init__(self, options: DecodingOptions, budget: int, config: TransformerConfig, device):
         super().__init__(budget, config)
@@ -127,12 +140,50 @@ class Sampling(Search):
         self.generator = None
         if self.topk != 1:
             self.generator = torch.Generator(device=device).manual_seed(options.seed)
+        self.constraints, self.margin, self.glued = None, options.constraint_margin, options.glued
+        self._glued_host = None
+        if options.constraints:
+            from model.constraints import Constraints, Progress
+
+            self.constraints, self.progress = Constraints(options.constraints), [Progress()] * self.rows
 
     def next_token(self, slot: int, logprobs: torch.Tensor, argmax: int) -> int:
         """The row's next token, given its log-probabilities (V,) (logits would draw the same) and their argmax."""
         t = len(self.hyps[slot].logprobs)
+        if self.constraints is None:
+            return self.prefix[t] if t < len(self.prefix) else self._draw(logprobs, argmax)
+        k, p = self.constraints, self.progress[slot]
         if t < len(self.prefix):
-            return self.prefix[t]
+            token = self.prefix[t]
+        elif (token := k.forced(p)) is None:
+            if self.generator is None:  # the picks below read a few values each: from the host, not one op each
+                logprobs = logprobs.detach().cpu().numpy()
+            if p.ended and self.glued is not None:  # a term ends a word: the token after it begins one
+                logprobs = self._unglued(logprobs)
+                argmax = int(logprobs.argmax())
+            if k.done(p):  # the model ended where the terms were still to come: they close the sentence
+                token = self.eos if p.closing else self._draw(logprobs, argmax)
+            else:  # no </s> while a constraint is unmet
+                if argmax == self.eos:
+                    p = self.progress[slot] = k.closing(p)
+                if argmax == self.eos or self.generator is not None:
+                    logprobs = logprobs.copy() if self.generator is None else logprobs.clone()
+                    logprobs[self.eos] = NEG_INF
+                    argmax = int(logprobs.argmax())
+                token = k.pick(p, logprobs, self._draw(logprobs, argmax), self.steps - t, self.margin)
+        self.progress[slot] = k.after(p, token)
+        return token
+
+    def _unglued(self, logprobs):
+        """`logprobs` (a tensor, or an array on the host) with the tokens that continue a word barred."""
+        if isinstance(logprobs, torch.Tensor):
+            return logprobs.masked_fill(self.glued, NEG_INF)
+        if self._glued_host is None:
+            self._glued_host = self.glued.cpu().numpy()
+        return np.where(self._glued_host, NEG_INF, logprobs)
+
+    def _draw(self, logprobs: torch.Tensor, argmax: int) -> int:
+        """The most likely token, or a draw (see next_token)."""
         if self.generator is None:
             return argmax
         logprobs = logprobs.double()  # float32 would round a temperature below ~1e-45 to 0
@@ -158,6 +209,8 @@ class Sampling(Search):
 
 class BeamSearch(Search):
     """beam_size rows; each step the best continuations of all beams compete for them (see the module doc)."""
+
+    constrained = False  # a ConstrainedBeamSearch (model/constraints.py) chooses its continuations itself
 
     def __init__(self, options: DecodingOptions, budget: int, config: TransformerConfig):
         super().__init__(budget, config)

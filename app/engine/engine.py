@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -34,8 +35,10 @@ from app.languages import Languages, UnknownLanguage
 from app.metrics import Metrics
 from app.segment import Segment, Split
 from app.settings import Settings
+from app.terms import find, rendering_token
 from model.checkpoint import load_checkpoint
 from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration, judge
+from model.constraints import Phrase
 from model.decoding import Hypothesis
 from model.evaluate import max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
@@ -53,6 +56,8 @@ WARM_UP_TEXT = "A man is riding a bike."
 # that takes tens of microseconds, less than a hop to a thread and back, which also passes the GIL to and fro
 # while the batcher's worker needs it. Longer requests are tokenized on a thread.
 INLINE_CHARS = 2_000
+RENDERINGS = 4096  # glossary source terms whose rendering by the model is remembered (app/terms.py)
+RENDERING_TOKENS = 8  # a source term's rendering is decoded to at most this many tokens
 DEFAULT_QUEUE = 256  # NMT_MAX_QUEUE unset: this, or the decoder rows where more fit
 START_TOKENS = 1  # a many-to-many model's target language, fed to the decoder first: a cache position per row
 MULTILINGUAL = "multilingual"  # a many-to-many model's languages, where a pair model's would be
@@ -115,6 +120,8 @@ class Engine:
         self.sizing = sizing or Sizing(max_batch_size, "setting")
         self.gpu_memory_fraction = gpu_memory_fraction
         self.compiler = Compiler(model, self.batcher, compile, self.batcher.metrics, compile_cache_dir, compile_mode)
+        self._glued: torch.Tensor | None = None  # _word_continuations(), once a glossary is first used
+        self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
         self.ready = False
 
     @classmethod
@@ -356,7 +363,7 @@ class Engine:
         live = [i for i, t in enumerate(texts) if t.strip()]
         self.batcher.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
         size = sum(map(len, texts))
-        tokenizer, alignments, start = self.tokenizer, None, self._start(decoding)
+        tokenizer, alignments, start, forced = self.tokenizer, None, self._start(decoding), 0
         async with self._deadline():
             srcs, truncated = await _inline_or_on_thread(
                 size, self.limits.sources, tokenizer, texts, truncate, single, names, decoding.source
@@ -366,13 +373,19 @@ class Engine:
                 hyps = [[h] for h in await self.batcher.generate([srcs[i] for i in live], budgets, start)]
             else:
                 options, budgets = await self._options(options, decoding, max_new_tokens, [srcs[i] for i in live])
-                hyps = await self.batcher.search([srcs[i] for i in live], budgets, replace(options, start=start))
+                options, forced = replace(options, start=start), len(options.prefix)
+                if decoding.glossary:
+                    labels = [names[i] if names else "text" if single else f"text[{i}]" for i in live]
+                    options = await self._constrained(
+                        options, budgets, [texts[i] for i in live], decoding, labels, max_new_tokens is not None
+                    )  # fmt: skip
+                hyps = await self.batcher.search([srcs[i] for i in live], budgets, options)
             if decoding.return_alignment and live:
                 alignments = await self.batcher.call(self._align, [srcs[i] for i in live], hyps, start)
         return await _inline_or_on_thread(
             size, translations, tokenizer, texts, srcs, truncated, dict(zip(live, hyps)),
             alignments and dict(zip(live, alignments)), self.calibration, decoding.return_word_confidence,
-            len(options.prefix) if options is not None else 0,
+            forced,
         )  # fmt: skip
 
     async def _options(
@@ -390,6 +403,64 @@ class Engine:
             min(self.max_new_tokens, max_new_tokens_for(len(s), self.max_new_tokens) + len(prefix)) for s in srcs
         ]
         return options, default
+
+    async def _constrained(
+        self, options: DecodingOptions, budgets: list[int], texts: list[str], decoding: Decoding, names: list[str],
+        fixed: bool,
+    ) -> list[DecodingOptions]:  # fmt: skip
+        """Each text's options, constrained to contain the target terms of the glossary's source terms found in it
+        (app/terms.py); each budget (changed in place) grows by its terms' tokens up to NMT_MAX_NEW_TOKENS unless the
+        request `fixed` it, and a 422 says where the budget leaves no room for them."""
+        found = [find(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
+        if self._glued is None and any(found):
+            self._glued = await asyncio.to_thread(self._word_continuations)
+        targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}
+        instead = await self._rendered([s for f in found for s, _ in f], decoding, options.start)
+        out = []
+        for i, terms in enumerate(found):
+            if not terms:
+                out.append(options)
+                continue
+            need = sum(len(targets[t]) for t in dict.fromkeys(t for _, t in terms)) + len(options.prefix)
+            if not fixed:  # the default budget has room for the prefix already
+                budgets[i] = min(self.max_new_tokens, budgets[i] + need - len(options.prefix))
+            if need >= budgets[i]:
+                raise InvalidRequest(
+                    f"the glossary's terms found in {names[i]} need {need} tokens (with target_prefix's), and "
+                    f"max_new_tokens leaves room for {budgets[i] - 1} besides </s>; raise max_new_tokens (at most "
+                    f"{self.max_new_tokens}) or use fewer terms"
+                )
+            phrases = tuple(
+                Phrase(targets[t], frozenset() if instead[s] is None else frozenset({instead[s]})) for s, t in terms
+            )
+            out.append(replace(options, constraints=phrases, glued=self._glued))
+        return out
+
+    def _word_continuations(self) -> torch.Tensor:
+        """(V,) True for the target tokens that continue a word (no "▁" in front, a letter or digit first)."""
+        pieces = [self.tokenizer.id_to_token(i, "target") for i in range(self.model.config.tgt_vocab_size)]
+        glued = [not p.startswith("▁") and p[:1].isalnum() for p in pieces]
+        return torch.tensor(glued, dtype=torch.bool, device=self.device)
+
+    async def _rendered(self, terms: list[str], decoding: Decoding, start: tuple[int, ...]) -> dict[str, int | None]:
+        """The token each source term's translation takes the place of (app/terms.py's rendering_token): the model's
+        rendering of the term alone, decoded once and remembered (RENDERINGS of them)."""
+        cache, out = self._renderings, {}
+        for term in dict.fromkeys(terms):
+            if (key := (decoding.source, decoding.target, term)) in cache:
+                cache.move_to_end(key)
+                out[term] = cache[key]
+        todo = [t for t in dict.fromkeys(terms) if t not in out]
+        if todo:
+            more = {} if self.codes is None else {"language": decoding.source}
+            srcs = [ids[-self.limits.max_input_tokens :] for ids in self.tokenizer.encode_batch(todo, "source", **more)]
+            hyps = await self.batcher.generate(srcs, [RENDERING_TOKENS] * len(srcs), start)
+            for term, hyp in zip(todo, hyps):
+                pieces = [self.tokenizer.id_to_token(i, "target") for i in hyp.tokens]
+                out[term] = cache[decoding.source, decoding.target, term] = rendering_token(term, hyp.tokens, pieces)
+            while len(cache) > RENDERINGS:
+                cache.popitem(last=False)
+        return out
 
     async def translate_stream(
         self, text: str, max_new_tokens: int | None = None, truncate: bool = False, decoding: Decoding = GREEDY,
@@ -428,13 +499,19 @@ class Engine:
             )  # fmt: skip
             options, budgets = await self._options(options, decoding, max_new_tokens, srcs)
             options = replace(options, start=self._start(decoding))
+            per_piece = [options] * len(srcs)
+            if decoding.glossary:
+                labels = names if segments else ["text"]
+                per_piece = await self._constrained(
+                    options, budgets, pieces, decoding, labels, max_new_tokens is not None
+                )  # fmt: skip
         if not text.strip():
             yield None
             yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
                    "truncated": False, "quality": [], "withheld": [], "calibrated": self.calibration is not None}  # fmt: skip
             return
         request = object()  # the segments take their turns to be admitted as one request
-        streams = [self.batcher.stream(src, budget, options, request) for src, budget in zip(srcs, budgets)]
+        streams = [self.batcher.stream(src, budget, o, request) for src, budget, o in zip(srcs, budgets, per_piece)]
         gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
             (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
         ]  # fmt: skip

@@ -100,15 +100,16 @@ class Batcher:
         return [hyps[0] for hyps in await self.search(srcs, budgets, options)]
 
     async def search(
-        self, srcs: list[list[int]], budgets: list[int], options: DecodingOptions
+        self, srcs: list[list[int]], budgets: list[int], options: DecodingOptions | list[DecodingOptions]
     ) -> list[list[Hypothesis]]:
-        """Each source's hypotheses, best first, decoded as `options` says."""
+        """Each source's hypotheses, best first, decoded as `options` (one for all, or each its own) says."""
         if not srcs:
             return []
         loop, c, request = asyncio.get_running_loop(), self.model.config, object()
+        each = options if isinstance(options, list) else [options] * len(srcs)
         seqs = [
-            Sequence(loop.create_future(), loop, s, options.search(b, c, self.device), request=request)
-            for s, b in zip(srcs, budgets)
+            Sequence(loop.create_future(), loop, s, o.search(b, c, self.device), request=request)
+            for s, b, o in zip(srcs, budgets, each, strict=True)
         ]
         self._submit(*seqs)
         try:

@@ -1,0 +1,50 @@
+"""A glossary's terms in a text, and the constraints that force their translations (model/constraints.py).
+
+Matching: a source term matches whole words only (not inside a longer word), the longest term first where terms
+overlap, optionally in any case; a term found several times is one constraint. The target term is forced as the
+tokens it has on its own, which begin a word.
+
+Each constraint also names the token it takes the place of: the model's own rendering of the source term, decoded
+alone, less the words it adds in front (an article: "dog" -> "Ein Hund" gives "Hund"'s first token). Where the
+search would pick that token, the term begins instead.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+Glossary = tuple[tuple[str, str], ...]  # (source term, target term) pairs, in the glossary's order
+
+
+@lru_cache(maxsize=64)
+def _matcher(sources: tuple[str, ...], ignore_case: bool) -> re.Pattern:
+    """One alternation of the source terms, longest first, each bounded by non-word characters."""
+    ordered = sorted(set(sources), key=len, reverse=True)
+    body = "|".join(re.escape(t) for t in ordered)
+    return re.compile(rf"(?<!\w)(?:{body})(?!\w)", re.IGNORECASE if ignore_case else 0)
+
+
+def find(text: str, glossary: Glossary, ignore_case: bool = False) -> list[tuple[str, str]]:
+    """The (source term, target term) entries whose source term occurs in `text`, in the order they occur, each once."""
+    entries = [(s, t) for s, t in glossary if s.strip() and t.strip()]
+    if not entries or not text.strip():
+        return []
+    fold = str.casefold if ignore_case else str
+    by_source: dict[str, tuple[str, str]] = {}
+    for s, t in entries:
+        by_source.setdefault(fold(s), (s, t))
+    found = dict.fromkeys(by_source[fold(m.group())] for m in _matcher(tuple(s for s, _ in entries), ignore_case)
+                          .finditer(text) if fold(m.group()) in by_source)  # fmt: skip
+    return list(found)
+
+
+def rendering_token(source_term: str, rendering: list[int], pieces: list[str]) -> int | None:
+    """The token a term takes the place of: the first token of the first word of the model's rendering of the source
+    term that is not one it adds in front (while the rendering has more words than the term, its first ones are).
+    `pieces`: the rendering's tokens as strings ("▁" begins a word)."""
+    starts = [i for i, p in enumerate(pieces) if (i == 0 or p.startswith("▁")) and any(ch.isalnum() for ch in p)]
+    if not starts:
+        return None
+    extra = max(0, len(starts) - len(source_term.split()))
+    return rendering[starts[min(extra, len(starts) - 1)]]

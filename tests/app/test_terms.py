@@ -1,0 +1,45 @@
+"""Which glossary terms a text holds (whole words, longest first, optionally in any case), and the token a term
+takes the place of."""
+
+from __future__ import annotations
+
+from app.terms import find, rendering_token
+
+GLOSSARY = (("dog", "Rüde"), ("hot dog", "Hotdog"), ("cat", "Katze"), ("New York", "New York City"), ("C++", "C++"))
+
+
+def test_terms_match_whole_words_in_the_order_they_occur():
+    assert find("The cat chases a dog.", GLOSSARY) == [("cat", "Katze"), ("dog", "Rüde")]
+    assert find("Dogs and catalogues, a dogma.", GLOSSARY) == []  # not inside longer words
+    assert find("A dog, another dog and a third dog.", GLOSSARY) == [("dog", "Rüde")]  # once each
+
+
+def test_the_longest_term_wins_where_terms_overlap():
+    assert find("He eats a hot dog.", GLOSSARY) == [("hot dog", "Hotdog")]
+    assert find("A hot dog and a dog.", GLOSSARY) == [("hot dog", "Hotdog"), ("dog", "Rüde")]
+
+
+def test_multi_word_terms_and_punctuation_in_terms():
+    assert find("She flew to New York today.", GLOSSARY) == [("New York", "New York City")]
+    assert find("She codes in C++ daily.", GLOSSARY) == [("C++", "C++")]
+
+
+def test_case_is_kept_unless_the_request_ignores_it():
+    assert find("A Dog and a CAT.", GLOSSARY) == []
+    assert find("A Dog and a CAT.", GLOSSARY, ignore_case=True) == [("dog", "Rüde"), ("cat", "Katze")]
+    assert find("in new york", GLOSSARY, ignore_case=True) == [("New York", "New York City")]
+
+
+def test_blank_terms_and_texts_match_nothing():
+    assert find("a dog", (("", "x"), ("  ", "y"), ("dog", " "))) == []
+    assert find("   ", GLOSSARY) == []
+    assert find("a (dog) [cat]", (("(dog)", "x"),)) == [("(dog)", "x")]  # regex characters are literal
+
+
+def test_the_rendering_token_skips_the_words_the_model_adds_in_front():
+    ids = [10, 11, 12, 13]
+    assert rendering_token("dog", ids[:2], ["▁Ein", "▁Hund"]) == 11  # "Ein Hund": the article goes
+    assert rendering_token("dog", ids[:3], ["▁Hund", "e", "."]) == 10  # one word, its first piece
+    assert rendering_token("red hat", ids[:2], ["▁roter", "▁Hut"]) == 10  # as many words as the term
+    assert rendering_token("dog", ids[:1], ["."]) is None  # no word at all
+    assert rendering_token("dog", [], []) is None
