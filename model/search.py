@@ -51,7 +51,7 @@ class DecodingOptions:
     start: tuple[int, ...] = ()
     # what every hypothesis must contain: a glossary's terms (model/constraints.py)
     constraints: tuple[Phrase, ...] = ()
-    constraint_margin: float = 3.0  # one row: a phrase begins where its first token is this close to the model's pick
+    constraint_margin: float = 5.0  # one row: a phrase begins where its first token is this close to the pick (nats)
     glued: torch.Tensor | None = None  # (V,) True for tokens that continue a word: none may follow a phrase
 
     def search(self, budget: int, config: TransformerConfig, device: torch.device | str = "cpu") -> Search:
