@@ -2,11 +2,45 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from model.decoding import Hypothesis, KVCache
 from model.search import BeamSearch, DecodingOptions, Sampling, Search
 from model.transformer import Transformer
+
+
+class StepRow:
+    """One row of a step as a search that picks per row sees it: the model's most likely token and its
+    log-probability, and on demand the log-probabilities of other tokens, from the row's full log-probabilities
+    or, after a greedy step, from its hidden state (a few logits against the greedy pick's normalizer)."""
+
+    def __init__(self, model, argmax: int, best: float, hidden: torch.Tensor | None, logprobs: torch.Tensor | None,
+                 weight: torch.Tensor | None = None, bias: torch.Tensor | None = None):  # fmt: skip
+        self.model, self.argmax, self.best = model, argmax, best
+        self._hidden, self._logprobs, self._host = hidden, logprobs, None
+        self._weight, self._bias = weight, bias  # the generator's (V, D) and (V,), where it has plain ones
+
+    def full(self) -> np.ndarray:
+        """Every token's log-probability (V,), on the host."""
+        if self._host is None:
+            logprobs = self._logprobs
+            if logprobs is None:
+                logprobs = self.model.generator(self._hidden[None]).float().log_softmax(-1)[0]
+            self._host = logprobs.detach().cpu().numpy()
+        return self._host
+
+    def logprobs(self, tokens: list[int]) -> list[float]:
+        """These tokens' log-probabilities."""
+        if self._host is not None or self._hidden is None or self._weight is None:
+            return self.full()[tokens].tolist()
+        ids = torch.tensor([self.argmax, *tokens], device=self._hidden.device)
+        logits = self._weight[ids].float() @ self._hidden.float()  # (1 + T,)
+        if self._bias is not None:
+            logits = logits + self._bias[ids].float()
+        values = logits.tolist()
+        normalizer = values[0] - self.best  # the logits' log-sum-exp, as the pick's log-probability has it
+        return [v - normalizer for v in values[1:]]
 
 
 class RowBatch:
@@ -27,6 +61,7 @@ class RowBatch:
         self.tokens = torch.empty(0, dtype=torch.long, device=self.device)  # (N,) next input token per row
         self.other = 0  # live rows of searches that are not greedy
         self.starting = 0  # live rows still being fed their search's start tokens
+        self._at = torch.empty(0, dtype=torch.long, device=self.device)  # a step's row -> its row of log-probabilities
         self._host = None  # CUDA: pinned buffers for the step's one device-to-host copy
         if self.device.type == "cuda":
             n = cache.max_batch
@@ -105,10 +140,31 @@ class RowBatch:
 
     def _step_all(self, forced: dict[int, int]) -> tuple[torch.Tensor, list[int]]:
         """A step with full log-probabilities: greedy rows take the best, the other searches their own picks; the
-        `forced` rows are fed their start token."""
-        logprobs = self.model.decode_logprobs(self.tokens, self.cache)  # (N, V) float32
-        best, ids = logprobs.max(-1)
+        `forced` rows are fed their start token. Where most rows are greedy or pick per row (a constrained one-row
+        search reads a few log-probabilities), the step is the greedy one (screened) and only the rows that need
+        them get full log-probabilities, from their hidden states: `at` maps a row to its row of `logprobs`."""
+        n, hidden = len(self.rows), None
+        full = [r for r, (s, _) in enumerate(self.rows) if not s.greedy and not s.per_row]
+        if 2 * len(full) <= n and hasattr(self.model, "decode_greedy_hidden"):
+            ids, best, hidden = self.model.decode_greedy_hidden(self.tokens, self.cache)  # (N,), (N,), (N, D)
+            rows = torch.tensor(full, dtype=torch.long, device=self.device)
+            logprobs = self.model.generator(hidden[rows]).float().log_softmax(-1)  # (R, V)
+            at = torch.zeros(n, dtype=torch.long, device=self.device)
+            at[rows] = torch.arange(len(full), device=self.device)
+        else:
+            logprobs = self.model.decode_logprobs(self.tokens, self.cache)  # (N, V) float32
+            best, ids = logprobs.max(-1)
+            at = torch.arange(n, device=self.device)
+        self._at = at
+        weight = bias = None
+        if hidden is not None and isinstance(w := getattr(self.model, "generator_weight", None), torch.Tensor):
+            weight, bias = w, self.model.output_bias  # int8's packed weight is no tensor: StepRow projects whole rows
         ids_host, logprobs_host = self._to_host(ids, best)
+        steps = {}  # the rows that pick per row, and their StepRows
+        for r, (s, slot) in enumerate(self.rows):
+            if s.per_row and r not in forced:
+                steps[r] = StepRow(self.model, ids_host[r], logprobs_host[r], hidden[r] if hidden is not None else None,
+                                   logprobs[r] if hidden is None else None, weight, bias)  # fmt: skip
         next_ids, done = list(ids_host), []
         sampled: list[tuple[Sampling, int, int]] = []
         beams: dict[int, dict[BeamSearch, list[int]]] = {}  # beam size -> search -> its rows by slot
@@ -117,6 +173,11 @@ class RowBatch:
                 next_ids[r] = forced[r]
             elif s.greedy:
                 if s.take(slot, ids_host[r], logprobs_host[r]):
+                    done.append(r)
+            elif s.per_row:
+                row = steps[r]
+                next_ids[r] = token = s.choose(slot, row)
+                if s.take(slot, token, row.logprobs([token])[0]):
                     done.append(r)
             elif isinstance(s, BeamSearch):
                 beams.setdefault(s.rows, {}).setdefault(s, [0] * s.rows)[slot] = r
@@ -131,8 +192,9 @@ class RowBatch:
         return torch.tensor(next_ids, dtype=torch.long, device=self.device), done
 
     def _sample(self, sampled, logprobs, argmax, next_ids, done) -> None:
-        rows = torch.tensor([r for _, _, r in sampled], device=self.device)
-        tokens = [s.next_token(slot, logprobs[r], argmax[r]) for s, slot, r in sampled]
+        rows = self._at[torch.tensor([r for _, _, r in sampled], device=self.device)]
+        at = rows.tolist()
+        tokens = [s.next_token(slot, logprobs[a], argmax[r]) for (s, slot, r), a in zip(sampled, at)]
         picked = logprobs[rows, torch.tensor(tokens, device=self.device)]
         for (s, slot, r), tok, lp in zip(sampled, tokens, picked.tolist()):
             next_ids[r] = tok
@@ -141,7 +203,7 @@ class RowBatch:
 
     def _beam(self, k: int, searches: dict[BeamSearch, list[int]], logprobs, next_ids, done, moves) -> None:
         """Every beam search of size k at once: (G, k, V) continuations, their 2k best per search."""
-        rows = torch.tensor(list(searches.values()), device=self.device)  # (G, k)
+        rows = self._at[torch.tensor(list(searches.values()), device=self.device)]  # (G, k): rows of logprobs
         scores = torch.tensor([s.scores for s in searches], device=self.device)  # (G, k)
         total = logprobs[rows] + scores[..., None]  # (G, k, V)
         for g, s in enumerate(searches):

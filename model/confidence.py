@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,13 +122,15 @@ class LengthModel:
 
 def signals(
     source_ids: list[int], token_ids: list[int], logprobs: list[float], source: str, target: str,
-    length: LengthModel | None = None, forced: int = 0,
+    length: LengthModel | None = None, forced: int | Collection[int] = 0,
 ) -> Signals:  # fmt: skip
     """A translation's signals. `source_ids`: what the encoder read (`</s>` and any language code included);
     `token_ids` and `logprobs`: what decoding generated (its logprobs count `</s>` too); `forced`: how many of the
-    first tokens the caller forced (a target prefix): their probabilities say nothing of the model's choices."""
+    first tokens the caller forced (a target prefix), or the positions of those it forced (a glossary's terms too):
+    their probabilities say nothing of the model's choices."""
     length = length or LengthModel()
-    chosen = logprobs[forced:] if len(logprobs) > forced else logprobs
+    skip = range(forced) if isinstance(forced, int) else set(forced)
+    chosen = [lp for i, lp in enumerate(logprobs) if i not in skip] or logprobs
     mean = sum(chosen) / len(chosen) if chosen else 0.0
     low = min(chosen) if chosen else 0.0
     excess = max(0, repeated(token_ids) - repeated(source_ids))  # the source's own repetition is not held against it
@@ -210,11 +213,13 @@ def assess(s: Signals, calibration: Calibration | None) -> Quality:
 
 def judge(
     source_ids: list[int], token_ids: list[int], logprobs: list[float], source: str, target: str,
-    calibration: Calibration | None, forced: int = 0,
+    calibration: Calibration | None, forced: int = 0, terms: Collection[int] = (),
 ) -> Quality:  # fmt: skip
-    """One translation's signals (against the calibration's length model) and what they come to (`assess`)."""
+    """One translation's signals (against the calibration's length model) and what they come to (`assess`); the
+    `forced` first tokens (a target prefix) and those at the positions `terms` (a glossary's) were the caller's."""
     length = calibration.length if calibration is not None else None
-    return assess(signals(source_ids, token_ids, logprobs, source, target, length, forced), calibration)
+    skip = set(range(forced)) | set(terms) if terms else forced
+    return assess(signals(source_ids, token_ids, logprobs, source, target, length, skip), calibration)
 
 
 def fit(

@@ -47,7 +47,7 @@ class Progress:
     current: int = -1  # the constraint begun and not finished, or -1
     at: int = 0  # how many of its tokens are produced
     closing: bool = False  # one row: the model would have ended with constraints unmet; they follow one another
-    ended: bool = False  # the last token finished a constraint: the next must begin a word
+    ended: int = -1  # the constraint the last token finished: the next token begins a word, and is not its rendering
 
 
 class Constraints:
@@ -61,6 +61,7 @@ class Constraints:
         self.phrases = tuple(merged)
         self.firsts: dict[int, list[int]] = {}  # first token -> the constraints that begin with it
         self.instead: dict[int, list[int]] = {}  # a rendering's token -> the constraints that begin in its place
+        self.replaced = [sorted(merged[phrase]) for phrase in self.phrases]  # each constraint's renderings
         for i, phrase in enumerate(self.phrases):
             self.firsts.setdefault(phrase[0], []).append(i)
             for t in merged[phrase]:
@@ -92,23 +93,23 @@ class Constraints:
         if p.current >= 0:
             if token == self.phrases[p.current][p.at]:
                 if p.at + 1 == len(self.phrases[p.current]):
-                    return Progress(p.met | {p.current}, closing=p.closing, ended=True)
+                    return Progress(p.met | {p.current}, closing=p.closing, ended=p.current)
                 return Progress(p.met, p.current, p.at + 1, p.closing)
             p = Progress(p.met, closing=p.closing)
         for i in self.firsts.get(token, ()):
             if i not in p.met:
                 if len(self.phrases[i]) == 1:
-                    return Progress(p.met | {i}, closing=p.closing, ended=True)
+                    return Progress(p.met | {i}, closing=p.closing, ended=i)
                 return Progress(p.met, i, 1, p.closing)
-        return Progress(p.met, closing=p.closing) if p.ended else p
+        return Progress(p.met, closing=p.closing) if p.ended >= 0 else p
 
     def instead_of(self, p: Progress, token: int) -> int | None:
         """The first token of an unmet constraint that begins in place of `token`, or None."""
         return next((self.phrases[i][0] for i in self.instead.get(token, ()) if i not in p.met), None)
 
-    def pick(self, p: Progress, logprobs: torch.Tensor, choice: int, left: int, margin: float) -> int:
-        """One row's next token: `choice` is what it would pick from `logprobs` (V,) with </s> barred; `left`: the
-        tokens it may still take, this one and </s> included."""
+    def pick(self, p: Progress, row, choice: int, left: int, margin: float) -> int:
+        """One row's next token: `choice` is what it would pick from its step `row` (model/batch.py's StepRow) with
+        </s> barred; `left`: the tokens it may still take, this one and </s> included."""
         if (token := self.forced(p)) is not None:
             return token
         unmet = self.unmet(p)
@@ -119,9 +120,9 @@ class Constraints:
         firsts = [self.phrases[i][0] for i in unmet]
         if choice in firsts:
             return choice
-        scores = logprobs[firsts].tolist()
+        *scores, chosen = row.logprobs([*firsts, choice])
         best = max(range(len(firsts)), key=scores.__getitem__)
-        if p.closing or left - 1 <= self.needed(p) or scores[best] >= logprobs[choice].item() - margin:
+        if p.closing or left - 1 <= self.needed(p) or scores[best] >= chosen - margin:
             return firsts[best]
         return choice
 
@@ -139,6 +140,7 @@ class ConstrainedBeamSearch(BeamSearch):
         super().__init__(options, budget, config)
         self.constraints, self.glued = Constraints(options.constraints), options.glued
         self.progress = [Progress()] * self.rows
+        self.terms: list[frozenset[int]] = [frozenset()] * self.rows  # each beam's Hypothesis.terms
 
     def choose(self, total: torch.Tensor) -> tuple[list[int], list[int]] | None:
         """Given each beam's summed log-probabilities of every next token (k, V), take this step's hypotheses.
@@ -148,12 +150,14 @@ class ConstrainedBeamSearch(BeamSearch):
         left = self.steps - self.length  # tokens each beam may still take, </s> included
         alive = [b for b in range(k) if self.scores[b] > NEG_INF]
         barred = [b for b in alive if not K.done(self.progress[b])]
-        ended = [b for b in alive if self.progress[b].ended]
-        if barred or ended and self.glued is not None:
+        ended = [b for b in alive if self.progress[b].ended >= 0]
+        if barred or ended:
             total = total.clone()
             total[barred, eos] = NEG_INF  # no </s> while a constraint is unmet
-            if ended and self.glued is not None:  # a term ends a word: the token after it begins one
-                total[ended] = total[ended].masked_fill(self.glued, NEG_INF)
+            for b in ended:  # a term ends a word: the token after it begins one, and is not the word it replaced
+                if self.glued is not None:
+                    total[b] = total[b].masked_fill(self.glued, NEG_INF)
+                total[b, K.replaced[self.progress[b].ended]] = NEG_INF
         top, ids = total[alive].topk(min(2 * k, total.size(-1)))  # (alive, 2k)
         host = total.detach().cpu().numpy()  # the few more values each beam reads, without a tensor op each
         candidates: dict[tuple[int, int], float] = {}  # (parent, token) -> summed log-probability
@@ -187,19 +191,32 @@ class ConstrainedBeamSearch(BeamSearch):
         if not chosen:
             self.done = True
             return None
-        beams, scores, progress = [], [], []
+        beams, scores, progress, terms = [], [], [], []
         for score, b, token in chosen:
             tokens, logprobs = self.beams[b]
             beams.append((tokens + [token], logprobs + [self._logprob(score, b)]))
             scores.append(score)
             progress.append(K.after(self.progress[b], token))
+            terms.append(self._terms(b, token))
         while len(beams) < k:  # fewer candidates than beams: dead copies
             beams.append(beams[0])
             scores.append(NEG_INF)
             progress.append(progress[0])
+            terms.append(terms[0])
             chosen.append(chosen[0])
-        self.beams, self.scores, self.progress = beams, scores, progress
+        self.beams, self.scores, self.progress, self.terms = beams, scores, progress, terms
         return [c[1] for c in chosen], [c[2] for c in chosen]
+
+    def _terms(self, parent: int, token: int) -> frozenset[int]:
+        """The positions of the terms' tokens in the parent's hypothesis continued by `token`."""
+        before, after = self.progress[parent], self.constraints.after(self.progress[parent], token)
+        if after.current >= 0 or len(after.met) > len(before.met):
+            return self.terms[parent] | {self.length}
+        return self.terms[parent]
+
+    def _finish(self, score: float, parent: int, token: int) -> None:
+        super()._finish(score, parent, token)
+        self.finished[-1].terms = set(self._terms(parent, token))
 
     def _allocate(self, ranked: list[tuple[float, int, int]], k: int) -> list[tuple[float, int, int]]:
         """k of the candidates (best first): round robin over the banks, the furthest first, best first in each."""

@@ -151,13 +151,13 @@ class KVCache:
             :, :, torch.tensor(src, device=device), :, :t_len
         ]
 
-    def step(self, model: Transformer, tokens: torch.Tensor, output: str = "logits"):
+    def step(self, model: Transformer, tokens: torch.Tensor, output: str = "logits", hidden: bool = False):
         """Run the decoder for the live rows, write their new keys/values, advance.
 
         tokens (N,) -> with output="logits" the logits (N, V), with "logprobs" float32 log-probabilities (N, V),
         with "greedy" the next ids (N,) and their log-probabilities (N,). A compiled step (model/compile.py;
         greedy and logprobs have one each) sees key and source windows of at least MIN_WINDOW, so that one
-        graph serves every window.
+        graph serves every window. With "greedy" and `hidden`, also the rows' final hidden states (N, D).
         """
         n = tokens.size(0)
         if n != self.n:
@@ -192,11 +192,11 @@ class KVCache:
         self.steps += 1
         if output != "greedy":
             return out[0]
-        ids, logprobs, hidden = out
+        ids, logprobs, states = out
         screen = getattr(model, "screen", None)
         if screen is not None and n >= screen.min_rows:  # greedy_step screened: settle the rows it left at -1
-            ids, logprobs = screen.confirm(ids, logprobs, hidden, model.generator)
-        return ids, logprobs
+            ids, logprobs = screen.confirm(ids, logprobs, states, model.generator)
+        return (ids, logprobs, states[:n]) if hidden else (ids, logprobs)
 
 
 def packed(src: torch.Tensor, keep: torch.Tensor, lengths: torch.Tensor, total: int) -> tuple[torch.Tensor, ...]:
@@ -217,6 +217,7 @@ class Hypothesis:
     finish_reason: str = "length"  # "eos" or "length"
     length_penalty: float = 1.0
     start: int = 0  # forced tokens before `tokens` (a target language): counted in the length with log-probability 0
+    terms: set[int] = field(default_factory=set)  # positions of tokens a constraint put there (model/constraints.py)
 
     @property
     def score(self) -> float:

@@ -31,6 +31,7 @@ import torch
 from model.decoding import Hypothesis
 
 if TYPE_CHECKING:
+    from model.batch import StepRow
     from model.constraints import Phrase
 from model.transformer import Transformer, TransformerConfig, padding_mask, subsequent_mask
 
@@ -79,6 +80,7 @@ class Search:
 
     rows = 1
     greedy = False  # decodes from the step's greedy picks alone (the fast path)
+    per_row = False  # picks each row's token by `choose` from the row's step (a constrained one-row search)
     start: tuple[int, ...] = ()  # fed to its rows before it picks any token (DecodingOptions.start)
     started = 0  # how many of them its rows have been fed
 
@@ -146,41 +148,46 @@ class Sampling(Search):
             from model.constraints import Constraints, Progress
 
             self.constraints, self.progress = Constraints(options.constraints), [Progress()] * self.rows
+            self.per_row = True
 
     def next_token(self, slot: int, logprobs: torch.Tensor, argmax: int) -> int:
         """The row's next token, given its log-probabilities (V,) (logits would draw the same) and their argmax."""
         t = len(self.hyps[slot].logprobs)
-        if self.constraints is None:
-            return self.prefix[t] if t < len(self.prefix) else self._draw(logprobs, argmax)
+        return self.prefix[t] if t < len(self.prefix) else self._draw(logprobs, argmax)
+
+    def choose(self, slot: int, row: StepRow) -> int:
+        """A constrained row's next token, from its step (model/batch.py's StepRow): the whole distribution is read
+        only where a pick needs it (a draw, or tokens barred that the model would have picked)."""
+        t = len(self.hyps[slot].logprobs)
         k, p = self.constraints, self.progress[slot]
         if t < len(self.prefix):
             token = self.prefix[t]
         elif (token := k.forced(p)) is None:
-            if self.generator is None:  # the picks below read a few values each: from the host, not one op each
-                logprobs = logprobs.detach().cpu().numpy()
-            if p.ended and self.glued is not None:  # a term ends a word: the token after it begins one
-                logprobs = self._unglued(logprobs)
-                argmax = int(logprobs.argmax())
-            if k.done(p):  # the model ended where the terms were still to come: they close the sentence
-                token = self.eos if p.closing else self._draw(logprobs, argmax)
-            else:  # no </s> while a constraint is unmet
-                if argmax == self.eos:
-                    p = self.progress[slot] = k.closing(p)
-                if argmax == self.eos or self.generator is not None:
-                    logprobs = logprobs.copy() if self.generator is None else logprobs.clone()
-                    logprobs[self.eos] = NEG_INF
-                    argmax = int(logprobs.argmax())
-                token = k.pick(p, logprobs, self._draw(logprobs, argmax), self.steps - t, self.margin)
-        self.progress[slot] = k.after(p, token)
+            if row.argmax == self.eos and not k.done(p):  # the model would end here: the terms close the sentence
+                p = self.progress[slot] = k.closing(p)
+            # no </s> while a constraint is unmet; after a term, a token that begins a word and is not the one it replaced
+            barred = ([] if k.done(p) else [self.eos]) + (k.replaced[p.ended] if p.ended >= 0 else [])
+            glued = p.ended >= 0 and self.glued is not None
+            choice = row.argmax  # what the row picks, unless it is barred (the closing terms need no pick)
+            if not p.closing and (self.generator is not None or choice in barred or glued and self._glued()[choice]):
+                logprobs = row.full().copy()
+                if glued:
+                    logprobs[self._glued()] = NEG_INF
+                logprobs[barred] = NEG_INF
+                choice = self._draw(torch.from_numpy(logprobs), int(logprobs.argmax()))
+            if k.done(p):
+                token = self.eos if p.closing else choice
+            else:
+                token = k.pick(p, row, choice, self.steps - t, self.margin)
+        after = self.progress[slot] = k.after(p, token)
+        if after.current >= 0 or len(after.met) > len(p.met):
+            self.hyps[slot].terms.add(t)  # a term's token: the caller's choice, not the model's
         return token
 
-    def _unglued(self, logprobs):
-        """`logprobs` (a tensor, or an array on the host) with the tokens that continue a word barred."""
-        if isinstance(logprobs, torch.Tensor):
-            return logprobs.masked_fill(self.glued, NEG_INF)
+    def _glued(self) -> np.ndarray:
         if self._glued_host is None:
             self._glued_host = self.glued.cpu().numpy()
-        return np.where(self._glued_host, NEG_INF, logprobs)
+        return self._glued_host
 
     def _draw(self, logprobs: torch.Tensor, argmax: int) -> int:
         """The most likely token, or a draw (see next_token)."""

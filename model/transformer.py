@@ -493,5 +493,10 @@ class Transformer(nn.Module):
         tokens (N,) -> next ids (N,), their log-probabilities (N,)"""
         return cache.step(self, tokens, output="greedy")
 
+    def decode_greedy_hidden(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """decode_greedy, and the rows' final hidden states (N, D): the generator gives any of them every token's
+        logit. tokens (N,) -> next ids (N,), their log-probabilities (N,), hidden (N, D)"""
+        return cache.step(self, tokens, output="greedy", hidden=True)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -60,6 +60,9 @@ def test_every_hypothesis_holds_every_phrase(trained, sources, kind):
                 assert all(holds(hyp.tokens, p.tokens) for p in phrases), (kind, phrases, hyp.tokens)
                 assert len(hyp.logprobs) <= budget
                 assert hyp.tokens[: len(options.prefix)] == list(options.prefix)
+                # the terms' tokens are marked as the caller's (their probabilities leave the confidence out)
+                assert all(hyp.tokens[i] in {t for p in phrases for t in p.tokens} for i in hyp.terms)
+                assert len(hyp.terms) >= sum(map(len, {p.tokens for p in phrases}))
 
 
 def test_a_phrase_begins_in_place_of_the_token_it_stands_for(trained, sources):
@@ -72,6 +75,7 @@ def test_a_phrase_begins_in_place_of_the_token_it_stands_for(trained, sources):
         phrase = Phrase((5, 6), instead_of=frozenset({word}))
         (hyp,) = decode(model, [src], [32], DecodingOptions(constraints=(phrase,)))[0]
         assert hyp.tokens[:3] == [plain.tokens[0], 5, 6]
+        assert hyp.tokens[3:4] != [word]  # and the word it replaced does not follow it
 
 
 def test_no_word_piece_is_glued_to_the_end_of_a_phrase(trained, sources):
@@ -119,7 +123,7 @@ def test_progress_through_phrases_that_share_a_first_token():
     p = k.after(Progress(), 1)
     assert k.forced(p) == 2 and k.needed(p) == 3
     p = k.after(p, 2)
-    assert p.met == {0} and p.ended and not k.done(p)
+    assert p.met == {0} and p.ended == 0 and not k.done(p)
     p = k.after(k.after(p, 1), 3)
     assert k.done(p) and k.produced(p) == 4
     abandoned = k.after(k.after(Progress(), 1), 7)  # a token other than the forced one (a target prefix) abandons it
