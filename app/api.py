@@ -31,8 +31,10 @@ from app.engine import (
 )
 from app.engine.documents import weakest
 from app.engine.limits import Decoding
+from app.glossaries import Glossary, GlossaryStore, fits, language, parse, short, terms
 from app.metrics import CONTENT_TYPE_LATEST
 from app.models import Models
+from app.protect import Protect, protection
 from app.settings import Settings
 from model.confidence import Quality
 
@@ -188,29 +190,49 @@ async def detokenize(body: s.DetokenizeRequest, models: ModelsDep) -> s.Detokeni
             "description": 'JSON, or with `"stream": true` server-sent events: one per generated token, then a last '
             "one with the whole translation (or an error)",
             "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA, "example": SSE_EXAMPLE}},
-        }
+        },
+        404: {"model": s.ErrorResponse, "description": "`glossary_id` names no stored glossary"},
     },
 )
 async def translate(body: s.TranslateRequest, models: ModelsDep, request: Request):
     """Translate with the model named by `model`, or by `source`/`target`, or the default: greedy by default, or beam
     search, sampling, a forced target prefix, n-best lists and alignments; `"stream": true` sends the tokens as they
     come."""
-    engine = models.pick(body.model, body.source, body.target)
+    stored = await request.app.state.glossaries.get(body.glossary_id) if body.glossary_id else None
+    if stored is not None and body.model is None and not (body.source or body.target):
+        engine = models.pick(None, stored.source_lang, stored.target_lang)  # the model of the glossary's languages
+    else:
+        engine = models.pick(body.model, body.source, body.target)
     if body.stream:
-        return await stream_translation(body, engine)
-    out = await unless_disconnected(request.receive, run_translate(engine, body))
+        return await stream_translation(body, engine, stored)
+    out = await unless_disconnected(request.receive, run_translate(engine, body, stored))
     return translation_response(body, out, engine)
 
 
-async def decoding(body: s.TranslateRequest, engine: Engine) -> Decoding:
+async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | None = None) -> Decoding:
     """The request's decoding fields, for the engine to check against the model and its limits; for a many-to-many
-    model a source left out or "auto" is detected among its languages."""
-    source = body.source
+    model a source left out or "auto" is detected among its languages (or is the stored glossary's). A stored
+    glossary must be of the languages the model translates the request between; its entries follow the inline ones."""
+    source, target = body.source, body.target
+    if stored is not None:
+        source = stored.source_lang if source in (None, "auto") else source
+        target = target or stored.target_lang
     if engine.codes and source in (None, "auto"):
         source = await detect_source(engine, [body.text] if isinstance(body.text, str) else body.text)
+    if stored is not None and not fits(stored, engine, source, target):
+        langs = engine.languages if engine.codes is None else {"source": source, "target": target}
+        raise InvalidRequest(
+            f"the glossary {stored.glossary_id} is {stored.source_lang}->{stored.target_lang}, but this request is "
+            f"{langs['source']}->{langs['target']} (model {engine.name!r}); use a glossary of that pair, or leave out "
+            "model, source and target to translate with the glossary's model"
+        )
+    glossary = terms(
+        (body.glossary or {}).items(), stored.entries if stored else (), ignore_case=body.glossary_ignore_case
+    )
     return Decoding(
         body.beam_size, body.num_hypotheses, body.length_penalty, body.target_prefix, body.sampling_topk,
-        body.sampling_temperature, body.seed, body.return_alignment, body.return_word_confidence, source, body.target,
+        body.sampling_temperature, body.seed, body.return_alignment, body.return_word_confidence,
+        glossary=glossary, glossary_ignore_case=body.glossary_ignore_case, source=source, target=target,
     )  # fmt: skip
 
 
@@ -223,14 +245,19 @@ async def detect_source(engine: Engine, texts: list[str]) -> str:
     return (await detect.detect(texts, names))[0][0]
 
 
-async def run_translate(engine: Engine, body: s.TranslateRequest) -> list[Translation]:
+async def run_translate(engine: Engine, body: s.TranslateRequest, stored: Glossary | None = None) -> list[Translation]:
     """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py)."""
     if body.format == "html" and body.return_segments:
         raise InvalidRequest('return_segments works on plain text only; send it with "format": "text"')
-    how = await decoding(body, engine)
+    how, kept = await decoding(body, engine, stored), protected(body)
     return await engine.translate(
-        body.text, body.max_new_tokens, body.truncate, how, body.split, body.format, body.min_confidence
+        body.text, body.max_new_tokens, body.truncate, how, body.split, body.format, body.min_confidence, kept
     )
+
+
+def protected(body: s.TranslateRequest) -> Protect | None:
+    """The request's protected spans, checked against their limits (app/protect.py); None when it protects none."""
+    return protection(body.protect, body.protect_terms, body.protect_patterns)
 
 
 def translation_response(body: s.TranslateRequest, out: list[Translation], engine: Engine) -> s.TranslateResponse:
@@ -334,6 +361,56 @@ async def run_attention(engine: Engine, body: s.AttentionRequest) -> Attention:
     )
 
 
+# ---- stored glossaries (app/glossaries.py) ---------------------------------------------------------------------
+
+
+async def get_glossaries(request: Request) -> GlossaryStore:
+    return request.app.state.glossaries
+
+
+GlossariesDep = Annotated[GlossaryStore, Depends(get_glossaries)]
+NOT_FOUND = {404: {"model": s.ErrorResponse}}
+
+
+@router.post("/glossaries", status_code=201, response_model=s.GlossaryOut)
+async def create_glossary(body: s.GlossaryRequest, models: ModelsDep, glossaries: GlossariesDep) -> s.GlossaryOut:
+    """Store a glossary for a language pair a model here translates; `/translate` uses it by `glossary_id`."""
+    source, target = language(body.source_lang, "source"), language(body.target_lang, "target")
+    models.pick(None, source, target)  # 422 when no model translates the pair
+    if isinstance(body.entries, dict):
+        entries = [(f"entry {short(term)}", term, into) for term, into in body.entries.items()]
+    else:
+        entries = parse(body.entries, body.entries_format, source, target)
+    glossary = await glossaries.create(body.name, source, target, entries)
+    return s.GlossaryOut(**glossary.info())
+
+
+@router.get("/glossaries", response_model=s.GlossariesResponse)
+async def list_glossaries(glossaries: GlossariesDep) -> s.GlossariesResponse:
+    """Every stored glossary, oldest first, without its entries."""
+    return s.GlossariesResponse(glossaries=[s.GlossaryOut(**g.info()) for g in await glossaries.list()])
+
+
+@router.get("/glossaries/{glossary_id}", response_model=s.GlossaryOut, responses=NOT_FOUND)
+async def get_glossary(glossary_id: str, glossaries: GlossariesDep) -> s.GlossaryOut:
+    """One glossary, without its entries."""
+    return s.GlossaryOut(**(await glossaries.get(glossary_id, entries=False)).info())
+
+
+@router.get("/glossaries/{glossary_id}/entries", response_model=s.GlossaryEntriesResponse, responses=NOT_FOUND)
+async def glossary_entries(glossary_id: str, glossaries: GlossariesDep) -> s.GlossaryEntriesResponse:
+    """One glossary's entries, source term -> target term, in order."""
+    glossary = await glossaries.get(glossary_id)
+    return s.GlossaryEntriesResponse(glossary_id=glossary.glossary_id, entries=dict(glossary.entries))
+
+
+@router.delete("/glossaries/{glossary_id}", status_code=204, response_class=Response, responses=NOT_FOUND)
+async def delete_glossary(glossary_id: str, glossaries: GlossariesDep) -> Response:
+    """Delete one glossary."""
+    await glossaries.delete(glossary_id)
+    return Response(status_code=204)
+
+
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 async def metrics(request: Request) -> Response:
     """Prometheus metrics: requests, latency, queue length, running batch size, tokens, time per token."""
@@ -343,7 +420,9 @@ async def metrics(request: Request) -> Response:
 # ---- streaming and disconnects ---------------------------------------------------------------------------------
 
 
-async def stream_translation(body: s.TranslateRequest, engine: Engine) -> StreamingResponse:
+async def stream_translation(
+    body: s.TranslateRequest, engine: Engine, stored: Glossary | None = None
+) -> StreamingResponse:
     if not isinstance(body.text, str):
         raise InvalidRequest(
             f"stream needs a single text, got a list of {len(body.text)}; send one request per text, or leave out "
@@ -351,9 +430,9 @@ async def stream_translation(body: s.TranslateRequest, engine: Engine) -> Stream
         )
     if body.format == "html":
         raise InvalidRequest('stream works on plain text only: leave out "stream" to translate HTML')
-    how = await decoding(body, engine)
+    how, kept = await decoding(body, engine, stored), protected(body)
     events = await engine.translate_stream(
-        body.text, body.max_new_tokens, body.truncate, how, body.split, body.min_confidence
+        body.text, body.max_new_tokens, body.truncate, how, body.split, body.min_confidence, kept
     )  # fmt: skip
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering (deploy/nginx.conf)
     return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)

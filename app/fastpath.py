@@ -4,9 +4,9 @@ FastAPI's routing, dependency solving, exception middleware and response validat
 much per `/translate` request as tokenizing, detokenizing and formatting do, and on 2 cores the loop's work slows
 the decoder step beside it by more than its own share (README, "Why the event loop's work costs more than its
 share"). So a request that is plainly fine (JSON within the body limit, the API key if one is set, a body the
-request model accepts, not streamed, its model ready) goes from here to the engine, and its answer is built by
-the same function the route uses. Anything else, including every request that will get a 4xx from validation, is
-handed on unchanged (its body replayed) to the full app, which answers it as it always has.
+request model accepts, not streamed, no stored glossary, its model ready) goes from here to the engine, and its
+answer is built by the same function the route uses. Anything else, including every request that will get a 4xx
+from validation, is handed on unchanged (its body replayed) to the full app, which answers it as it always has.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class FastTranslate:
         messages, body = await _read_body(receive)
         request = _parse(body) if body is not None else None
         engine = None
-        if request is not None and not request.stream:
+        if request is not None and not request.stream and request.glossary_id is None:  # the route reads glossaries
             engine = self.service.state.models.find(request.model, request.source, request.target)
         if engine is None:  # the full app answers, or says what is wrong
             return await self.app(scope, _replay(messages, receive), send)

@@ -30,6 +30,12 @@ text (the same occurrence), else the target aligned to it alone; else it goes in
 nearer end. No text is dropped and every tag comes back as written. A unit whose translation is its own text
 comes back exactly as written.
 
+Protected spans (parse's `protect`, app/protect.py): in the text between tags, each group of spans (placeholders,
+URLs, ...) becomes a kept empty element whose markup is the spans as written, with the whitespace on one side of
+them; the unit's text reads on without them, so the model never sees them, and each is placed where app/protect.py
+puts a span (after the translation of the word before it, in front of the word after it, or at either end), then
+written once as it was. A span that markup or an entity's characters cut is left in the text.
+
 Reading and putting back keep their own stacks, not Python's, so any depth of nesting works. Their work grows with
 the page's characters times a logarithm (the ranges siblings hold are kept sorted and bisected, the alignment is
 indexed once per unit), but for two things: each distinct kept text is searched for in its unit's text and
@@ -46,6 +52,7 @@ from __future__ import annotations
 
 import html
 import re
+import secrets
 import unicodedata
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
@@ -53,6 +60,10 @@ from heapq import heapify, heappop
 from html.parser import HTMLParser, attrfind_tolerant, tagfind_tolerant
 from itertools import accumulate
 from operator import itemgetter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.protect import Protect
 
 _WS = " \t\n\r\f"
 _VOID = set("area base br col embed hr img input link meta param source track wbr".split())
@@ -109,6 +120,8 @@ class _Node:
     children: list[_Node] = field(default_factory=list)
     a: int = 0  # [a, b) of the unit's text inside it
     b: int = 0
+    protect: Protect | None = None  # a protected span's leaf: what places it (app/protect.py)
+    forward: bool = False  # and whether it goes in front of the word after it
 
     @property
     def ranged(self) -> bool:
@@ -167,9 +180,55 @@ class HtmlDocument:
         return _join(self.pieces, translations, alignments)
 
 
-def parse(page: str) -> HtmlDocument:
-    """The units of an HTML page or fragment; raises MalformedHtml."""
-    return _Reader(page).document
+def parse(page: str, protect: Protect | None = None) -> HtmlDocument:
+    """The units of an HTML page or fragment, `protect`'s spans kept aside as written; raises MalformedHtml."""
+    return _Reader(page, protect).document
+
+
+def ignoring(page: str, names: set[str]) -> tuple[str, str]:
+    """The page with `translate="no"` and a marker attribute added to the start tag of every element named in
+    `names` (lower case; DeepL's ignore_tags) that has no translate attribute of its own, and that marker: after
+    translating, removing the marker (`' ' + marker`) gives back the tags as written."""
+    marker = f'translate="no" data-nmt-ignored-{secrets.token_hex(6)}'
+    found = _StartTags(page, names).found
+    out, done = [], 0
+    for at in found:
+        out += [page[done:at], " ", marker]
+        done = at
+    return "".join(out) + page[done:], marker
+
+
+class _StartTags(HTMLParser):
+    """Where to add an attribute to the start tags of the elements named: just after each one's name."""
+
+    def __init__(self, page: str, names: set[str]):
+        super().__init__(convert_charrefs=True)
+        self.names, self.found = names, []
+        self.lines = [0] + [m.end() for m in re.finditer("\n", page)]
+        self.feed(page)  # not close(): an unterminated tag at the end is the engine's parser's error to report
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.names and not any(name == "translate" for name, _ in attrs):
+            line, column = self.getpos()
+            name_ends = tagfind_tolerant.match(self.get_starttag_text(), 1).end(1)
+            self.found.append(self.lines[line - 1] + column + name_ends)
+
+    handle_startendtag = handle_starttag
+
+
+def _decoded(raw: str):
+    """A run of text with its entities decoded, and the raw offset of any decoded one (None inside an entity)."""
+    pieces = [(m[0], html.unescape(m[0]) if m[0][0] == "&" else m[0]) for m in _PIECES.finditer(raw)]
+    starts = list(accumulate((len(d) for _, d in pieces), initial=0))
+    raw_starts = list(accumulate((len(r) for r, _ in pieces), initial=0))
+
+    def offset(d: int) -> int | None:
+        i = bisect_right(starts, d) - 1
+        if d == starts[i]:
+            return raw_starts[i]
+        return None if pieces[i][0][0] == "&" else raw_starts[i] + d - starts[i]
+
+    return "".join(d for _, d in pieces), offset
 
 
 def _join(pieces: list, translations: list[str], alignments: list) -> str:
@@ -199,7 +258,7 @@ class _Translation:
     """A unit's text, its translation and their alignment, indexed once so that each node's question is a bisection."""
 
     def __init__(self, src: str, tgt: str, alignment: Alignment | None) -> None:
-        self.src, self.tgt, self.found = src, tgt, {}
+        self.src, self.tgt, self.found, self.anchors = src, tgt, {}, None
         n = len(tgt)
         self.next_text, self.last_text = [n] * (n + 1), [-1] * (n + 1)  # the first non-space from i, the last before i
         for i in range(n - 1, -1, -1):
@@ -269,6 +328,10 @@ class _Translation:
 
     def wanted(self, n: _Node) -> tuple[int, int] | None:
         """Where a node goes by its text or by the alignment: a range of tgt, a position (x == y) or None."""
+        if n.protect is not None:  # a protected span: where app/protect.py puts one
+            self.anchors = self.anchors or n.protect.anchors(self.src, self.tgt, self.pairs)
+            x = self.anchors.place(n.a, n.a, n.forward)
+            return x, x
         if n.kept and n.text and (found := self.occurrence(n.text, n.a)):
             return found
         if not self.pairs:
@@ -439,9 +502,9 @@ class _Open:
 class _Reader(HTMLParser):
     """The page as pieces written and units to translate: each event is handled when the next shows its end."""
 
-    def __init__(self, page: str):
+    def __init__(self, page: str, protect: Protect | None = None):
         super().__init__(convert_charrefs=True)
-        self.page, self.pieces, self.units, self.stack = page, [], [], []
+        self.page, self.pieces, self.units, self.stack, self.protect = page, [], [], [], protect
         self.lines = [0] + [m.end() for m in re.finditer("\n", page)]
         self.pending: tuple | None = None  # the last event: (handler, its arguments, its offset)
         self.flow: list[tuple[str, object, int]] = []  # the current block's text, inline elements and leaves
@@ -623,15 +686,43 @@ class _Reader(HTMLParser):
             o.node = None
         self.flow, self.flowing = [], []
 
+    def protected(self, tokens: list) -> list:
+        """The flow with the protected spans of its text as kept empty elements: each group of spans, with the
+        whitespace on one side of it, as written (app/protect.py's cuts), and a space in its place where two words
+        would otherwise meet. A span whose edge falls inside an entity's characters is left in the text."""
+        out = []
+        for kind, x, at in tokens:
+            if kind != "text":
+                out.append((kind, x, at))
+                continue
+            decoded, raw = _decoded(x)
+            done = 0
+            for cut in self.protect.cuts(decoded):
+                a, b = raw(cut.start), raw(cut.end)
+                if a is None or b is None or a < done:
+                    continue
+                out += [("text", x[done:a], at + done)] if done < a else []
+                out.append(("leaf", _Node("#protected", [x[a:b]], kept=True, protect=self.protect,
+                                          forward=cut.forward), at + a))  # fmt: skip
+                out += [("joiner", " ", at + b)] if cut.joiner else []
+                done = b
+            out += [("text", x[done:], at + done)] if done < len(x) else []
+        return out
+
     def finish(self, tokens: list) -> None:
         """One flow: a unit with its inline tags, or as written when it has no text to translate."""
         items, parts, stack, top, leaves, pos = [], [], [], [], [], 0
-        for kind, x, _ in tokens:
+        for kind, x, _ in self.protected(tokens) if self.protect else tokens:
             if kind == "text":
                 for m in _PIECES.finditer(x):
                     parts.append(html.unescape(m[0]) if m[0][0] == "&" else m[0])
                     items.append(("text", m[0], pos, pos + len(parts[-1])))
                     pos += len(parts[-1])
+                continue
+            if kind == "joiner":  # a space the unit reads where a protected span came out from between two words
+                parts.append(" ")
+                items.append(("text", "", pos, pos + 1))
+                pos += 1
                 continue
             if kind != "close":
                 x.a, x.b = pos, pos + len(x.text)

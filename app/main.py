@@ -12,14 +12,16 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import libretranslate
+from app import deepl, libretranslate
 from app.api import ENGINE_ERRORS, VERSION, engine_error, error, open_routes, require_api_key, router
 from app.fastpath import FastTranslate
+from app.glossaries import GlossaryError, GlossaryStore
 from app.metrics import Metrics, RequestMetrics
 from app.models import Models
 from app.settings import MAX_BODY_BYTES, Settings
@@ -47,17 +49,26 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.state.workers = None  # a WorkerGroup when this app is one of NMT_WORKERS processes (app/workers.py)
     app.state.metrics = Metrics()  # its own registry, so several apps in one process do not collide
     app.state.models = Models(app.state.settings, app.state.metrics)
+    app.state.glossaries = GlossaryStore(app.state.settings.glossaries())  # NMT_GLOSSARY_DIR (app/glossaries.py)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(FastTranslate, service=app)  # plain /translate requests skip the framework (app/fastpath.py)
+    if origins := app.state.settings.origins():  # pages of other origins may call the APIs (NMT_CORS_ORIGINS)
+        app.add_middleware(
+            CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
+            expose_headers=["Retry-After"], max_age=600,
+        )  # fmt: skip
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)  # outermost: it sees the body limit's 413s too
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
+    app.add_exception_handler(GlossaryError, on_glossary_error)
     for exc in ENGINE_ERRORS:
         app.add_exception_handler(exc, on_engine_error)
     app.add_exception_handler(Exception, on_unexpected)
     app.include_router(open_routes)
     app.include_router(viewer)  # the attention viewer page: open, it asks for the key itself
     app.include_router(libretranslate.router, prefix="/libretranslate")  # open: it checks `api_key` itself
+    app.include_router(deepl.router, prefix="/deepl")  # DeepL's API; it checks `DeepL-Auth-Key` itself
+    app.include_router(deepl.router, include_in_schema=False)  # and at /v2, where DeepL's own server has it
     app.include_router(router, dependencies=[Depends(require_api_key)] if app.state.settings.api_key else [])
     return app
 
@@ -115,7 +126,8 @@ class BodyLimit:
         length = Headers(scope=scope).get("content-length", "")
         if length.isdigit() and int(length) > self.max_bytes:
             message = f"the request body has {int(length)} bytes; the limit is {self.max_bytes} (1 MB)"
-            return await error(413, message, "body_too_large")(scope, receive, send)
+            answer = deepl.answer if deepl.speaks(scope["path"]) else error
+            return await answer(413, message, "body_too_large")(scope, receive, send)
         received = 0
 
         async def limited() -> dict:
@@ -133,6 +145,10 @@ async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
     return engine_error(exc)
 
 
+async def on_glossary_error(request: Request, exc: GlossaryError) -> JSONResponse:
+    return error(exc.status, str(exc), exc.kind)
+
+
 async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
     path = request.url.path
     if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body, e.g. not UTF-8
@@ -144,7 +160,8 @@ async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
         message = f"{request.method} is not allowed on {path}; use {allowed or 'another method'}"
     else:
         message = str(exc.detail)
-    return error(exc.status_code, message, HTTP_KINDS.get(exc.status_code, "http_error"), exc.headers)
+    answer = deepl.answer if deepl.speaks(path) else error  # DeepL's clients read `message`
+    return answer(exc.status_code, message, HTTP_KINDS.get(exc.status_code, "http_error"), exc.headers)
 
 
 def unreadable(cause: BaseException) -> str:

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
+from app.glossaries import MAX_ENTRIES, GlossaryError, checked, short
 from app.settings import Quantize
 
 Side = Literal["source", "target"]
@@ -55,7 +56,31 @@ def _ids(v: Any) -> list[int] | list[list[int]]:
     return v
 
 
+def _glossary(v: dict[str, str] | None) -> dict[str, str] | None:
+    if not v:
+        return None
+    if len(v) > MAX_ENTRIES:
+        raise ValueError(f"has {len(v)} entries; the limit is {MAX_ENTRIES} (a stored glossary's too)")
+    try:
+        return dict(checked((f"entry {short(s)}", scrub(s), scrub(t)) for s, t in v.items()))
+    except GlossaryError as e:
+        raise ValueError(str(e)) from None
+
+
+def _entries(v: Any) -> dict[str, str] | str:
+    if isinstance(v, str):
+        return scrub(v)
+    if not isinstance(v, dict) or not all(isinstance(t, str) for t in v.values()):
+        raise ValueError(
+            f"must be an object of source term -> target term (strings), or TSV or CSV text, got {_json_type(v)}"
+            + (" holding a value that is not a string" if isinstance(v, dict) else "")
+        )
+    return {scrub(k): scrub(t) for k, t in v.items()}
+
+
 Text = Annotated[str, AfterValidator(scrub)]  # every string field of a request: no lone surrogates past here
+Glossary = Annotated[dict[str, str] | None, AfterValidator(_glossary)]
+Entries = Annotated[dict[str, str] | str, PlainValidator(_entries, json_schema_input_type=dict[str, str] | str)]
 Texts = Annotated[
     str | list[str],
     PlainValidator(_texts, json_schema_input_type=str | Annotated[list[str], Field(min_length=1)]),
@@ -216,6 +241,36 @@ class TranslateRequest(Request):
         False,
         description="add `words`: each word of the translation with its character span and its probability as "
         "generated (the product of its tokens' probabilities); plain text, not streamed",
+    )
+    glossary: Glossary = Field(
+        None,
+        description="source term -> target term: where a source term occurs in a text (as a whole word or phrase) its "
+        "target term is put in the translation. Terms as a stored glossary's (docs/api.md#glossaries); with "
+        "`glossary_id`, these come first",
+    )
+    glossary_id: Text | None = Field(
+        None,
+        description="a stored glossary (POST /glossaries) to translate with; its languages must be the model's (a "
+        "request naming no model or languages goes to the model of the glossary's languages)",
+    )
+    glossary_ignore_case: bool = Field(False, description="source terms match in any case")
+    protect: bool | list[Literal["placeholders", "tags", "urls", "emails", "code"]] = Field(
+        False,
+        description="keep spans verbatim: `true` for every built-in kind, or a list of kinds (`placeholders` such as "
+        '`{name}`, `%s`, `{{ x }}`; inline `tags` such as `<x id="1"/>`; `urls`; `emails`; `code` in backticks). '
+        "The model never reads them; each comes back once, as written, where the words around it went "
+        "(docs/protected-spans.md)",
+    )
+    protect_terms: list[Text] | None = Field(
+        None,
+        description="literal strings to keep verbatim where they stand as whole words, case-sensitive; at most 256, "
+        "of at most 200 characters",
+    )
+    protect_patterns: list[Text] | None = Field(
+        None,
+        description="regular expressions (RE2: no lookaround or backreferences) whose matches are kept verbatim; at "
+        "most 16, of at most 500 characters, each compiling to at most 5,000 instructions and matching no empty "
+        "string",
     )
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"text": ["A man is riding a bike.", "Two dogs play in the snow."]}]}
@@ -462,3 +517,38 @@ class InfoResponse(BaseModel):
         "a calibrated one its `chrf_threshold` and what it was fitted on (docs/confidence.md)"
     )
     worker: WorkerInfo | None = Field(None, description="with NMT_WORKERS > 1: the worker that answered, else null")
+
+
+class GlossaryRequest(Request):
+    name: Text = Field(description="a name for it (not necessarily unique)")
+    source_lang: Text = Field(description="the language of the source terms, as a model names it (`en`, `deu_Latn`)")
+    target_lang: Text = Field(description="the language of the target terms")
+    entries: Entries = Field(
+        description="source term -> target term, or the entries as text in `entries_format`: DeepL's TSV "
+        "(`source<TAB>target` a line) or CSV (`source,target` a line)"
+    )
+    entries_format: Literal["tsv", "csv"] = Field("tsv", description="how `entries` is written, when it is text")
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"name": "bikes", "source_lang": "en", "target_lang": "de", "entries": {"bike": "Velo"}}]
+        }
+    )
+
+
+class GlossaryOut(BaseModel):
+    glossary_id: str
+    name: str
+    ready: bool = Field(description="always true: a glossary is ready once stored")
+    source_lang: str
+    target_lang: str
+    creation_time: str = Field(description="ISO 8601, UTC, to the millisecond")
+    entry_count: int
+
+
+class GlossariesResponse(BaseModel):
+    glossaries: list[GlossaryOut] = Field(description="every stored glossary, oldest first")
+
+
+class GlossaryEntriesResponse(BaseModel):
+    glossary_id: str
+    entries: dict[str, str] = Field(description="source term -> target term, in the glossary's order")

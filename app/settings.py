@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -176,7 +177,21 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         None,
         description="when set, every endpoint except `/health`, `/ready`, `/docs`, `/openapi.json` and the "
-        "viewer page needs `Authorization: Bearer <key>`",
+        "viewer page needs `Authorization: Bearer <key>`; LibreTranslate's and DeepL's APIs take it as their clients "
+        "send it (`api_key`, `Authorization: DeepL-Auth-Key <key>`)",
+    )
+    glossary_dir: Path | None = Field(
+        None,
+        description="directory that keeps the stored glossaries (`/glossaries`, DeepL's `/v2/glossaries`), one file "
+        "each, made on the first one; they survive restarts, and servers sharing it see the same glossaries. Unset: "
+        "`$XDG_DATA_HOME/nmt-serve/glossaries` (`~/.local/share/nmt-serve/glossaries`); the Docker image's is "
+        "`/var/lib/nmt-serve/glossaries` (a volume in docker-compose.yml)",
+    )
+    cors_origins: str = Field(
+        "*",
+        description="web pages (origins, comma-separated, e.g. `https://app.example.com`) whose scripts may call the "
+        "API from a browser, preflight requests included (CORS); `*`: any, as LibreTranslate's; empty: none, only "
+        "same-origin pages",
     )
     host: str = Field("127.0.0.1", description="address to bind; `0.0.0.0` for all interfaces (the Docker image)")
     port: int = Field(8000, ge=0, le=65535, description="port to listen on")
@@ -189,7 +204,7 @@ class Settings(BaseSettings):
             return "blocking" if str(v).lower() in ("true", "1", "yes") else "off"
         return v
 
-    @field_validator("max_batch_size", "max_queue", "max_request_sequences", mode="before")
+    @field_validator("max_batch_size", "max_queue", "max_request_sequences", "glossary_dir", mode="before")
     @classmethod
     def _empty_is_unset(cls, v):  # NMT_MAX_BATCH_SIZE= (as docker-compose.yml passes it when unset): automatic
         return None if v == "" else v
@@ -205,6 +220,17 @@ class Settings(BaseSettings):
         """The models to serve, by name: NMT_MODELS, else NMT_MODEL_DIR under its checkpoint's name (None: the
         engine names it from the checkpoint's metadata)."""
         return model_dirs(self.models) if self.models else {"": self.model_dir}
+
+    def glossaries(self) -> Path:
+        """Where the stored glossaries are kept: NMT_GLOSSARY_DIR, else the user's data directory."""
+        if self.glossary_dir is not None:
+            return self.glossary_dir
+        data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+        return Path(data) / "nmt-serve" / "glossaries"
+
+    def origins(self) -> list[str]:
+        """NMT_CORS_ORIGINS as a list (empty: no cross-origin calls)."""
+        return [o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip()]
 
     @field_validator("api_key", mode="before")
     @classmethod

@@ -3,8 +3,9 @@
 # scripts/env.sh: the active virtual environment if there is one, else .venv, made here on first use). Safe to
 # re-run. Shared by the README's commands, CI, scripts/lock.sh and the Dockerfile.
 #   scripts/install.sh [SET]                  SET: test (default; also Debian's chromium and chromedriver for the
-#                                             viewer's browser tests), runtime (what serving needs), bench, or
-#                                             import (nmt-import's sentencepiece and huggingface-hub)
+#                                             viewer's browser tests, and DeepL's Node.js client where node is),
+#                                             runtime (what serving needs), bench, or import (nmt-import's
+#                                             sentencepiece and huggingface-hub)
 #   scripts/install.sh SET --deps-only        torch and the set, not the project (the Docker image's cacheable layer)
 #   scripts/install.sh SET --project-only     the project alone, editable, without dependencies (after --deps-only)
 # torch: a torch already in the environment (e.g. a CUDA build on a GPU host) is kept. Otherwise requirements/torch.in's
@@ -22,7 +23,7 @@ for arg in "$@"; do
     runtime | test | bench | import) set_name=$arg ;;
     --deps-only) part=deps ;;
     --project-only) part=project ;;
-    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "usage: $0 [runtime | test | bench | import] [--deps-only | --project-only]" >&2; exit 2 ;;
   esac
 done
@@ -57,6 +58,19 @@ install_browser() {
   echo "install.sh: no chromium/chromedriver (needs apt-get and root or passwordless sudo); the browser tests will be skipped" >&2
 }
 
+# tests/app/test_deepl_clients.py runs DeepL's Node.js client (deepl-node, locked in its package-lock.json); without
+# node and npm that test skips.
+install_node_client() {
+  local dir=tests/clients/deepl-node
+  [ -f "$dir/package-lock.json" ] || return 0  # a copy without the tests
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "install.sh: no node/npm; the deepl-node client test will be skipped" >&2
+    return 0
+  fi
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+    echo "install.sh: npm ci in $dir failed; the deepl-node client test will be skipped" >&2
+}
+
 if [ "$part" != project ]; then
   install_torch
   echo "installing the locked $set_name set (requirements/$set_name.txt) into $PY" >&2
@@ -68,4 +82,5 @@ if [ "$part" != deps ]; then
 fi
 if [ "$set_name" = test ] && [ "$part" = all ]; then
   install_browser
+  install_node_client
 fi

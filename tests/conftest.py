@@ -25,6 +25,9 @@ os.environ["NMT_COMPILE"] = "0"
 # worker) has its own, removed when it exits: tens of MB a run would otherwise pile up in the temporary directory.
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-serve-tests-inductor-")
 atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+# Stored glossaries (app/glossaries.py) too: servers in tests never write to the user's own NMT_GLOSSARY_DIR default.
+os.environ["NMT_GLOSSARY_DIR"] = tempfile.mkdtemp(prefix="nmt-serve-tests-glossaries-")
+atexit.register(shutil.rmtree, os.environ["NMT_GLOSSARY_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

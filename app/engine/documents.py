@@ -4,13 +4,16 @@ of every text a sequence of its own in the running batch, and each text's transl
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from app.engine.errors import InputTooLong, InvalidRequest
 from app.engine.results import Aligned, Translation
 from app.html import HtmlDocument, MalformedHtml, parse
 from app.segment import Segment, Split, assemble, segment
 from model.confidence import FLAGS, Quality
+
+if TYPE_CHECKING:
+    from app.protect import Protect
 
 Format = Literal["text", "html"]
 
@@ -147,12 +150,13 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
     return out
 
 
-def parse_pages(texts: list[str]) -> list[HtmlDocument]:
-    """Each text read as HTML; InvalidRequest (422) saying where one is not well-formed."""
+def parse_pages(texts: list[str], protect: Protect | None = None) -> list[HtmlDocument]:
+    """Each text read as HTML, `protect`'s spans in its text kept aside; InvalidRequest (422) saying where one is
+    not well-formed."""
     pages = []
     for i, text in enumerate(texts):
         try:
-            pages.append(parse(text))
+            pages.append(parse(text, protect))
         except MalformedHtml as e:
             where = "text" if len(texts) == 1 else f"text[{i}]"
             raise InvalidRequest(f'{where} is not well-formed HTML (format "html"): {e}') from None

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -29,7 +29,8 @@ from app.engine.documents import (
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.memory import Sizing, decoder_rows
-from app.engine.results import Attention, Translation, attention_weights, translations
+from app.engine.protected import protect_documents, restored
+from app.engine.results import Attention, Translation, aligned, attention_weights, translations
 from app.engine.scheduler import Batcher
 from app.languages import Languages, UnknownLanguage
 from app.metrics import Metrics
@@ -48,6 +49,9 @@ from model.search import DecodingOptions, alignment
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Token, Tokenizer
 from model.transformer import Transformer
+
+if TYPE_CHECKING:
+    from app.protect import Masked, Protect, Restored
 
 log = logging.getLogger("nmt_serve.engine")
 T = TypeVar("T")
@@ -287,21 +291,22 @@ class Engine:
     async def translate(
         self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False,
         decoding: Decoding = GREEDY, split: Split = "sentences", format: Format = "text",
-        min_confidence: float | None = None,
+        min_confidence: float | None = None, protect: Protect | None = None,
     ) -> list[Translation]:  # fmt: skip
         """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
         (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
         whitespace (app/engine/documents.py). Blank texts translate to "" without a model call. `format="html"`
         translates the pages' text (app/html.py) and gives back their markup. Segments whose confidence is below
-        `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`."""
+        `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`. `protect`'s
+        spans are kept out of the model's sight and put back as written (app/protect.py)."""
         texts = self.limits.texts(text, "text")
         decoding = self.resolve(decoding)
         floor = self.min_confidence if min_confidence is None else min_confidence
         if format == "html":
-            out = await self._translate_pages(texts, max_new_tokens, truncate, decoding, split, floor)
+            out = await self._translate_pages(texts, max_new_tokens, truncate, decoding, split, floor, protect)
         else:
             out = await self._translate_texts(
-                texts, isinstance(text, str), max_new_tokens, truncate, decoding, split, floor
+                texts, isinstance(text, str), max_new_tokens, truncate, decoding, split, floor, protect
             )
         for t in out:
             self.batcher.metrics.judged(t.segment_qualities or [t.quality], len(t.withheld))
@@ -309,33 +314,51 @@ class Engine:
 
     async def _translate_texts(
         self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
-        split: Split, min_confidence: float,
+        split: Split, min_confidence: float, protect: Protect | None = None,
     ) -> list[Translation]:  # fmt: skip
-        docs = await self._split(texts, split, decoding)
-        if docs.whole:  # a caption: the text as it is
+        if protect is not None:
+            docs, masks = await self._split_protected(texts, split, decoding, protect)
+        elif (docs := await self._split(texts, split, decoding)).whole:  # a caption: the text as it is
             return withhold(await self._translate(texts, single, max_new_tokens, truncate, decoding), min_confidence)
         self._one_sentence_prefix(docs, decoding)
         names = docs.names(single)
-        parts = await self._translate(docs.pieces, False, max_new_tokens, truncate, decoding, names)
+        if protect is None:
+            parts = await self._translate(docs.pieces, False, max_new_tokens, truncate, decoding, names)
+        else:
+            parts = await self._translate_masked(masks, max_new_tokens, truncate, decoding, names)
         return await _inline_or_on_thread(sum(map(len, texts)), put_back, docs, withhold(parts, min_confidence))
+
+    async def _translate_masked(
+        self, masks: list[Masked], max_new_tokens: int | None, truncate: bool, decoding: Decoding, names: list[str]
+    ) -> list[Translation]:
+        """Pieces with protected spans: the model translates each without them (aligned, where it had any), and each
+        translation gets them back; a piece of nothing but spans and punctuation comes back as written."""
+        how = replace(decoding, return_alignment=decoding.return_alignment or any(m.groups for m in masks))
+        parts = await self._translate([m.reads for m in masks], False, max_new_tokens, truncate, how, names)
+        size = sum(len(m.source) for m in masks)
+        return await _inline_or_on_thread(
+            size, restored, masks, parts, decoding.return_alignment, decoding.return_word_confidence
+        )
 
     async def _translate_pages(
         self, texts: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding, split: Split,
-        min_confidence: float,
+        min_confidence: float, protect: Protect | None = None,
     ) -> list[Translation]:  # fmt: skip
         """HTML pages: the text of each page's units translated as documents (with the alignment that puts the
-        inline tags back), and each page rendered with the translations."""
+        inline tags back), and each page rendered with the translations. Protected spans in the text between tags
+        are kept aside as elements (app/html.py), those in attributes masked as plain text's."""
         for what in ("target_prefix", "return_alignment", "return_word_confidence"):
             if getattr(decoding, what):
                 raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')
         size = check_chars(texts, self.max_request_chars)  # the markup counts too
-        pages = await _inline_or_on_thread(size, parse_pages, texts)
+        pages = await _inline_or_on_thread(size, parse_pages, texts, protect)
         units = [u.text for page in pages for u in page.units]
         tags = any(u.tags for page in pages for u in page.units)
         if not units:  # markup only
             return [Translation(t, "eos", [], 0.0, 0, 0, False, str) for t in texts]
         parts = await self._translate_texts(
-            units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split, min_confidence
+            units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split, min_confidence,
+            protect,
         )  # fmt: skip
         return await _inline_or_on_thread(size, pages_back, texts, pages, parts)
 
@@ -343,6 +366,16 @@ class Engine:
         return await _inline_or_on_thread(
             sum(map(len, texts)), split_texts, texts, split, self._split_language(decoding), self.max_request_chars,
             self.max_request_sequences,
+        )  # fmt: skip
+
+    async def _split_protected(
+        self, texts: list[str], split: Split, decoding: Decoding, protect: Protect
+    ) -> tuple[Documents, list[Masked]]:
+        """The texts split as `_split` does, their protected spans out of the splitter's sight, and each piece masked
+        (app/engine/protected.py)."""
+        return await _inline_or_on_thread(
+            sum(map(len, texts)), protect_documents, texts, split, self._split_language(decoding),
+            self.max_request_chars, self.max_request_sequences, protect,
         )  # fmt: skip
 
     @staticmethod
@@ -426,9 +459,10 @@ class Engine:
                 budgets[i] = min(self.max_new_tokens, budgets[i] + need - len(options.prefix))
             if need >= budgets[i]:
                 raise InvalidRequest(
-                    f"the glossary's terms found in {names[i]} need {need} tokens (with target_prefix's), and "
-                    f"max_new_tokens leaves room for {budgets[i] - 1} besides </s>; raise max_new_tokens (at most "
-                    f"{self.max_new_tokens}) or use fewer terms"
+                    f"the glossary's terms found in {names[i]} need {need} tokens"
+                    + (" with target_prefix's" if options.prefix else "")
+                    + f", and max_new_tokens leaves room for {budgets[i] - 1} besides </s>; raise max_new_tokens (at "
+                    f"most {self.max_new_tokens}) or use fewer terms"
                 )
             phrases = tuple(
                 Phrase(targets[t], frozenset() if instead[s] is None else frozenset({instead[s]})) for s, t in terms
@@ -464,29 +498,36 @@ class Engine:
 
     async def translate_stream(
         self, text: str, max_new_tokens: int | None = None, truncate: bool = False, decoding: Decoding = GREEDY,
-        split: Split = "sentences", min_confidence: float | None = None,
+        split: Split = "sentences", min_confidence: float | None = None, protect: Protect | None = None,
     ) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
         """Validate, tokenize and queue `text` (raising here what `translate` would), then return its events: one
         per generated token, and a last one with the whole translation. A text of several segments decodes them
         together and sends their tokens one segment after another, the whitespace between two segments in the
-        `text` of the next one's first token. Closing the iterator drops the sequences."""
+        `text` of the next one's first token. With `protect`, a segment that had spans sends its tokens once it has
+        ended and its spans are placed, each span in the text of the token it follows; the last segment's last token
+        carries the rest of the text, so the tokens' texts add up to the last event's. Closing the iterator drops the
+        sequences."""
         decoding = self.resolve(decoding)
         if decoding.return_word_confidence:
             raise InvalidRequest("return_word_confidence needs the whole translation: leave out stream to have it")
-        docs = await self._split([text], split, decoding)
-        pieces, segments = ([text], None) if docs.whole else (docs.pieces, docs.segments[0])
+        if protect is None:
+            docs, masks = await self._split([text], split, decoding), None
+        else:
+            docs, masks = await self._split_protected([text], split, decoding, protect)
+        pieces, segments = ([text], None) if docs.whole and masks is None else (docs.pieces, docs.segments[0])
         if segments is not None:
             self._one_sentence_prefix(docs, decoding)
         floor = self.min_confidence if min_confidence is None else min_confidence
         events = self._stream_events(
-            text, pieces, segments, max_new_tokens, truncate, decoding, docs.names(True), floor
+            text, pieces if masks is None else [m.reads for m in masks], segments, max_new_tokens, truncate, decoding,
+            docs.names(True), floor, masks,
         )  # fmt: skip
         await anext(events)  # started, so its `finally` runs however the iterator ends
         return events
 
     async def _stream_events(
         self, text: str, pieces: list[str], segments: list[Segment] | None, max_new_tokens: int | None,
-        truncate: bool, decoding: Decoding, names: list[str], min_confidence: float,
+        truncate: bool, decoding: Decoding, names: list[str], min_confidence: float, masks: list[Masked] | None = None,
     ):  # fmt: skip
         self.limits.budget(max_new_tokens)
         options = SEARCH_GREEDY if decoding.greedy else self.limits.decoding(decoding, stream=True)
@@ -505,52 +546,94 @@ class Engine:
                 per_piece = await self._constrained(
                     options, budgets, pieces, decoding, labels, max_new_tokens is not None
                 )  # fmt: skip
-        if not text.strip():
+        if not any(piece.strip() for piece in pieces):  # a blank text, or protected spans alone: no model call
             yield None
-            yield {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
-                   "truncated": False, "quality": [], "withheld": [], "calibrated": self.calibration is not None}  # fmt: skip
+            yield {"text": text if text.strip() else "", "finish_reason": "eos",
+                   "usage": {"input_tokens": 0, "output_tokens": 0}, "truncated": False, "quality": [],
+                   "withheld": [], "calibrated": self.calibration is not None}  # fmt: skip
             return
         request = object()  # the segments take their turns to be admitted as one request
-        streams = [self.batcher.stream(src, budget, o, request) for src, budget, o in zip(srcs, budgets, per_piece)]
+        streams = [self.batcher.stream(src, budget, o, request) if piece.strip() else None  # blank: spans alone
+                   for src, budget, o, piece in zip(srcs, budgets, per_piece, pieces)]  # fmt: skip
         gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
             (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
         ]  # fmt: skip
+        last = max(i for i, tokens in enumerate(streams) if tokens is not None)
         try:
             yield None
             shown, pending, index, hyps, done = "", "", 0, [], []  # sent in events; text not sent yet
-            for (start, end), tokens in zip(gaps, streams):
+            model_texts = []  # what the model wrote, which its confidence judges
+            for k, ((start, end), tokens) in enumerate(zip(gaps, streams)):
                 pending += text[start:end]
+                if tokens is None:  # protected spans alone: as written, sent with the next token
+                    pending += masks[k].source
+                    hyps.append(None)
+                    done.append((text[start:end], masks[k].source))
+                    model_texts.append("")
+                    continue
                 detok = IncrementalText(self.tokenizer, self.byte_ids)
+                spans = masks is not None and bool(masks[k].groups)  # its tokens wait until the spans are placed
+                tail = text[segments[k].end :] if masks is not None and k == last else ""  # goes with the last token
+                waiting = []  # (token, its text, where it ends in the translation) not sent yet
                 while True:
                     async with self._deadline(deadline):
                         token = await anext(tokens, None)
                     if token is None:
                         break
-                    delta = pending + detok.add(token)
+                    waiting.append((token, detok.add(token), len(detok.text)))
+                    while not spans and len(waiting) > bool(tail):  # with a tail, each sent when the next comes
+                        sent, delta, _ = waiting.pop(0)
+                        delta = pending + delta
+                        shown, pending = shown + delta, ""
+                        yield {"index": index, "token": {"id": sent, "text": delta}, "text_so_far": shown}
+                        index += 1
+                hyps.append(await tokens.result())
+                model_texts.append(self.tokenizer.decode(hyps[-1].tokens))
+                translated, deltas = model_texts[-1], [delta for _, delta, _ in waiting]
+                if spans:
+                    async with self._deadline(deadline):
+                        back = await self._restore_stream(masks[k], srcs[k], hyps[-1], detok.text, options.start)
+                    deltas, translated = back.deltas(detok.text, [end for _, _, end in waiting]), back.text
+                if deltas:
+                    deltas[-1] += tail
+                for (token, _, _), delta in zip(waiting, deltas, strict=True):
+                    delta = pending + delta
                     shown, pending = shown + delta, ""
                     yield {"index": index, "token": {"id": token, "text": delta}, "text_so_far": shown}
                     index += 1
-                hyps.append(await tokens.result())
-                done.append((text[start:end], self.tokenizer.decode(hyps[-1].tokens)))
-            steps = sum(len(h.logprobs) for h in hyps)
+                done.append((text[start:end], translated))
+            real = [h for h in hyps if h is not None]
+            steps = sum(len(h.logprobs) for h in real)
             forced = len(options.prefix)  # a target prefix: the caller's tokens, not the model's choice
             qualities = [
-                judge(src, h.tokens, h.logprobs, piece, translated, self.calibration, forced)
-                for src, h, piece, (_, translated) in zip(srcs, hyps, pieces, done, strict=True)
+                None if h is None else judge(src, h.tokens, h.logprobs, piece, translated, self.calibration, forced, h.terms)
+                for src, h, piece, translated in zip(srcs, hyps, pieces, model_texts, strict=True)
             ]  # fmt: skip
-            withheld = [i for i, q in enumerate(qualities) if q.confidence < min_confidence]
+            withheld = [i for i, q in enumerate(qualities) if q is not None and q.confidence < min_confidence]
             self.batcher.metrics.judged(qualities, len(withheld))
             yield {
                 "text": "".join(gap + ("" if i in withheld else translated) for i, (gap, translated) in enumerate(done))
                 + (text[gaps[-1][0] :] if segments else ""),
-                "finish_reason": "length" if any(h.finish_reason == "length" for h in hyps) else "eos",
-                "usage": {"input_tokens": sum(map(len, srcs)), "output_tokens": steps},
-                "truncated": bool(truncated), "score": hyps[0].score if len(hyps) == 1 else sum(h.score * len(h.logprobs) for h in hyps) / steps,
+                "finish_reason": "length" if any(h.finish_reason == "length" for h in real) else "eos",
+                "usage": {"input_tokens": sum(len(s) for s, h in zip(srcs, hyps) if h), "output_tokens": steps},
+                "truncated": bool(truncated), "score": real[0].score if len(real) == 1 else sum(h.score * len(h.logprobs) for h in real) / steps,
                 "quality": qualities, "withheld": withheld, "calibrated": self.calibration is not None,
             }  # fmt: skip
         finally:
             for tokens in streams:
-                tokens.close()
+                if tokens is not None:
+                    tokens.close()
+
+    async def _restore_stream(
+        self, m: Masked, src: list[int], hyp: Hypothesis, target: str, start: tuple[int, ...]
+    ) -> Restored:
+        """A streamed piece's translation `target` with its spans put back, by its alignment, once it has ended."""
+        pairs = []
+        if m.groups and m.reads and hyp.tokens:
+            to_source = (await self.batcher.call(self._align, [src], [[hyp]], start))[0][0]
+            tokens = aligned(self.tokenizer, m.reads, target, hyp.tokens, to_source)
+            pairs = [(a.target_span, a.source_span) for a in tokens]
+        return m.restore(target, pairs)
 
     async def tokenize(
         self, text: str | list[str], side: str, add_special_tokens: bool, language: str | None = None

@@ -40,6 +40,12 @@ def english_to(target: str, tmp_path_factory, model, tokenizer):
 
 
 @pytest.fixture(scope="session")
+def german(tmp_path_factory, tiny_model, tokenizer):
+    """The tiny random model as an English->German one."""
+    return english_to("de", tmp_path_factory, tiny_model, tokenizer)
+
+
+@pytest.fixture(scope="session")
 def french(tmp_path_factory, tiny_model, tokenizer):
     """A second model, English->French by its metadata (the tiny random one)."""
     return english_to("fr", tmp_path_factory, tiny_model, tokenizer)

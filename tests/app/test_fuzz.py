@@ -43,30 +43,57 @@ FIELDS = {  # near-valid values for each field, so generated bodies also get pas
         "return_scores": st.booleans(), "truncate": st.booleans(),
         "min_confidence": st.floats(-0.5, 1.5) | st.sampled_from([0, 1, "0.5", None]), "return_signals": st.booleans(),
         "return_segments": st.booleans(), "return_word_confidence": st.booleans(),
+        "glossary": st.dictionaries(st.sampled_from(["dog", "a man", "Dog", " ", "", "x\ty"]) | st.text(max_size=8),
+                                    st.text(max_size=8), max_size=4),
+        "glossary_id": st.sampled_from(["0b7e3b1e-0000-4000-8000-000000000000", "x", "../x", ""]) | st.text(max_size=40),
+        "glossary_ignore_case": st.booleans(),
+        "protect": st.booleans() | st.lists(st.sampled_from(["placeholders", "tags", "urls", "emails", "code", "x"])),
+        "protect_terms": st.lists(st.sampled_from(["dog", "{x}", " ", "", "a" * 201]) | st.text(max_size=8), max_size=4),
+        "protect_patterns": st.lists(st.sampled_from([r"\d+", "(a", "a*", r"\b", "[a-z]+", r"(?<=a)b", "x{1000}"])
+                                     | st.text(max_size=10), max_size=3),
     },
     "/attention": {
         "text": st.text(max_size=60), "target": st.text(max_size=40), "layers": small_ints, "heads": small_ints,
         "average_heads": st.booleans(), "source_language": languages, "target_language": languages,
     },
+    "/glossaries": {
+        "name": st.text(max_size=20), "source_lang": languages, "target_lang": languages,
+        "entries": st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=4) | st.text(max_size=60),
+        "entries_format": st.sampled_from(["tsv", "csv", "xml"]),
+    },
+    "/deepl/v2/translate": {
+        "text": texts, "target_lang": languages, "source_lang": languages, "context": st.text(max_size=20),
+        "tag_handling": st.sampled_from(["html", "xml", "md"]), "split_sentences": st.sampled_from(["0", "1", "nonewlines", 2]),
+        "ignore_tags": st.lists(st.sampled_from(["b", "x", ""]), max_size=3) | st.text(max_size=8),
+        "formality": st.sampled_from(["default", "less", "prefer_less", "x"]), "glossary_id": st.text(max_size=40),
+        "glossary_ids": st.lists(st.text(max_size=8), max_size=6), "show_billed_characters": st.booleans(),
+        "preserve_formatting": st.booleans() | st.sampled_from(["0", "1", "x"]),
+    },
 }  # fmt: skip
+OTHER_PATHS = ["/health", "/ready", "/info", "/", "/translate/x", "/glossaries/x", "/v2/glossaries",
+               "/deepl/v2/glossaries/x/entries"]  # fmt: skip
+REQUIRED = {"/detokenize": ["ids"], "/glossaries": ["name", "source_lang", "target_lang", "entries"],
+            "/deepl/v2/translate": ["text", "target_lang"]}  # fmt: skip
 
 
 def bodies(path: str) -> st.SearchStrategy:
     """Mostly well-typed bodies (to reach the engine), plus any field set to any JSON, plus any JSON at all."""
-    required = "ids" if path == "/detokenize" else "text"
-    typed = {k: v for k, v in FIELDS[path].items() if k != required}
-    well_typed = st.fixed_dictionaries({required: FIELDS[path][required]}, optional=typed)
+    required = REQUIRED.get(path, ["text"])
+    typed = {k: v for k, v in FIELDS[path].items() if k not in required}
+    well_typed = st.fixed_dictionaries({k: FIELDS[path][k] for k in required}, optional=typed)
     anything = st.fixed_dictionaries({}, optional={k: v | json_values for k, v in FIELDS[path].items()})
     extra = st.dictionaries(st.text(max_size=8), json_values, max_size=2)
     with_extra = st.tuples(anything, extra).map(lambda pair: {**pair[1], **pair[0]})
     return st.one_of(well_typed, well_typed, anything, with_extra, json_values)
 
 
-def assert_handled(r) -> None:
+def assert_handled(r, path: str = "") -> None:
+    """No 5xx, and an error is `{"error", "type"}`, or DeepL's `{"message", "type"}` on its API."""
     assert r.status_code < 500, r.text
     if r.status_code >= 400:
         body = r.json()
-        assert isinstance(body["error"], str) and body["error"] and isinstance(body["type"], str), body
+        message = body["message"] if path.startswith(("/deepl/", "/v2/")) else body["error"]
+        assert isinstance(message, str) and message and isinstance(body["type"], str), body
 
 
 def fuzz_json_bodies(path: str):
@@ -76,7 +103,7 @@ def fuzz_json_bodies(path: str):
     async def test(client, body):
         r = await client.post(path, json=body)
         event(f"status {r.status_code}")
-        assert_handled(r)
+        assert_handled(r, path)
 
     test.__doc__ = f"Generated JSON bodies at POST {path}."
     return test
@@ -86,13 +113,15 @@ test_tokenize_bodies = fuzz_json_bodies("/tokenize")
 test_detokenize_bodies = fuzz_json_bodies("/detokenize")
 test_translate_bodies = fuzz_json_bodies("/translate")
 test_attention_bodies = fuzz_json_bodies("/attention")
+test_glossaries_bodies = fuzz_json_bodies("/glossaries")
+test_deepl_translate_bodies = fuzz_json_bodies("/deepl/v2/translate")
 
 
 @pytest.mark.anyio
 @FUZZ
 @given(
     method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
-    path=st.sampled_from([*FIELDS, "/health", "/ready", "/info", "/", "/translate/x"]),
+    path=st.sampled_from([*FIELDS, *OTHER_PATHS]),
     body=st.binary(max_size=80)
     | json_values.map(lambda v: json.dumps(v).encode())
     | st.sampled_from([b'{"text": NaN}', b'{"text": "a", "max_new_tokens": Infinity}', b'{"ids": [1e400]}']),
@@ -100,13 +129,16 @@ test_attention_bodies = fuzz_json_bodies("/attention")
 )
 async def test_raw_bodies_methods_and_content_types_never_cause_a_5xx(client, method, path, body, content_type):
     headers = {"content-type": content_type} if content_type else {}
-    assert_handled(await client.request(method, path, content=body, headers=headers))
+    assert_handled(await client.request(method, path, content=body, headers=headers), path)
 
 
 @pytest.fixture(scope="module")
-def api_schema(tiny_checkpoint):
+def api_schema(tiny_checkpoint, tmp_path_factory):
     """The app's own OpenAPI schema; loading it starts the app's lifespan on schemathesis' event loop."""
-    app = create_app(Settings(model_dir=tiny_checkpoint, max_input_tokens=64, max_new_tokens=12, max_batch_texts=8))
+    glossaries = tmp_path_factory.mktemp("glossaries")
+    settings = Settings(model_dir=tiny_checkpoint, max_input_tokens=64, max_new_tokens=12, max_batch_texts=8,
+                        glossary_dir=glossaries)  # fmt: skip
+    app = create_app(settings)
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     deadline = time.monotonic() + 60
     while not (app.state.engine and app.state.engine.ready) and time.monotonic() < deadline:
@@ -128,4 +160,4 @@ def test_schemathesis(case):
         checks.append(negative_data_rejection)
     response = case.call()
     case.validate_response(response, checks=checks)
-    assert_handled(response)
+    assert_handled(response, case.path)

@@ -23,10 +23,13 @@ from tests.app.test_main import assert_error
 
 pytestmark = pytest.mark.anyio
 HOSTILE = hypothesis.settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
-LIBRE = "/libretranslate"
+LIBRE, DEEPL = "/libretranslate", "/deepl"
 VALID = {  # a request each POST endpoint accepts, to mutate; the LibreTranslate ones translate with `fr` (en->fr)
     "/translate": {"text": ["A dog runs.", "Two </s> cats."], "max_new_tokens": 5, "return_tokens": True,
-                   "min_confidence": 0.1, "return_signals": True, "return_word_confidence": True},
+                   "min_confidence": 0.1, "return_signals": True, "return_word_confidence": True,
+                   "glossary": {"dog": "Hund", "Two": "</s>"}, "glossary_ignore_case": True, "protect": True,
+                   "protect_terms": ["A dog"], "protect_patterns": [r"c[a-z]+s"]},
+    "/glossaries": {"name": "dogs", "source_lang": "en", "target_lang": "fr", "entries": {"dog": "chien"}},
     "/tokenize": {"text": "A man <pad> is here.", "side": "target"},
     "/detokenize": {"ids": [[1, 50, 60, 2]], "skip_special_tokens": False},
     "/attention": {"text": "A dog.", "target": "Ein </s> Hund.", "layers": [0]},
@@ -35,9 +38,15 @@ VALID = {  # a request each POST endpoint accepts, to mutate; the LibreTranslate
     f"{LIBRE}/detect": {"q": "A dog runs."},
     f"{LIBRE}/translate_file": {"q": "A dog runs."},
     f"{LIBRE}/suggest": {"q": "A dog runs."},
+    f"{DEEPL}/v2/translate": {"text": ["A <b>dog</b> runs."], "source_lang": "EN", "target_lang": "FR",
+                              "tag_handling": "html", "ignore_tags": ["b"], "context": "Dogs.", "formality": "prefer_less",
+                              "show_billed_characters": True},
+    f"{DEEPL}/v2/glossaries": {"name": "dogs", "source_lang": "EN", "target_lang": "FR", "entries": "dog\tchien",
+                               "entries_format": "tsv"},
 }  # fmt: skip
 STRING_FIELDS = {  # where user text goes in
-    "/translate": ["text", "target_prefix", "model", "source"],
+    "/translate": ["text", "target_prefix", "model", "source", "glossary_id"],
+    "/glossaries": ["name", "source_lang", "target_lang", "entries"],
     "/tokenize": ["text", "model", "language"],
     "/detokenize": ["model"],
     "/attention": ["text", "target", "model", "source_language", "target_language"],
@@ -45,9 +54,12 @@ STRING_FIELDS = {  # where user text goes in
     f"{LIBRE}/detect": ["q", "api_key"],
     f"{LIBRE}/translate_file": ["q"],
     f"{LIBRE}/suggest": ["q"],
+    f"{DEEPL}/v2/translate": ["text", "source_lang", "target_lang", "context", "glossary_id", "ignore_tags"],
+    f"{DEEPL}/v2/glossaries": ["name", "source_lang", "target_lang", "entries"],
 }
-STATUSES = {200, 413, 422, 429, 503}  # docs/api.md "Errors" for a POST without a key; LibreTranslate says 400 or 403
-LIBRE_STATUSES = {200, 400, 403, 429, 503}
+STATUSES = {200, 201, 404, 413, 422, 429, 503}  # docs/api.md "Errors" for a POST without a key (404: glossary_id)
+LIBRE_STATUSES = {200, 400, 403, 429, 503}  # LibreTranslate's
+DEEPL_STATUSES = {200, 201, 400, 404, 413, 429, 503}  # DeepL's, `{"message", "type"}`
 CONTENT_TYPES = [
     "application/json", "application/json; charset=utf-8", "application/json; charset=latin-1", "Application/JSON",
     "application/vnd.api+json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
@@ -57,11 +69,12 @@ DEEP = 5000
 
 
 @pytest.fixture(scope="module")
-def settings(tiny_checkpoint, french) -> Settings:
-    """tests/app/conftest.py's served app, with an en->fr model beside the tiny one for the LibreTranslate routes."""
+def settings(tiny_checkpoint, french, tmp_path_factory) -> Settings:
+    """tests/app/conftest.py's served app, with an en->fr model beside the tiny one for the LibreTranslate and DeepL
+    routes and the glossaries."""
     return Settings(
         models=f"tiny={tiny_checkpoint},fr={french}", max_input_tokens=64, max_new_tokens=40, max_batch_texts=8,
-        compile=False,
+        compile=False, glossary_dir=tmp_path_factory.mktemp("glossaries"),
     )  # fmt: skip
 
 
@@ -125,13 +138,16 @@ def bodies(path: str) -> st.SearchStrategy[bytes]:
 
 
 def assert_documented(r, path: str) -> None:
-    """A status docs/api.md lists for the endpoint, and a JSON body: `{"error", "type"}` unless it is a 200."""
-    assert r.status_code in (LIBRE_STATUSES if path.startswith(LIBRE) else STATUSES), (r.status_code, r.text)
+    """A status docs/api.md lists for the endpoint, and a JSON body: `{"error", "type"}` (DeepL's API: `{"message",
+    "type"}`) unless it succeeded."""
+    statuses = LIBRE_STATUSES if path.startswith(LIBRE) else DEEPL_STATUSES if path.startswith(DEEPL) else STATUSES
+    assert r.status_code in statuses, (r.status_code, r.text)
     if r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"):
         return
     body = r.json()
-    if r.status_code != 200:
-        assert isinstance(body["error"], str) and body["error"] and isinstance(body["type"], str), body
+    if r.status_code >= 400:
+        message = body["message" if path.startswith(DEEPL) else "error"]
+        assert isinstance(message, str) and message and isinstance(body["type"], str), body
 
 
 async def test_every_post_endpoint_is_fuzzed(app):

@@ -90,3 +90,26 @@ def test_a_compile_cache_directory_becomes_inductors(monkeypatch, tmp_path, tiny
     Engine.from_settings(s.model_copy(update={"compile": "background"}))  # not started: compiles nothing yet
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "graphs")
     assert (tmp_path / "graphs").is_dir()
+
+
+def test_glossaries_live_in_the_users_data_directory_unless_nmt_glossary_dir_says_where(monkeypatch, tmp_path):
+    monkeypatch.delenv("NMT_GLOSSARY_DIR")  # tests/conftest.py gives the suite a directory of its own
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert Settings().glossaries() == tmp_path / ".local" / "share" / "nmt-serve" / "glossaries"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert Settings().glossaries() == tmp_path / "data" / "nmt-serve" / "glossaries"
+    for unset in ("", None):
+        if unset is not None:
+            monkeypatch.setenv("NMT_GLOSSARY_DIR", unset)  # as docker-compose.yml passes a variable left empty
+        assert Settings().glossary_dir is None
+    monkeypatch.setenv("NMT_GLOSSARY_DIR", "/srv/glossaries")
+    assert Settings().glossaries() == Path("/srv/glossaries")
+
+
+def test_cors_origins_are_a_list_star_for_any_and_empty_for_none(monkeypatch):
+    assert Settings().origins() == ["*"]
+    monkeypatch.setenv("NMT_CORS_ORIGINS", " https://a.example/ ,https://b.example:8443")
+    assert Settings().origins() == ["https://a.example", "https://b.example:8443"]
+    monkeypatch.setenv("NMT_CORS_ORIGINS", "")
+    assert Settings().origins() == []

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from app.html import _CLOSED_BY, parse
 from app.settings import Settings
 from bench.hostile_shapes import corpus
-from tests.app.conftest import english_to, serve
+from tests.app.conftest import serve
 
 pytestmark = pytest.mark.anyio
 STRUCTURE = hypothesis.settings(
@@ -36,20 +36,16 @@ LIMIT = 20_000  # NMT_MAX_REQUEST_CHARS: the default, which the server below kee
 STATUSES = {200, 413, 422}  # /translate, /tokenize, /detokenize and /attention on an idle server (docs/api.md)
 LIBRE = "/libretranslate"
 LIBRE_STATUSES = {200, 400, 403}
+DEEPL = "/deepl/v2/translate"
+DEEPL_STATUSES = {200, 400, 404, 413}
 RECURSION_LIMIT = sys.getrecursionlimit()  # Python's default, before any test raised it
 NORMAL = {"text": "A man is riding a bike. Two dogs play.", "return_tokens": True, "return_scores": True}
 
 
 @pytest.fixture(scope="module")
-def german(tmp_path_factory, tiny_model, tokenizer):
-    """The tiny random model as an English->German one, for the LibreTranslate routes (en->de, as the bundled)."""
-    return english_to("de", tmp_path_factory, tiny_model, tokenizer)
-
-
-@pytest.fixture(scope="module")
-def settings(german) -> Settings:
+def settings(german, tmp_path_factory) -> Settings:
     """The default limits (characters, texts, tokens, queue), short translations to keep the fuzzers quick."""
-    return Settings(model_dir=german, max_new_tokens=8, compile=False)
+    return Settings(model_dir=german, max_new_tokens=8, compile=False, glossary_dir=tmp_path_factory.mktemp("g"))
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +96,15 @@ async def after(served, normal):
     return check
 
 
-def assert_documented(r, statuses: set[int] = STATUSES) -> dict | list:
-    """A documented status with a JSON body; an error is `{"error", "type"}` with a message."""
+def assert_documented(r, statuses: set[int] = STATUSES, message: str = "error") -> dict | list:
+    """A documented status with a JSON body; an error is `{"error", "type"}` with a message (DeepL's API: `{"message",
+    "type"}`)."""
     assert r.status_code in statuses, (r.status_code, r.text[:2000])
     body = r.json()
     if r.status_code != 200:
-        assert set(body) == {"error", "type"} and body["error"] and isinstance(body["type"], str), body
+        assert set(body) == {message, "type"} and body[message] and isinstance(body["type"], str), body
     if hypothesis.currently_in_test_context():
-        event(f"status {r.status_code}" + (f" {body['error'][:40]}" if r.status_code != 200 else ""))
+        event(f"status {r.status_code}" + (f" {body[message][:40]}" if r.status_code != 200 else ""))
     return body
 
 
@@ -129,6 +126,7 @@ INLINES = ["b", "i", "a", "span", "em", "sub", "font", "q", "abbr", "SPAN", "x-w
 KEPT = ["code", "kbd", "pre", "script", "style", "textarea", "svg", "template", "var", "math"]
 VOIDS = ["br", "img", "input", "hr", "wbr", "meta", "BR"]
 WORDS = ["A", "dog", "runs", "man", "café", "naïve", "rides", "a", "bike", "3.5", "Mr.", "e.g.", "U.S.", "sixty"]
+SPANNED = ["{name}", "{{ x }}", "%s", "%1$d", "http://x.org/a?b=1", "www.x.org.", "a@b.de", "`x y`", "```\nx\n```"]
 PUNCTUATION = [".", "!", "?", "...", ",", ";", ":", "—", "«", "»", '"', "'", "(", ")"]
 SPACES = [" ", " ", " ", "\n", "\r\n", "\r", "\t", "\u00a0", "\u2028", "\u2029", "\x85", "\v", "\f", "\u3000"]
 ODD = [
@@ -173,7 +171,7 @@ ATTRIBUTE_NAMES = [
     "TITLE",
     "style",
 ]
-words = st.lists(st.sampled_from(WORDS + PUNCTUATION + SPACES + ODD + ENTITIES), max_size=12).map(" ".join)
+words = st.lists(st.sampled_from(WORDS + PUNCTUATION + SPACES + ODD + ENTITIES + SPANNED), max_size=12).map(" ".join)
 attribute_values = st.one_of(
     st.sampled_from(["no", "yes", "NO", " no ", "", "notranslate", "a notranslate b", "A dog.", "x'y", 'x"y']),
     words, st.text(max_size=10),
@@ -275,10 +273,13 @@ class Elements(HTMLParser):
 
 
 @STRUCTURE
-@given(page=pages(), split=st.sampled_from(["sentences", "lines", "none"]), truncate=st.booleans())
+@given(
+    page=pages(), split=st.sampled_from(["sentences", "lines", "none"]), truncate=st.booleans(), protect=st.booleans()
+)
 async def test_html_of_any_shape_gets_a_documented_answer_with_its_elements_as_written(client, after, page, split,
-                                                                                        truncate):  # fmt: skip
-    r = await client.post("/translate", json={"text": page, "format": "html", "split": split, "truncate": truncate})
+                                                                                        truncate, protect):  # fmt: skip
+    body = {"text": page, "format": "html", "split": split, "truncate": truncate, "protect": protect}
+    r = await client.post("/translate", json=body)
     body = assert_documented(r)
     if len(page) > LIMIT:  # the markup counts
         assert r.status_code == 413 and "NMT_MAX_REQUEST_CHARS" in body["error"], body
@@ -291,7 +292,7 @@ async def test_html_of_any_shape_gets_a_documented_answer_with_its_elements_as_w
 
 # ---- documents -----------------------------------------------------------------------------------------------------
 
-sentences = st.lists(st.sampled_from(WORDS + PUNCTUATION + SPACES + ODD), max_size=30).map("".join)
+sentences = st.lists(st.sampled_from(WORDS + PUNCTUATION + SPACES + ODD + SPANNED), max_size=30).map("".join)
 
 
 @st.composite
@@ -314,13 +315,18 @@ def documents(draw) -> str:
     return text
 
 
+glossaries = st.dictionaries(st.sampled_from(WORDS + ["a man", "A dog", "e.g. a"]), st.sampled_from(WORDS), max_size=3)
+
+
 @st.composite
 def translate_bodies(draw) -> dict:
     texts = draw(documents() | st.lists(documents(), min_size=1, max_size=3)
                  | st.lists(st.sampled_from(["", " ", "A dog.", "\n"]), min_size=1, max_size=70))  # fmt: skip
     body = {"text": texts, "split": draw(st.sampled_from(["sentences", "lines", "none"])), "return_segments": True}
     optional = {"truncate": st.booleans(), "max_new_tokens": st.integers(1, 8), "beam_size": st.integers(1, 2),
-                "return_alignment": st.booleans(), "return_tokens": st.booleans()}  # fmt: skip
+                "return_alignment": st.booleans(), "return_tokens": st.booleans(), "glossary": glossaries,
+                "glossary_ignore_case": st.booleans(), "protect": st.booleans(), "protect_terms": st.just(["dog"]),
+                "protect_patterns": st.just([r"\d+(?:\.\d+)?"])}  # fmt: skip
     return body | draw(st.fixed_dictionaries({}, optional=optional))
 
 
@@ -409,6 +415,82 @@ async def test_libretranslate_forms_of_any_shape_get_its_documented_answers(clie
     if r.status_code == 200 and path == "/translate" and encoding == "json":
         q = json.loads(kwargs["content"])["q"]
         assert isinstance(body["translatedText"], str) if isinstance(q, str) else len(body["translatedText"]) == len(q)
+    await after()
+
+
+# ---- the DeepL API -------------------------------------------------------------------------------------------------
+
+IGNORED = st.lists(st.sampled_from([*INLINES, *BLOCKS[:4], "x-widget", "B", "code"]), max_size=3)
+
+
+@STRUCTURE
+@given(page=pages(), ignored=IGNORED, split=st.sampled_from(["0", "1", "nonewlines"]))
+async def test_deepl_html_with_ignored_tags_comes_back_with_its_elements_as_written(
+    client, after, page, ignored, split
+):
+    body = {
+        "text": [page],
+        "target_lang": "DE",
+        "tag_handling": "html",
+        "ignore_tags": ignored,
+        "split_sentences": split,
+    }
+    r = await client.post(DEEPL, json=body)
+    answer = assert_documented(r, DEEPL_STATUSES, "message")
+    if r.status_code == 200:
+        out = answer["translations"][0]["text"]
+        parse(out)
+        assert Elements(out).tags == Elements(page).tags and "data-nmt-ignored" not in out
+        if ignored:  # an ignored element's text is its own
+            for name in ignored:
+                kept = re.findall(rf"<{name}>([^<>&]*)</{name}>", page)
+                assert all(f"<{name}>{text}</{name}>" in out for text in kept if text.strip()), (kept, out)
+    await after()
+
+
+DEEPL_FIELDS = {  # mostly what DeepL takes, so that requests get through to a translation too
+    "text": documents() | st.lists(st.sampled_from(["A dog.", "", " ", "a", "A. B."]), max_size=70) | pages(),
+    "source_lang": st.sampled_from(["EN"] * 6 + ["en", "DE", "xx", ""]),
+    "target_lang": st.sampled_from(["DE"] * 8 + ["de", "EN-GB", "FR", "", "x" * 300]),
+    "tag_handling": st.sampled_from(["html", "xml", "HTML", ""]),
+    "split_sentences": st.sampled_from(["0", "1", "nonewlines"] * 3 + ["2"]),
+    "ignore_tags": st.sampled_from(["b", "b,i", "", ","]),
+    "formality": st.sampled_from(["default", "prefer_more"] * 3 + ["more", "x"]),
+    "glossary_id": st.sampled_from([""] * 6 + ["0b7e3b1e-0000-4000-8000-000000000000", "x"]),
+    "show_billed_characters": st.sampled_from(["1", "0", "true"] * 3 + ["x"]),
+    "context": st.text(max_size=20),
+}
+
+
+@st.composite
+def deepl_requests(draw) -> tuple[dict, str]:
+    """Fields of every type, missing or repeated, as JSON, a form or a multipart body."""
+    names = [n for n in ("text", "target_lang") if draw(st.sampled_from([True] * 9 + [False]))]
+    names += draw(st.lists(st.sampled_from([*DEEPL_FIELDS, "other"]), max_size=4))
+    fields = [
+        (n, draw(junk if draw(st.sampled_from([True] + [False] * 9)) else DEEPL_FIELDS.get(n, junk))) for n in names
+    ]  # a wrong type in one of ten
+    encoding = draw(st.sampled_from(["json", "json", "form", "multipart"]))
+    if encoding == "json":
+        return {"content": json.dumps(dict(fields)).encode(), "headers": {"content-type": "application/json"}}, "json"
+    flat = [(n, x) for n, v in fields for x in (v if n == "text" and isinstance(v, list) else [v])]
+    flat = [(n, v if isinstance(v, str) else json.dumps(v)) for n, v in flat]
+    if encoding == "form":  # a field may come twice, `text` once a text
+        form = "&".join(f"{quote_plus(n)}={quote_plus(v)}" for n, v in flat).encode()
+        return {"content": form, "headers": {"content-type": "application/x-www-form-urlencoded"}}, "form"
+    return {"files": [(n, (None, v)) for n, v in flat] or [("other", (None, ""))]}, "multipart"
+
+
+@STRUCTURE
+@given(request=deepl_requests())
+async def test_deepl_requests_of_any_shape_get_its_documented_answers(client, after, request):
+    kwargs, encoding = request
+    r = await client.post(DEEPL, **kwargs)
+    body = assert_documented(r, DEEPL_STATUSES, "message")
+    event(f"{encoding} {r.status_code}")
+    if r.status_code == 200 and encoding == "json":
+        text = json.loads(kwargs["content"])["text"]
+        assert len(body["translations"]) == (1 if isinstance(text, str) else len(text))
     await after()
 
 

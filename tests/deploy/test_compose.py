@@ -19,7 +19,9 @@ from tests.deploy.repo import (
     ROOT,
     WORKDIR,
     compose,
+    dockerfile,
     healthcheck,
+    instructions,
     interpolate,
     published,
     resolved_compose,
@@ -31,7 +33,10 @@ GPU_SERVICES, SERVING = ("nmt", "nmt-replica"), ("nmt", "nmt-cpu", "nmt-replica"
 # Where the compose defaults differ from Settings' on purpose: a container listens on all its interfaces, the
 # GPU services insist on CUDA (a container that cannot see the GPU should fail, not quietly run on the CPU),
 # and the model is the one baked into the image.
-CONTAINER_DEFAULTS = {"host": "0.0.0.0", "model_dir": IN_IMAGE_MODEL_DIR, "compile_cache_dir": "/var/cache/nmt-serve"}
+CONTAINER_DEFAULTS = {
+    "host": "0.0.0.0", "model_dir": IN_IMAGE_MODEL_DIR, "compile_cache_dir": "/var/cache/nmt-serve",
+    "glossary_dir": "/var/lib/nmt-serve/glossaries",  # a volume: glossaries outlive the container
+}  # fmt: skip
 DEVICE = {"nmt": "cuda", "nmt-replica": "cuda", "nmt-cpu": "cpu"}
 
 
@@ -136,6 +141,16 @@ def test_an_operators_checkpoint_is_mounted_read_only_and_selected_by_nmt_model_
         assert s[name]["environment"]["NMT_MODEL_DIR"] == "/checkpoints/my-model"
     default_source = services()["nmt"]["volumes"][0]["source"]
     assert (ROOT / default_source).resolve() == (ROOT / "checkpoints").resolve()
+
+
+def test_glossaries_live_on_a_volume_the_replicas_share_in_a_directory_the_image_gives_the_service_user():
+    directory = CONTAINER_DEFAULTS["glossary_dir"]
+    assert dockerfile().envs["NMT_GLOSSARY_DIR"] == directory
+    made = [v for _, v in instructions("RUN") if directory in v]
+    assert made and "mkdir -p" in made[0] and "chown 10001:10001" in made[0], made
+    for name in SERVING:
+        (mount,) = [v for v in services()[name]["volumes"] if v["target"] == directory]
+        assert mount["type"] == "volume" and mount["source"] in compose()["volumes"]
 
 
 def test_ports_publish_the_container_port_and_replicas_publish_none():

@@ -1,0 +1,258 @@
+"""The DeepL-compatible API's own behaviour (tests/app/test_deepl_clients.py drives it with DeepL's clients): JSON and
+form bodies alike, DeepL's codes and statuses for what it refuses, the key as DeepL sends it, the glossaries shared
+with our /glossaries, and calls from other origins (CORS, preflight included) on every API."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import glossaries as g
+from app.settings import Settings
+from tests.app.conftest import serve
+
+pytestmark = pytest.mark.anyio
+TEXT = "A man is riding a bike."
+
+
+@pytest.fixture(scope="module")
+async def served(german, french, tmp_path_factory):
+    settings = Settings(
+        models=f"en-de={german},en-fr={french}", max_new_tokens=8, max_batch_texts=4, max_request_chars=200,
+        compile=False, glossary_dir=tmp_path_factory.mktemp("glossaries"),
+    )  # fmt: skip
+    async with serve(settings) as pair:
+        yield pair
+
+
+@pytest.fixture
+def client(served):
+    return served[1]
+
+
+async def ours(client, text, **body) -> list[str]:
+    r = await client.post("/translate", json={"text": text, **body})
+    assert r.status_code == 200, r.text
+    return [t["text"] for t in r.json()["translations"]]
+
+
+async def test_json_form_and_the_root_mount_get_the_same_answer_as_our_api(client):
+    texts = ["Two dogs play.", TEXT]
+    expected = {
+        "translations": [
+            {"detected_source_language": "EN", "text": t, "billed_characters": len(s)}
+            for s, t in zip(texts, await ours(client, texts), strict=True)
+        ]
+    }
+    fields = {"text": texts, "target_lang": "DE", "show_billed_characters": True}
+    assert (await client.post("/deepl/v2/translate", json=fields)).json() == expected
+    form = {**fields, "show_billed_characters": "1", "source_lang": "EN"}
+    assert (await client.post("/deepl/v2/translate", data=form)).json() == expected
+    assert (await client.post("/v2/translate", data=form, files={"x": b""})).json() == expected  # multipart too
+    r = await client.post("/deepl/v2/translate", data={"text": TEXT, "target_lang": "fr"})
+    assert r.json() == {
+        "translations": [{"detected_source_language": "EN", "text": (await ours(client, TEXT, model="en-fr"))[0]}]
+    }
+    unsplit = {"text": f"{TEXT} {TEXT}", "target_lang": "DE", "split_sentences": "0"}
+    assert (await client.post("/deepl/v2/translate", data=unsplit)).json()["translations"][0]["text"] == (
+        await ours(client, f"{TEXT} {TEXT}", split="none")
+    )[0]
+
+
+async def test_ignored_tags_keep_their_text_and_come_back_as_written(client):
+    page = '<p>A man rides a <b>bike</b> and <i translate="yes">a horse</i>.</p><div>Two <code>dogs</code>.</div>'
+    fields = {"text": [page], "target_lang": "DE", "tag_handling": "html"}
+    plain = (await client.post("/deepl/v2/translate", json=fields)).json()["translations"][0]["text"]
+    assert plain == (await ours(client, page, format="html"))[0] and "<b>bike</b>" not in plain
+    for ignored in (["b", "I", "div"], "b,i,div"):
+        r = await client.post("/deepl/v2/translate", json={**fields, "ignore_tags": ignored})
+        out = r.json()["translations"][0]["text"]
+        assert "<b>bike</b>" in out and "<div>Two <code>dogs</code>.</div>" in out, out
+        assert '<i translate="yes">a horse</i>' not in out  # its own attribute wins: translated
+        assert "data-nmt-ignored" not in out and out.count("translate=") == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "message"),
+    [
+        ({"target_lang": "DE"}, 400, "Parameter 'text' not specified."),
+        ({"text": TEXT}, 400, "Parameter 'target_lang' not specified."),
+        ({"text": TEXT, "target_lang": "ES"}, 400, "Value for 'target_lang' not supported: ES"),
+        ({"text": TEXT, "target_lang": "DE", "source_lang": "FR"}, 400, "no model here translates FR into DE"),
+        ({"text": TEXT, "target_lang": "DE", "tag_handling": "md"}, 400, "Value for 'tag_handling' not supported"),
+        ({"text": TEXT, "target_lang": "DE", "split_sentences": "2"}, 400, "Value for 'split_sentences' not supported"),
+        ({"text": TEXT, "target_lang": "DE", "preserve_formatting": "x"}, 400, "send 0 or 1 (true or false)"),
+        ({"text": TEXT, "target_lang": "DE", "formality": "more"}, 400, "'formality' is not supported for given"),
+        ({"text": TEXT, "target_lang": "DE", "style_id": "x"}, 400, "style_id: style rules and translation memories"),
+        ({"text": [TEXT] * 5, "target_lang": "DE"}, 413, "the request has 5 texts; the limit is 4 a request"),
+        ({"text": "a" * 201, "target_lang": "DE"}, 413, "the texts have 201 characters in all; the limit is 200"),
+        ({"text": TEXT, "target_lang": "DE", "glossary_id": "x"}, 400, "requires the source_lang parameter"),
+        ({"text": TEXT, "target_lang": "DE", "glossary_id": "x", "source_lang": "EN"}, 404, "there is no glossary 'x'"),
+        (
+            {"text": TEXT, "target_lang": "DE", "glossary_ids": "a,b,c,d,e,f", "source_lang": "EN"},
+            400,
+            "the limit is 5",
+        ),
+    ],
+)
+async def test_what_deepl_refuses_gets_its_status_and_a_message(client, fields, status, message):
+    for r in (await client.post("/deepl/v2/translate", data=fields), await client.post("/v2/translate", json=fields)):
+        assert r.status_code == status and message in r.json()["message"], r.text
+        assert set(r.json()) == {"message", "type"}
+
+
+async def test_a_body_that_is_not_a_json_object_is_a_bad_request(client):
+    r = await client.post("/deepl/v2/translate", content=b"[1]", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "not a JSON object" in r.json()["message"]
+
+
+async def test_languages_usage_and_glossary_pairs(client):
+    assert (await client.get("/deepl/v2/languages")).json() == [{"language": "EN", "name": "English"}]
+    targets = (await client.get("/deepl/v2/languages", params={"type": "target"})).json()
+    assert targets == [
+        {"language": "DE", "name": "German", "supports_formality": False},
+        {"language": "FR", "name": "French", "supports_formality": False},
+    ]
+    r = await client.request("GET", "/deepl/v2/languages", data={"type": "target"})  # as DeepL's Python client sends it
+    assert r.json() == targets
+    assert (await client.get("/deepl/v2/languages", params={"type": "x"})).status_code == 400
+    pairs = (await client.get("/deepl/v2/glossary-language-pairs")).json()
+    assert pairs == {
+        "supported_languages": [{"source_lang": "en", "target_lang": "de"}, {"source_lang": "en", "target_lang": "fr"}]
+    }
+    before = (await client.get("/deepl/v2/usage")).json()["character_count"]
+    await client.post("/deepl/v2/translate", data={"text": ["abc", "de"], "target_lang": "DE"})
+    assert (await client.get("/v2/usage")).json() == {"character_count": before + 5, "character_limit": 10**12}
+
+
+async def test_glossaries_are_shared_with_our_api_and_used_in_order(served, client, monkeypatch):
+    decodings = []
+    engine = served[0].state.models.engines["en-de"]
+    real = engine.translate
+
+    async def spy(*args, **kwargs):
+        decodings.append(kwargs["decoding"])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "translate", spy)
+    body = {"name": "one", "source_lang": "EN", "target_lang": "DE", "entries": "man\tMann\nbike\tRad"}
+    r = await client.post("/deepl/v2/glossaries", json=body)
+    assert r.status_code == 201 and r.json()["source_lang"] == "en" and r.json()["entry_count"] == 2
+    one = r.json()["glossary_id"]
+    ours_ = await client.post(
+        "/glossaries",
+        json={"name": "two", "source_lang": "en", "target_lang": "de", "entries": {"bike": "Velo", "dog": "Hund"}},
+    )
+    two = ours_.json()["glossary_id"]
+    assert [x["glossary_id"] for x in (await client.get("/deepl/v2/glossaries")).json()["glossaries"]][-2:] == [
+        one,
+        two,
+    ]
+    assert (await client.get(f"/deepl/v2/glossaries/{two}")).json() == ours_.json()
+
+    fields = {"text": TEXT, "source_lang": "EN", "target_lang": "DE", "glossary_ids": f"{two},{one}"}
+    assert (await client.post("/deepl/v2/translate", data=fields)).status_code == 200
+    assert decodings[-1].glossary == (("bike", "Velo"), ("dog", "Hund"), ("man", "Mann"))
+    await client.post("/deepl/v2/translate", json={**fields, "glossary_ids": None, "glossary_id": one})
+    assert decodings[-1].glossary == (("man", "Mann"), ("bike", "Rad"))
+    r = await client.post("/deepl/v2/translate", data={**fields, "target_lang": "FR"})
+    assert r.status_code == 400 and r.json()["message"] == (
+        f"the glossary {two} is EN->DE; the request is EN->FR (the glossary's pair must be the request's)"
+    )
+    r = await client.get(f"/deepl/v2/glossaries/{one}/entries", headers={"Accept": "text/tab-separated-values"})
+    assert (r.status_code, r.text, r.headers["content-type"]) == (
+        200,
+        "man\tMann\nbike\tRad",
+        "text/tab-separated-values; charset=utf-8",
+    )
+    r = await client.get(f"/deepl/v2/glossaries/{one}/entries", headers={"Accept": "application/json"})
+    assert r.status_code == 415 and "served as text/tab-separated-values" in r.json()["message"]
+    assert (await client.delete(f"/deepl/v2/glossaries/{one}")).status_code == 204
+    assert (await client.get(f"/glossaries/{one}")).status_code == 404
+    r = await client.get(f"/deepl/v2/glossaries/{one}/entries")
+    assert (r.status_code, r.json()) == (404, {"message": f"there is no glossary {one}", "type": "not_found"})
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "message"),
+    [
+        (
+            {"entries": "a\tb", "target_lang": "ES"},
+            400,
+            "Unsupported glossary language pair en->es: the pairs served are en->de, en->fr",
+        ),
+        ({"entries": "a b"}, 400, "line 1 has no tab between its source and target terms"),
+        ({"entries": "a,b\na,c", "entries_format": "csv"}, 400, "line 2 repeats the source term 'a' of line 1"),
+        ({"entries": "a\tb", "entries_format": "xlsx"}, 400, "Value for 'entries_format' not supported"),
+        ({"entries": "a\tb", "name": ""}, 400, "Parameter 'name' not specified."),
+        ({"entries": "".join(f"t{i}\tx\n" for i in range(g.MAX_ENTRIES + 1))}, 413, "the limit is 10000"),
+    ],
+)
+async def test_a_glossary_deepl_refuses_gets_its_status(client, fields, status, message):
+    body = {"name": "x", "source_lang": "EN", "target_lang": "DE", **fields}
+    r = await client.post("/deepl/v2/glossaries", data=body)
+    assert r.status_code == status and message in r.json()["message"], r.text
+
+
+async def test_the_glossary_quota_is_deepls_456(client, monkeypatch):
+    monkeypatch.setattr(g, "MAX_GLOSSARIES", len((await client.get("/glossaries")).json()["glossaries"]))
+    r = await client.post(
+        "/deepl/v2/glossaries", data={"name": "x", "source_lang": "EN", "target_lang": "DE", "entries": "a\tb"}
+    )
+    assert r.status_code == 456 and "delete one first" in r.json()["message"]
+    r = await client.post(
+        "/glossaries", json={"name": "x", "source_lang": "en", "target_lang": "de", "entries": {"a": "b"}}
+    )
+    assert r.status_code == 422 and r.json()["type"] == "too_many_glossaries"
+
+
+async def test_the_key_is_read_as_deepl_sends_it_and_a_wrong_one_is_refused_with_403(german, tmp_path):
+    async with serve(Settings(model_dir=german, compile=False, api_key="k", glossary_dir=tmp_path)) as (_, client):
+        fields = {"text": TEXT, "target_lang": "DE"}
+        for headers, status in [
+            ({}, 403), ({"Authorization": "DeepL-Auth-Key wrong"}, 403), ({"Authorization": "k"}, 403),
+            ({"Authorization": "DeepL-Auth-Key k"}, 200), ({"Authorization": "Bearer k"}, 200),
+        ]:  # fmt: skip
+            for r in (
+                await client.post("/deepl/v2/translate", data=fields, headers=headers),
+                await client.get("/deepl/v2/glossaries", headers=headers),
+                await client.get("/v2/usage", headers=headers),
+            ):
+                assert r.status_code == status, (headers, r.text)
+                if status == 403:
+                    assert r.json()["type"] == "forbidden" and "DeepL-Auth-Key" in r.json()["message"]
+
+
+async def test_any_origin_may_call_the_apis_from_a_browser_preflight_included(client):
+    origin = {"Origin": "https://app.example.com"}
+    for path in ("/deepl/v2/translate", "/libretranslate/translate", "/translate", "/glossaries"):
+        preflight = await client.options(
+            path, headers={**origin, "Access-Control-Request-Method": "POST",
+                           "Access-Control-Request-Headers": "authorization, content-type"},
+        )  # fmt: skip
+        assert preflight.status_code == 200, path
+        assert preflight.headers["access-control-allow-origin"] == "*"
+        assert "POST" in preflight.headers["access-control-allow-methods"]
+        assert preflight.headers["access-control-allow-headers"] == "authorization, content-type"
+    r = await client.post("/deepl/v2/translate", data={"text": TEXT, "target_lang": "DE"}, headers=origin)
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
+    r = await client.post("/translate", json={"text": TEXT}, headers=origin)  # the fast path's answer too
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
+    r = await client.post("/deepl/v2/translate", data={"target_lang": "DE"}, headers=origin)
+    assert r.status_code == 400 and r.headers["access-control-allow-origin"] == "*"
+
+
+async def test_cors_can_name_the_origins_or_be_turned_off(german, tmp_path):
+    settings = Settings(
+        model_dir=german, compile=False, glossary_dir=tmp_path, cors_origins="https://a.example/, https://b.example"
+    )
+    async with serve(settings) as (_, client):
+        ask = {"Access-Control-Request-Method": "POST"}
+        ok = await client.options("/deepl/v2/translate", headers={"Origin": "https://b.example", **ask})
+        assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://b.example"
+        refused = await client.options("/deepl/v2/translate", headers={"Origin": "https://c.example", **ask})
+        assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+    async with serve(Settings(model_dir=german, compile=False, glossary_dir=tmp_path, cors_origins="")) as (_, client):
+        r = await client.post(
+            "/deepl/v2/translate", data={"text": TEXT, "target_lang": "DE"}, headers={"Origin": "https://a.example"}
+        )
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers

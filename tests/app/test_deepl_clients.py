@@ -1,0 +1,180 @@
+"""The DeepL-compatible API (/deepl), driven by DeepL's official clients, unmodified, against a live nmt-serve with the
+bundled English->German and English->French models: `deepl` from PyPI and `deepl-node` from npm (pinned in
+tests/clients/deepl-node, installed by scripts/install.sh where node is). Their translations equal our own
+/translate's for the same model; glossaries made through them are stored, listed, used and deleted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import deepl
+import httpx
+import pytest
+
+from app.settings import BUNDLED_MODEL_DIR
+from tests.app.test_cli import start_server, wait_ready
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_CLIENT = ROOT / "tests" / "clients" / "deepl-node"
+FRENCH = BUNDLED_MODEL_DIR.parent / "multi30k-en-fr"
+KEY = "s3cret-deepl-key"
+ENGLISH = "A man is riding a bike."
+pytestmark = pytest.mark.skipif(
+    not (BUNDLED_MODEL_DIR / "model.safetensors").exists() or not (FRENCH / "model.safetensors").exists(),
+    reason="no bundled checkpoints",
+)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> str:
+    """A live server with both bundled models, NMT_API_KEY set, glossaries in a directory of its own."""
+    proc, url = start_server(
+        BUNDLED_MODEL_DIR, NMT_MODELS=f"en-de={BUNDLED_MODEL_DIR},en-fr={FRENCH}", NMT_API_KEY=KEY,
+        NMT_COMPILE="off", NMT_GLOSSARY_DIR=str(tmp_path_factory.mktemp("glossaries")),
+    )  # fmt: skip
+    try:
+        wait_ready(proc, url, timeout=120)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def translator(base) -> deepl.Translator:
+    return deepl.Translator(KEY, server_url=f"{base}/deepl/")
+
+
+def ours(base: str, text: str | list[str], **body) -> list[str]:
+    """Our own /translate's translations of `text`."""
+    r = httpx.post(
+        f"{base}/translate", json={"text": text, **body}, headers={"Authorization": f"Bearer {KEY}"}, timeout=60
+    )
+    assert r.status_code == 200, r.text
+    return [t["text"] for t in r.json()["translations"]]
+
+
+def test_the_python_client_translates_a_text_and_a_list_as_our_api_does(base, translator):
+    one = translator.translate_text(ENGLISH, target_lang="DE")
+    assert (one.text, one.detected_source_lang, one.billed_characters) == (ours(base, ENGLISH)[0], "EN", len(ENGLISH))
+    texts = ["Two dogs are playing in the snow.", "", "A woman is sitting on a bench."]
+    out = translator.translate_text(texts, source_lang="EN", target_lang="DE")
+    assert [r.text for r in out] == ours(base, texts) and out[1].text == ""
+    french = translator.translate_text(ENGLISH, source_lang="en", target_lang="fr")
+    assert french.text == ours(base, ENGLISH, model="en-fr")[0]
+    unsplit = translator.translate_text(
+        f"{ENGLISH} {texts[0]}", target_lang="DE", split_sentences=deepl.SplitSentences.OFF
+    )
+    assert unsplit.text == ours(base, f"{ENGLISH} {texts[0]}", split="none")[0]
+    assert translator.translate_text(ENGLISH, target_lang="DE", formality="prefer_less").text == one.text
+    with pytest.raises(deepl.DeepLException, match="Bad request, message: 'formality' is not supported"):
+        translator.translate_text(ENGLISH, target_lang="DE", formality="less")
+    with pytest.raises(deepl.DeepLException, match="Bad request, message: Value for 'target_lang' not supported"):
+        translator.translate_text(ENGLISH, target_lang="ES")
+
+
+def test_the_python_client_translates_html_and_leaves_the_ignored_tags_alone(base, translator):
+    page = "<p>A man is riding a <b>bike</b>.</p>"
+    assert (
+        translator.translate_text(page, target_lang="DE", tag_handling="html").text
+        == ours(base, page, format="html")[0]
+    )
+    kept = translator.translate_text(
+        page.replace("b>", "span>"), target_lang="DE", tag_handling="html", ignore_tags="span"
+    )
+    assert "<span>bike</span>" in kept.text and "translate" not in kept.text, kept.text
+    translated = translator.translate_text(page.replace("b>", "span>"), target_lang="DE", tag_handling="html")
+    assert "<span>bike</span>" not in translated.text
+
+
+def test_the_python_client_makes_lists_uses_and_deletes_glossaries(base, translator):
+    pairs = {(p.source_lang, p.target_lang) for p in translator.get_glossary_languages()}
+    assert pairs == {("en", "de"), ("en", "fr")}
+    made = translator.create_glossary(
+        "bikes", source_lang="EN", target_lang="DE", entries={"bike": "Velo", "dog": "Köter"}
+    )
+    assert (made.name, made.source_lang, made.target_lang, made.entry_count, made.ready) == (
+        "bikes",
+        "EN",
+        "DE",
+        2,
+        True,
+    )
+    from_csv = translator.create_glossary_from_csv("csv", source_lang="EN", target_lang="FR", csv_data="bike,biclou\n")
+    listed = [g.glossary_id for g in translator.list_glossaries()]
+    assert [x for x in listed if x in (made.glossary_id, from_csv.glossary_id)] == [
+        made.glossary_id,
+        from_csv.glossary_id,
+    ]
+    assert str(translator.get_glossary(made.glossary_id)) == str(made)
+    assert translator.get_glossary_entries(made) == {"bike": "Velo", "dog": "Köter"}
+
+    used = translator.translate_text_with_glossary([ENGLISH, "A dog."], made)
+    assert "Velo" in used[0].text and "Köter" in used[1].text, used
+    assert "Velo" not in translator.translate_text(ENGLISH, target_lang="DE").text
+    with pytest.raises(deepl.DeepLException, match="the glossary .* is EN->FR; the request is EN->DE"):
+        translator.translate_text(ENGLISH, source_lang="EN", target_lang="DE", glossary=from_csv.glossary_id)
+
+    translator.delete_glossary(made)
+    translator.delete_glossary(from_csv.glossary_id)
+    assert not {made.glossary_id, from_csv.glossary_id} & {g.glossary_id for g in translator.list_glossaries()}
+    with pytest.raises(deepl.GlossaryNotFoundException):
+        translator.get_glossary(made.glossary_id)
+
+
+def test_the_python_client_reads_languages_and_usage(base, translator):
+    assert [(x.code, x.name) for x in translator.get_source_languages()] == [("EN", "English")]
+    targets = translator.get_target_languages()
+    assert [(x.code, x.name, x.supports_formality) for x in targets] == [
+        ("DE", "German", False),
+        ("FR", "French", False),
+    ]
+    before = translator.get_usage().character
+    translator.translate_text(["A dog.", "A cat."], target_lang="DE")
+    after = translator.get_usage().character
+    assert after.count == before.count + 12 and after.limit >= 10**12 and not after.limit_reached
+
+
+def test_a_wrong_key_is_an_authorization_error_for_the_python_client(base):
+    for key in ("wrong", "s3cret-deepl-key-not"):
+        with pytest.raises(deepl.AuthorizationException, match="Authorization failure, check auth_key"):
+            deepl.Translator(key, server_url=f"{base}/deepl/").translate_text(ENGLISH, target_lang="DE")
+    # DeepL's own layout, /v2 at the root: a server URL without the trailing slash resolves there
+    assert deepl.Translator(KEY, server_url=f"{base}/deepl").translate_text(ENGLISH, target_lang="DE").text
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node: deepl-node needs Node.js")
+@pytest.mark.skipif(
+    not (NODE_CLIENT / "node_modules" / "deepl-node").is_dir(),
+    reason="deepl-node is not installed: bash scripts/install.sh runs `npm ci` in tests/clients/deepl-node",
+)
+def test_the_node_client_translates_and_manages_glossaries_as_the_python_one(base):
+    run = subprocess.run(
+        ["node", "calls.js", f"{base}/deepl", KEY, "wrong"], cwd=NODE_CLIENT, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    german = ours(base, [ENGLISH, "Two dogs are playing in the snow.", "A woman sits."])
+    assert out["one"] == {"text": german[0], "detectedSourceLang": "en", "billedCharacters": len(ENGLISH)}
+    assert [r["text"] for r in out["list"]] == german[1:]
+    assert out["french"]["text"] == ours(base, ENGLISH, model="en-fr")[0]
+    page = "<p>A man is riding a <b>bike</b>.</p>"
+    assert out["html"]["text"] == ours(base, page, format="html")[0]
+    assert "<span>bike</span>" in out["ignored"]["text"]
+    assert out["sourceLanguages"] == [{"name": "English", "code": "en"}]
+    assert [x["code"] for x in out["targetLanguages"]] == ["de", "fr"]
+    assert {(p["sourceLang"], p["targetLang"]) for p in out["glossaryPairs"]} == {("en", "de"), ("en", "fr")}
+    created = out["created"]
+    assert (created["name"], created["sourceLang"], created["targetLang"], created["entryCount"]) == (
+        "node bikes", "en", "de", 2,
+    )  # fmt: skip
+    assert out["fromCsv"]["entryCount"] == 2 and out["got"]["glossaryId"] == created["glossaryId"]
+    assert set(out["listed"]) == {created["glossaryId"], out["fromCsv"]["glossaryId"]}
+    assert out["entries"] == {"bike": "Velo", "snow": "Pulverschnee"}
+    assert "Velo" in out["withGlossary"]["text"], out["withGlossary"]
+    assert out["afterDelete"] == "GlossaryNotFoundError"
+    assert out["usage"]["count"] > 0 and out["wrongKey"] == "AuthorizationError"

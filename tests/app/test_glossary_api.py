@@ -1,0 +1,205 @@
+"""Glossaries on our own API: /glossaries stores them (JSON, TSV or CSV entries), /translate uses one by `glossary_id`
+or inline (`glossary`), checked against the model the request goes to; every refusal says what was wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.glossaries import MAX_ENTRIES
+from app.settings import BUNDLED_MODEL_DIR, Settings
+from tests.app.conftest import serve
+
+pytestmark = pytest.mark.anyio
+TEXT = "A man is riding a bike."
+
+
+@pytest.fixture(scope="module")
+async def served(german, french, tmp_path_factory):
+    settings = Settings(
+        models=f"en-de={german},en-fr={french}", max_new_tokens=40, compile=False,
+        glossary_dir=tmp_path_factory.mktemp("glossaries"),
+    )  # fmt: skip
+    async with serve(settings) as pair:
+        yield pair
+
+
+@pytest.fixture
+def client(served):
+    return served[1]
+
+
+@pytest.fixture
+def decodings(served, monkeypatch) -> list:
+    """The Decoding of each translation the engines are asked for (the fast path's and the route's)."""
+    seen = []
+    for name, engine in served[0].state.models.engines.items():
+        for method in ("translate", "translate_stream"):
+            real = getattr(engine, method)
+
+            async def spy(*args, _real=real, _name=name, **kwargs):
+                seen.append((_name, kwargs.get("decoding", args[3] if len(args) > 3 else None)))
+                return await _real(*args, **kwargs)
+
+            monkeypatch.setattr(engine, method, spy)
+    return seen
+
+
+async def create(client, **body) -> dict:
+    r = await client.post("/glossaries", json={"name": "test", "source_lang": "en", "target_lang": "de", **body})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+async def test_a_glossary_from_an_object_tsv_or_csv_is_stored_listed_read_and_deleted(client):
+    made = [
+        await create(client, entries={"bike": "Velo", " city bike ": "Stadtrad"}),
+        await create(client, entries="bike\tVelo\ncity bike\tStadtrad\n", name="tsv"),
+        await create(client, entries='bike,Velo\r\n"city bike",Stadtrad,en,de\r\n', entries_format="csv", name="csv"),
+    ]
+    for glossary in made:
+        assert glossary["entry_count"] == 2 and glossary["ready"] is True
+        r = await client.get(f"/glossaries/{glossary['glossary_id']}/entries")
+        assert r.json() == {
+            "glossary_id": glossary["glossary_id"],
+            "entries": {"bike": "Velo", "city bike": "Stadtrad"},
+        }
+        assert (await client.get(f"/glossaries/{glossary['glossary_id']}")).json() == glossary
+    listed = (await client.get("/glossaries")).json()["glossaries"]
+    assert [x for x in listed if x["glossary_id"] in {m["glossary_id"] for m in made}] == made
+    for glossary in made:
+        assert (await client.delete(f"/glossaries/{glossary['glossary_id']}")).status_code == 204
+    gone = made[0]["glossary_id"]
+    for r in (await client.get(f"/glossaries/{gone}"), await client.delete(f"/glossaries/{gone}")):
+        assert r.status_code == 404 and r.json() == {"error": f"there is no glossary {gone}", "type": "not_found"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"entries": "bike Velo"}, 422, "line 1 has no tab between its source and target terms"),
+        ({"entries": "a,b,c", "entries_format": "csv"}, 422, "line 1 has 3 fields"),
+        ({"entries": {"bike": "Velo", "bike ": "Rad"}}, 422, "entry 'bike ' repeats the source term 'bike' of entry"),
+        ({"entries": {"bike": ""}}, 422, "entry 'bike' has an empty target term"),
+        ({"entries": {}}, 422, "the glossary has no entries"),
+        ({"entries": "a\tb", "entries_format": "xml"}, 422, "entries_format: input should be 'tsv' or 'csv'"),
+        ({"entries": {"a": "b"}, "target_lang": "es"}, 422, "no model here translates en->es"),
+        ({"entries": {"a": "b"}, "name": ""}, 422, "the glossary's name is empty"),
+        ({"entries": {"a": "b"}, "source_lang": "e n"}, 422, "source_lang 'e n' is not a language code"),
+        ({"entries": {"a": 1}}, 422, "entries must be an object of source term -> target term (strings), or TSV"),
+        ({"entries": {f"t{i}": "x" for i in range(MAX_ENTRIES + 1)}}, 413, "more than 10000 entries; the limit is"),
+    ],
+)
+async def test_a_glossary_the_rules_refuse_gets_a_4xx_that_says_why(client, body, status, message):
+    r = await client.post("/glossaries", json={"name": "test", "source_lang": "en", "target_lang": "de", **body})
+    assert r.status_code == status and message in r.json()["error"], r.text
+
+
+async def test_translate_passes_inline_and_stored_terms_to_the_decoder_inline_first(client, decodings):
+    stored = await create(client, entries={"bike": "Velo", "man": "Herr"})
+    r = await client.post("/translate", json={"text": TEXT, "glossary": {"man": "Mann", "Bike": "Rad"}})
+    assert r.status_code == 200 and r.json()["model"] == "en-de"
+    assert decodings[-1][1].glossary == (("man", "Mann"), ("Bike", "Rad"))  # the fast path's
+    body = {"text": TEXT, "glossary": {"man": "Mann", "Bike": "Rad"}, "glossary_id": stored["glossary_id"]}
+    assert (await client.post("/translate", json=body)).status_code == 200
+    assert decodings[-1][1].glossary == (("man", "Mann"), ("Bike", "Rad"), ("bike", "Velo"))
+    assert not decodings[-1][1].glossary_ignore_case
+    assert (await client.post("/translate", json=body | {"glossary_ignore_case": True})).status_code == 200
+    assert decodings[-1][1].glossary == (("man", "Mann"), ("Bike", "Rad")) and decodings[-1][1].glossary_ignore_case
+    r = await client.post("/translate", json={"text": TEXT, "glossary_id": stored["glossary_id"], "stream": True})
+    assert r.status_code == 200 and decodings[-1][1].glossary == (("bike", "Velo"), ("man", "Herr"))
+    assert (await client.post("/translate", json={"text": TEXT, "glossary": {}})).status_code == 200
+    assert decodings[-1][1].glossary == ()
+
+
+async def test_a_stored_glossary_goes_to_the_model_of_its_languages_and_must_match_the_one_named(client, decodings):
+    french = await create(client, entries={"bike": "vélo"}, target_lang="fr")
+    r = await client.post("/translate", json={"text": TEXT, "glossary_id": french["glossary_id"]})
+    assert r.status_code == 200 and r.json()["model"] == "en-fr" and decodings[-1][0] == "en-fr"
+    r = await client.post("/translate", json={"text": TEXT, "glossary_id": french["glossary_id"], "target": "fr"})
+    assert r.status_code == 200 and r.json()["model"] == "en-fr"
+    for named in ({"model": "en-de"}, {"target": "de"}):
+        r = await client.post("/translate", json={"text": TEXT, "glossary_id": french["glossary_id"], **named})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == (
+            f"the glossary {french['glossary_id']} is en->fr, but this request is en->de (model 'en-de'); use a "
+            "glossary of that pair, or leave out model, source and target to translate with the glossary's model"
+        )
+    missing = "0b7e3b1e-0000-4000-8000-000000000000"
+    r = await client.post("/translate", json={"text": TEXT, "glossary_id": missing})
+    assert (r.status_code, r.json()) == (404, {"error": f"there is no glossary {missing}", "type": "not_found"})
+
+
+@pytest.mark.parametrize(
+    ("glossary", "message"),
+    [
+        ({"bike": ""}, "glossary entry 'bike' has an empty target term; every entry needs both terms"),
+        ({"bi\tke": "Rad"}, "glossary entry 'bi\\tke''s source term 'bi\\tke' holds the control character U+0009"),
+        ({"a": "b", " a": "c"}, "glossary entry ' a' repeats the source term 'a' of entry 'a'"),
+        ({"bike": ["Rad"]}, "glossary.bike: input should be a valid string"),
+        ({f"t{i}": "x" for i in range(MAX_ENTRIES + 1)}, "glossary has 10001 entries; the limit is 10000"),
+        ("bike\tRad", "glossary: input should be a valid dictionary"),
+    ],
+)
+async def test_an_inline_glossary_is_checked_as_a_stored_one(client, glossary, message):
+    r = await client.post("/translate", json={"text": TEXT, "glossary": glossary})
+    assert r.status_code == 422 and message in r.json()["error"], r.text
+
+
+async def test_the_glossary_routes_need_the_key_when_the_server_has_one(german, tmp_path):
+    settings = Settings(model_dir=german, compile=False, api_key="k", glossary_dir=tmp_path)
+    async with serve(settings) as (_, client):
+        assert (await client.get("/glossaries")).status_code == 401
+        body = {"name": "x", "source_lang": "en", "target_lang": "de", "entries": {"a": "b"}}
+        assert (await client.post("/glossaries", json=body)).status_code == 401
+        r = await client.post("/glossaries", json=body, headers={"Authorization": "Bearer k"})
+        assert r.status_code == 201
+        r = await client.get("/glossaries", headers={"Authorization": "Bearer k"})
+        assert [x["name"] for x in r.json()["glossaries"]] == ["x"]
+
+
+@pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
+async def test_the_bundled_model_puts_a_glossarys_target_terms_in_its_translations(tmp_path):
+    """Through the decoder's constraints (model/constraints.py): the glossary's term, where the model would not."""
+    texts = ["A man is riding a bike.", "Two dogs are playing in the snow."]
+    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, compile=False, glossary_dir=tmp_path)) as (_, client):
+        plain = (await client.post("/translate", json={"text": texts})).json()["translations"]
+        assert "Velo" not in plain[0]["text"] and "Köter" not in plain[1]["text"]
+        stored = await create(client, entries={"bike": "Velo"})
+        body = {"text": texts, "glossary_id": stored["glossary_id"], "glossary": {"dogs": "Köter"}}
+        out = (await client.post("/translate", json=body)).json()["translations"]
+        assert "Velo" in out[0]["text"] and "Köter" in out[1]["text"], out
+        body = {"text": "A BIKE.", "glossary": {"bike": "Velo"}}
+        assert "Velo" not in (await client.post("/translate", json=body)).json()["translations"][0]["text"]
+        body["glossary_ignore_case"] = True
+        assert "Velo" in (await client.post("/translate", json=body)).json()["translations"][0]["text"]
+
+
+@pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
+async def test_the_terms_are_forced_in_documents_html_streams_and_beams_and_a_glossary_that_matches_nothing_changes_nothing(
+    tmp_path,
+):  # fmt: skip
+    from tests.app.test_api import sse
+
+    document = "A man is riding a bike. Two dogs are playing in the snow.\n\nA woman reads a book."
+    glossary = {"bike": "Velo", "dogs": "Köter", "book": "Schmöker"}
+    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, compile=False, glossary_dir=tmp_path)) as (_, client):
+
+        async def text(**body) -> str:
+            r = await client.post("/translate", json=body)
+            assert r.status_code == 200, r.text
+            return r.json()["translations"][0]["text"]
+
+        for more in ({}, {"beam_size": 4}):
+            out = await text(text=document, glossary=glossary, **more)
+            assert all(term in out for term in glossary.values()), out
+            assert out.count("\n\n") == 1  # the document's own layout around the sentences
+            assert await text(text=document, glossary={"zebra": "Zebra"}, **more) == await text(text=document, **more)
+        page = '<p>A man is riding a <b>bike</b>.</p><p title="A woman reads a book.">Two dogs.</p>'
+        html = await text(text=page, format="html", glossary=glossary)
+        assert "Velo</b>" in html and "Köter" in html and "Schmöker" in html, html
+        events = sse(await client.post("/translate", json={"text": document, "glossary": glossary, "stream": True}))
+        final = events[-1]["text"]
+        assert all(term in final for term in glossary.values()), final
+        assert "".join(e["token"]["text"] for e in events[:-1]) == final
+        r = await client.post("/translate", json={"text": "A bike.", "glossary": {"bike": "Velo"}, "max_new_tokens": 2})
+        assert r.status_code == 422 and "need 3 tokens" in r.json()["error"], r.text

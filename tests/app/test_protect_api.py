@@ -1,0 +1,213 @@
+"""/translate with protected spans: every span comes back verbatim exactly once, in plain text, documents, HTML and
+streams; the rest of the translation is what the model makes of the text without them; hostile patterns are 4xx."""
+
+from __future__ import annotations
+
+import html
+import random
+import re
+
+import pytest
+
+from app.settings import BUNDLED_MODEL_DIR, Settings
+from tests.app.conftest import serve
+from tests.app.test_api import sse
+from tests.app.test_main import assert_error
+from tests.synthetic import synthetic_pairs
+
+pytestmark = pytest.mark.anyio
+SPANS = {  # one list a kind: what the request protects
+    "placeholders": ["{name}", "{{ user.name }}", "{0}", "%s", "%d", "%1$s", "%(count)d", "${total}"],
+    "tags": ['<x id="1"/>', '<g id="2">', "</g>", "<bx id='3'/>"],
+    "urls": ["https://example.com/a?b=1&c=2", "www.example.org/path"],
+    "emails": ["anna.smith@example.co.uk", "bob@x.de"],
+    "code": ["`rm -rf /tmp/x`", "``a `b` c``"],
+    "terms": ["nmt-serve", "Multi30k"],
+    "patterns": ["JIRA-1234", "#A7F"],
+}
+PROTECT = {
+    "protect": True,
+    "protect_terms": ["nmt-serve", "Multi30k"],
+    "protect_patterns": [r"JIRA-\d+", r"#[0-9A-F]{3}\b"],
+}
+SENTENCES = [en for en, _ in synthetic_pairs(24, seed=11)]
+
+
+def inject(sentence: str, spans: list[str], rng: random.Random) -> str:
+    """The sentence with the spans put in at word boundaries (start and end included), one space around each."""
+    words = sentence.split()
+    for span in spans:
+        words.insert(rng.randint(0, len(words)), span)
+    return " ".join(words)
+
+
+def without(text: str, spans: list[str]) -> str:
+    """The text with the spans taken out and its spaces tidied, to compare with the translation of the clean text."""
+    for span in sorted(set(spans), key=len, reverse=True):
+        text = text.replace(span, " ")
+    return re.sub(r"\s+([.,!?])", r"\1", re.sub(r"\s+", " ", text)).strip()
+
+
+def assert_each_once(source: str, out: str, spans: list[str]) -> None:
+    for span in set(spans):
+        assert out.count(span) == source.count(span), (span, source, out)
+
+
+def cases(seed: int) -> list[tuple[str, str, list[str]]]:
+    """(clean text, text with spans, the spans) for each kind: one sentence, then a document of three."""
+    rng, out = random.Random(seed), []
+    for i, spans in enumerate(SPANS.values()):
+        picked = rng.sample(spans, min(len(spans), rng.randint(1, 3)))
+        sentence = SENTENCES[i]
+        out.append((sentence, inject(sentence, picked, rng), picked))
+        document = SENTENCES[i + 8 : i + 11]
+        parts = [inject(s, rng.sample(spans, 1), rng) for s in document]
+        out.append(
+            (" ".join(document), f"{parts[0]} {parts[1]}\n\n  {parts[2]} ", [p for s in parts for p in spans if p in s])
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+async def trained(trained_checkpoint):
+    async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False)) as pair:
+        yield pair
+
+
+@pytest.fixture
+def client(trained):
+    return trained[1]
+
+
+async def translate(client, texts: list[str], **more) -> list[str]:
+    r = await client.post("/translate", json={"text": texts, **more})
+    assert r.status_code == 200, r.text
+    return [t["text"] for t in r.json()["translations"]]
+
+
+async def test_every_kind_comes_back_verbatim_exactly_once_and_the_rest_is_the_clean_texts_translation(client):
+    clean, texts, spans = zip(*cases(seed=1))
+    out = await translate(client, list(texts), **PROTECT)
+    expected = await translate(client, list(clean))
+    for text, got, picked, want in zip(texts, out, spans, expected, strict=True):
+        assert_each_once(text, got, picked)
+        assert without(got, picked) == without(want, []), (text, got)  # the model never read the spans
+    assert out[1].endswith(" ") and "\n\n  " in out[1]  # a document's whitespace as written
+
+
+async def test_a_text_of_spans_alone_comes_back_as_written_and_a_text_without_any_as_without_protect(client):
+    alone = ["{x}", "  {x} {y}. ", "`code`\n\n%s"]
+    assert await translate(client, alone, protect=True) == ["{x}", "  {x} {y}. ", "`code`\n\n%s"]
+    body = {"text": SENTENCES[:3], "return_tokens": True, "return_alignment": True, "return_scores": True}
+    plain = (await client.post("/translate", json=body)).json()
+    protected = (await client.post("/translate", json={**body, **PROTECT})).json()
+    assert protected == plain
+
+
+async def test_alignment_and_segments_point_into_the_text_and_the_restored_translation(client):
+    text = f'{SENTENCES[0]} {{name}} and %s here. {SENTENCES[1]} <x id="1"/>'
+    r = await client.post("/translate", json={"text": text, "protect": True, "return_alignment": True,
+                                              "return_segments": True, "return_tokens": True})  # fmt: skip
+    assert r.status_code == 200, r.text
+    t = r.json()["translations"][0]
+    assert_each_once(text, t["text"], ["{name}", "%s", '<x id="1"/>'])
+    protected = re.compile(r"\{name\}|%s|<x id=\"1\"/>")
+    held, source_held = [m.span() for m in protected.finditer(t["text"])], [m.span() for m in protected.finditer(text)]
+    for a in t["alignment"]:  # tokens are the model's: none inside a span, either side
+        (x, y), (u, v) = a["target_span"], a["source_span"]
+        assert t["text"][x:y] in t["tokens"][a["target_token"]].replace("▁", " ") or x == y
+        assert not any(p < y and x < q for p, q in held) and not any(p < v and u < q for p, q in source_held), a
+    pieces = [text[a:b] for (a, b) in (s["source_span"] for s in t["segments"])]
+    assert "and %s here." in pieces  # inside a sentence: in its piece; between sentences: as written, in place
+    assert not any("{name}" in p or "<x" in p for p in pieces) and t["text"].endswith(' <x id="1"/>')
+
+
+async def test_html_keeps_spans_in_text_in_inline_elements_and_in_attributes_exactly_once(client):
+    clean_pages, pages, all_spans = [], [], []
+    rng = random.Random(3)
+    for i, spans in enumerate(SPANS.values()):
+        picked = rng.sample(spans, min(len(spans), 2))
+        words = SENTENCES[i].split()
+        body = inject(" ".join(words[:-1]), picked, rng)
+        page = (
+            f'<p>{html.escape(body, quote=False)} <b>{words[-1]}</b></p><img alt="{html.escape(picked[0])} {words[0]}">'
+        )
+        clean_pages.append(f'<p>{" ".join(words[:-1])} <b>{words[-1]}</b></p><img alt="{words[0]}">')
+        pages.append(page)
+        all_spans.append(picked)
+    out = await translate(client, pages, format="html", **PROTECT)
+    expected = await translate(client, clean_pages, format="html")
+    for page, got, picked, want in zip(pages, out, all_spans, expected, strict=True):
+        assert re.findall(r"<[^>]*>", got.replace(" alt=", "")) != [] and got.count("<b>") == got.count("</b>") == 1
+        text, attribute = html.unescape(got.split("<img")[0]), html.unescape(got.split("alt=")[1])
+        assert_each_once(html.unescape(page.split("<img")[0]), text, picked)
+        assert attribute.count(picked[0]) == 1
+        assert without(re.sub(r"<[^>]*>", "", text), picked) == without(re.sub(r"<[^>]*>", "", html.unescape(
+            want.split("<img")[0])), [])  # fmt: skip
+
+
+async def test_a_stream_sends_the_spans_in_its_tokens_and_ends_as_the_plain_answer(client):
+    for clean, text, spans in cases(seed=2)[:6] + [("", "{a} A dog is running. {b}", ["{a}", "{b}"])]:
+        body = {"text": text, **PROTECT}
+        plain = (await client.post("/translate", json=body)).json()["translations"][0]["text"]
+        events = sse(await client.post("/translate", json={**body, "stream": True}))
+        *tokens, last = events
+        assert "".join(e["token"]["text"] for e in tokens) == tokens[-1]["text_so_far"] == last["text"] == plain
+        assert [e["index"] for e in tokens] == list(range(len(tokens)))
+        assert_each_once(text, last["text"], spans)
+    alone = sse(await client.post("/translate", json={"text": " {x} ", "stream": True, "protect": True}))
+    assert alone == [{"text": " {x} ", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
+                      "truncated": False, "calibrated": False}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"protect_patterns": ["(a"]}, 422, ["protect_patterns[0]", "RE2"]),
+        ({"protect_patterns": ["a*"]}, 422, ["matches the empty string"]),
+        ({"protect_patterns": [r"[\pL\pN]{1,50}"]}, 413, ["instructions", "5000"]),
+        ({"protect_patterns": ["x" * 501]}, 413, ["501 characters; the limit is 500"]),
+        ({"protect_patterns": ["a"] * 17}, 422, ["the limit is 16"]),
+        ({"protect_terms": ["x" * 201]}, 413, ["the limit is 200"]),
+        ({"protect_terms": ["x"] * 257}, 422, ["the limit is 256"]),
+        ({"protect": ["nope"]}, 422, ["'placeholders', 'tags', 'urls', 'emails' or 'code'"]),
+        ({"protect": "true"}, 422, ["protect"]),
+        ({"protect_terms": "nmt-serve"}, 422, ["protect_terms"]),
+    ],
+)
+@pytest.mark.parametrize("how", [{}, {"stream": True}, {"format": "html"}])
+async def test_hostile_patterns_and_terms_get_a_4xx_that_says_what_is_allowed(client, body, status, words, how):
+    r = await client.post("/translate", json={"text": "A dog is running.", **how, **body})
+    assert_error(r, status, "input_too_long" if status == 413 else "validation_error", *words)
+
+
+async def test_a_pattern_that_backtracks_exponentially_elsewhere_runs_here(client):
+    text = "a" * 5_000 + "! A dog is running."
+    out = await translate(client, [text], protect_patterns=[r"(a+)+$", r"(x+x+)+y"], truncate=True)
+    assert out and "a" * 5_000 not in out[0]
+
+
+# ---- the bundled checkpoint --------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
+async def test_the_bundled_model_puts_spans_beside_the_translations_of_their_neighbours():
+    texts = [
+        "A man {name} is riding a bike.",
+        "{count} dogs are playing in the snow.",
+        'A woman <g id="1">in a red dress</g> is sitting on a bench.',
+        "Two dogs are playing in the snow {where}.",
+        "A man is riding a bike. {x} Two dogs play in the snow. {y}",
+    ]
+    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, device="cpu")) as (_, bundled):
+        out = await translate(bundled, texts, protect=True)
+        plain = await translate(bundled, ["A man is riding a bike.", "Two dogs play in the snow."])
+        page = await translate(bundled, ["<p>A man {name} is riding a <b>bike</b>.</p>"], format="html", protect=True)
+        events = sse(await bundled.post("/translate", json={"text": texts[4], "stream": True, "protect": True}))
+    assert "Mann {name} " in out[0]  # after the translation of "man"
+    assert out[1].startswith("{count} Hunde")  # at the start
+    assert '<g id="1">in ' in out[2] and "Kleid</g> " in out[2]  # around "in a red dress"
+    assert out[3].endswith(" {where}.")  # at the end, before the full stop
+    assert out[4] == f"{plain[0]} {{x}} {plain[1]} {{y}}"  # between the sentences, as written
+    assert "Mann {name} " in page[0] and "<b>" in page[0]
+    assert "".join(e["token"]["text"] for e in events[:-1]) == events[-1]["text"] == out[4]
