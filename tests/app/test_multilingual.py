@@ -285,3 +285,18 @@ async def test_generated_languages_and_options_never_cause_a_5xx(client, body):
     side = "target" if body.get("return_alignment") else "source"  # either side, by a flag the body has anyway
     tokens = {"text": body["text"], "language": body.get("source"), "side": side}
     assert_handled(await client.post("/tokenize", json=tokens))
+
+
+async def test_a_glossary_forces_its_terms_in_any_direction_in_one_batch(client):
+    """The terms' tokens and the renderings are the target language's: each request's term is in its translation."""
+    words = {"de": "Haus", "fr": "maison", "en": "house"}
+    bodies = [
+        {"text": "Guten Morgen.", "source": "de", "target": "fra", "glossary": {"Morgen": words["fr"]}},
+        {"text": "Good morning.", "source": "en", "target": "de", "glossary": {"morning": words["de"]}},
+        {"text": "Bonjour.", "source": "fr", "target": "en", "glossary": {"Bonjour": words["en"]}},
+    ]
+    answers = await asyncio.gather(*(client.post("/translate", json=b) for b in bodies))
+    for body, r in zip(bodies, answers):
+        assert r.status_code == 200, r.text
+        (term,) = body["glossary"].values()
+        assert term in r.json()["translations"][0]["text"], (body, r.json())
