@@ -32,6 +32,8 @@ class StepRow:
 
     def logprobs(self, tokens: list[int]) -> list[float]:
         """These tokens' log-probabilities."""
+        if tokens == [self.argmax]:  # most steps: the pick, whose log-probability the step gave
+            return [self.best]
         if self._host is not None or self._hidden is None or self._weight is None:
             return self.full()[tokens].tolist()
         ids = torch.tensor([self.argmax, *tokens], device=self._hidden.device)
