@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +88,6 @@ def term_set(engine, sources: list[str], references: list[str], plain: list[str]
 
 async def translate(engine, texts: list[str], glossaries: list[tuple], decoding) -> list[str]:
     """Each text as its own request with its own glossary, all at once."""
-    from dataclasses import replace
 
     async def one(text, glossary):
         (t,) = await engine.translate([text], decoding=replace(decoding, glossary=glossary), split="none")
@@ -101,8 +101,6 @@ async def translate(engine, texts: list[str], glossaries: list[tuple], decoding)
 
 async def timed(engine, groups: list[tuple[list[str], list[tuple]]], decoding) -> list[float]:
     """Seconds until each group of requests, all sent at once, is answered."""
-    from dataclasses import replace
-
     t0 = time.perf_counter()
 
     async def group(texts, glossaries):

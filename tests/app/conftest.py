@@ -112,3 +112,11 @@ def failing_on_step(decode_greedy, n: int):
         return decode_greedy(tokens, cache)
 
     return flaky
+
+
+@pytest.fixture(scope="module")
+async def trained(trained_checkpoint):
+    """A server (app, client) on the tiny model trained on the synthetic sentences: their translations do not hang
+    on near-ties, so they are the same in any batch."""
+    async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False)) as pair:
+        yield pair

@@ -15,14 +15,6 @@ pytestmark = pytest.mark.anyio
 SENTENCES = [en for en, _ in synthetic_pairs(20, seed=7)]
 
 
-@pytest.fixture(scope="module")
-async def trained(trained_checkpoint):
-    """A server on a model trained on the synthetic sentences: their translations do not hang on near-ties, so they
-    are the same in any batch."""
-    async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False)) as pair:
-        yield pair
-
-
 @pytest.fixture
 def app(trained):
     return trained[0]

@@ -5,8 +5,6 @@ import re
 import pytest
 
 from app.html import parse
-from app.settings import Settings
-from tests.app.conftest import serve
 from tests.app.test_main import assert_error
 from tests.synthetic import synthetic_pairs
 
@@ -32,12 +30,6 @@ PAGE = f"""<!DOCTYPE html>
 </body>
 </html>
 """
-
-
-@pytest.fixture(scope="module")
-async def trained(trained_checkpoint):
-    async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False)) as pair:
-        yield pair
 
 
 @pytest.fixture

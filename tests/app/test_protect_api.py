@@ -68,12 +68,6 @@ def cases(seed: int) -> list[tuple[str, str, list[str]]]:
     return out
 
 
-@pytest.fixture(scope="module")
-async def trained(trained_checkpoint):
-    async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False)) as pair:
-        yield pair
-
-
 @pytest.fixture
 def client(trained):
     return trained[1]

@@ -9,16 +9,9 @@ import pytest
 import torch
 
 from model.batch import RowBatch, decode
-from model.checkpoint import load_checkpoint
 from model.constraints import Constraints, Phrase, Progress
 from model.decoding import KVCache
 from model.search import DecodingOptions
-
-
-@pytest.fixture(scope="module")
-def trained(trained_checkpoint):
-    model, tokenizer, _ = load_checkpoint(trained_checkpoint)
-    return model, tokenizer
 
 
 @pytest.fixture(scope="module")

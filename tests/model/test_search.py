@@ -6,18 +6,10 @@ import pytest
 import torch
 
 from model.batch import RowBatch, decode
-from model.checkpoint import load_checkpoint
 from model.decoding import KVCache, greedy_decode
 from model.search import DecodingOptions, beam_search_reference
 
 BEAMS = [(2, 0.0), (2, 1.0), (2, 1.2), (4, 0.0), (4, 1.0), (4, 1.2), (5, 0.0), (5, 1.0), (5, 1.2)]
-
-
-@pytest.fixture(scope="module")
-def trained(trained_checkpoint):
-    """A briefly trained tiny model (it ends its outputs with </s>) and its tokenizer."""
-    model, tokenizer, _ = load_checkpoint(trained_checkpoint)
-    return model, tokenizer
 
 
 @pytest.fixture(scope="module")
