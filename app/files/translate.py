@@ -1,0 +1,33 @@
+"""A file's units through the engine: plain units as text, markup units as HTML fragments (app/html.py places their
+inline tags), placeholder units with the built-in placeholder kinds protected (app/protect.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.engine.limits import GREEDY, Decoding
+from app.files import Unit
+from app.protect import protection
+
+if TYPE_CHECKING:
+    from app.engine.engine import Engine
+
+PLACEHOLDERS = protection(["placeholders"], None, None)
+
+
+async def translate_units(engine: Engine, units: list[Unit], decoding: Decoding = GREEDY) -> list[str]:
+    """Each unit's translation, in order; blank units come back as they are without a model call. At most the engine's
+    max_batch_texts units of one kind a call (callers send a file in chunks, which is also how a job shows progress)."""
+    out = [u.text for u in units]
+    groups: dict[tuple[bool, bool], list[int]] = {}
+    for i, u in enumerate(units):
+        if u.text.strip():
+            groups.setdefault((u.markup, u.placeholders), []).append(i)
+    for (markup, placeholders), at in groups.items():
+        done = await engine.translate(
+            [units[i].text for i in at], truncate=True, decoding=decoding, format="html" if markup else "text",
+            protect=PLACEHOLDERS if placeholders else None,
+        )  # fmt: skip
+        for i, t in zip(at, done, strict=True):
+            out[i] = t.text
+    return out
