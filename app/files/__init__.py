@@ -74,8 +74,19 @@ class Format:
         return extracted
 
 
+_OOXML = "application/vnd.openxmlformats-officedocument"
 FORMATS = {f.name: f for f in (
     Format("txt", (".txt",), "text/plain", "text"),
+    Format("html", (".html", ".htm"), "text/html", "webpage"),
+    Format("docx", (".docx",), f"{_OOXML}.wordprocessingml.document", "word"),
+    Format("pptx", (".pptx",), f"{_OOXML}.presentationml.presentation", "powerpoint"),
+    Format("xlsx", (".xlsx",), f"{_OOXML}.spreadsheetml.sheet", "excel"),
+    Format("odt", (".odt",), "application/vnd.oasis.opendocument.text", "odt"),
+    Format("srt", (".srt",), "application/x-subrip", "subrip"),
+    Format("vtt", (".vtt",), "text/vtt", "webvtt"),
+    Format("po", (".po", ".pot"), "text/x-gettext-translation", "po"),
+    Format("xliff", (".xlf", ".xliff"), "application/xliff+xml", "xliff"),
+    Format("md", (".md", ".markdown"), "text/markdown", "markdown"),
 )}  # fmt: skip
 
 

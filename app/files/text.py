@@ -28,7 +28,7 @@ def read(data: bytes, limits: FileLimits) -> TextFile:
     try:
         text = data.decode()
     except UnicodeDecodeError as e:
-        raise FileError(f"the text file is not UTF-8: byte {e.start} is {data[e.start:e.start + 1]!r}") from None
+        raise FileError(f"the text file is not UTF-8: byte {e.start} is {data[e.start : e.start + 1]!r}") from None
     if "\x00" in text:
         raise FileError("the text file holds NUL characters: it is a binary file, not text")
     pieces = [_BOM] if text.startswith(_BOM) else [""]
