@@ -149,10 +149,12 @@ class RowBatch:
         full = [r for r, (s, _) in enumerate(self.rows) if not s.greedy and not s.per_row]
         if 2 * len(full) <= n and hasattr(self.model, "decode_greedy_hidden"):
             ids, best, hidden = self.model.decode_greedy_hidden(self.tokens, self.cache)  # (N,), (N,), (N, D)
-            rows = torch.tensor(full, dtype=torch.long, device=self.device)
-            logprobs = self.model.generator(hidden[rows]).float().log_softmax(-1)  # (R, V)
-            at = torch.zeros(n, dtype=torch.long, device=self.device)
-            at[rows] = torch.arange(len(full), device=self.device)
+            logprobs = at = None  # no row needs them: greedy and constrained one-row searches only
+            if full:
+                rows = torch.tensor(full, dtype=torch.long, device=self.device)
+                logprobs = self.model.generator(hidden[rows]).float().log_softmax(-1)  # (R, V)
+                at = torch.zeros(n, dtype=torch.long, device=self.device)
+                at[rows] = torch.arange(len(full), device=self.device)
         else:
             logprobs = self.model.decode_logprobs(self.tokens, self.cache)  # (N, V) float32
             best, ids = logprobs.max(-1)
