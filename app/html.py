@@ -139,7 +139,10 @@ class _Attr:
     index: int = -1
 
     def render(self, translations: list[str], alignments: list) -> str:
-        text = translations[self.index]
+        return self.written(translations[self.index])
+
+    def written(self, text: str) -> str:
+        """The value as the page writes it, with `text` in place of the unit's."""
         if text == self.unit.text:
             return self.raw
         q = self.quote or '"'
@@ -178,6 +181,34 @@ class HtmlDocument:
         if len(translations) != len(self.units) or len(alignments) != len(self.units):
             raise ValueError(f"{len(self.units)} units, {len(translations)} translations, {len(alignments)} alignments")
         return _join(self.pieces, translations, alignments)
+
+    def parts(self) -> list[str | Part]:
+        """The page as markup kept as written and parts to translate one by one (a page too large for one request):
+        each block's flow as written, an HTML fragment that translates as the block does in the page, and each
+        attribute outside a flow, as plain text. Joining the strings and each part's put(translation) writes the
+        page; with each part's own text, as written."""
+        own, none = [u.text for u in self.units], [None] * len(self.units)
+        return [p if isinstance(p, str) else Part(p, _join(p.raw, own, none) if isinstance(p, _Block) else p.unit.text)
+                for p in self.pieces]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Part:
+    """A block's flow or an attribute of a page (HtmlDocument.parts)."""
+
+    piece: _Block | _Attr = field(repr=False)
+    text: str  # the flow as written (markup), or the attribute's text (plain)
+
+    @property
+    def markup(self) -> bool:
+        return isinstance(self.piece, _Block)
+
+    def put(self, translation: str) -> str:
+        """The part as the page writes it: a flow's translation as it is (translated as a fragment, its markup as
+        written), an attribute's value quoted and escaped."""
+        if self.markup:
+            return translation
+        return self.piece.written(translation)
 
 
 def parse(page: str, protect: Protect | None = None) -> HtmlDocument:

@@ -1,6 +1,8 @@
-"""HTML pages (.html, .htm): the whole page is one markup unit, which /translate's HTML path (app/html.py) reads
-and writes: every text node translated with its inline tags placed by alignment, the rest (tags as written, comments,
-doctype, entities, scripts, styles, code, elements with translate="no") byte for byte.
+"""HTML pages (.html, .htm): a unit per block of text and per translated attribute outside one (app/html.py's
+HtmlDocument.parts), so that a page of any size translates in requests of the engine's size: each block's flow as
+written is a markup unit, which /translate's HTML path translates as it would in the page (its inline tags placed by
+alignment), each attribute (title, alt, ...) a plain one; the rest (tags as written, comments, doctype, entities,
+scripts, styles, code, elements with translate="no") comes back byte for byte.
 
 The page's encoding is its byte-order mark's (UTF-8, UTF-16), else the charset its first 4096 bytes declare
 (`<meta charset="..">` or `<meta http-equiv="Content-Type" content="..; charset=..">`), else UTF-8; the translated
@@ -16,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from app.files import FileError, FileLimits, FileTooLarge, Unit
-from app.html import MalformedHtml, parse
+from app.html import MalformedHtml, Part, parse
 
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 _META = re.compile(rb"<meta\s[^>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.IGNORECASE)
@@ -27,14 +29,17 @@ class Page:
     bom: bytes
     encoding: str
     data: bytes
+    parts: list[str | Part]
     units: list[Unit] = field(default_factory=list)
 
     def write(self, translations: list[str]) -> bytes:
         if len(translations) != len(self.units):
             raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
-        if not self.units or translations[0] == self.units[0].text:
+        if all(t == u.text for t, u in zip(translations, self.units)):
             return self.data
-        return self.bom + translations[0].encode(self.encoding, errors="xmlcharrefreplace")
+        done = iter(translations)
+        page = "".join(p if isinstance(p, str) else p.put(next(done)) for p in self.parts)
+        return self.bom + page.encode(self.encoding, errors="xmlcharrefreplace")
 
 
 def _encoding(data: bytes) -> tuple[bytes, str, str]:
@@ -66,7 +71,8 @@ def read(data: bytes, limits: FileLimits) -> Page:
     if len(page) > limits.max_chars:  # the page is the unit: refused before parsing (~2 us a character)
         raise FileTooLarge(f"the file has {len(page)} characters to translate; the limit is {limits.max_chars}")
     try:
-        parse(page)
+        parts = parse(page).parts()
     except MalformedHtml as e:
         raise FileError(f"the HTML page cannot be read: {e}") from None
-    return Page(bom, encoding, data, [Unit(page, markup=True)] if page.strip() else [])
+    units = [Unit(p.text, markup=p.markup) for p in parts if isinstance(p, Part)]
+    return Page(bom, encoding, data, parts, units)

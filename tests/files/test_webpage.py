@@ -47,7 +47,7 @@ async def test_the_text_is_translated_and_the_markup_kept(bundled):
 
 async def test_a_page_is_written_in_its_own_encoding():
     async def german(units):
-        return [units[0].text.replace("Two women are sitting", "Zwei Frauen sitzen für 5 €")]
+        return [u.text.replace("Two women are sitting", "Zwei Frauen sitzen für 5 €") for u in units]
 
     out = await translated("html", LATIN1.encode("latin-1"), german)
     assert "Zwei Frauen sitzen für 5 &#8364;" in out.decode("latin-1")  # ü in Latin-1, € as a reference
@@ -74,3 +74,14 @@ def test_hostile_pages_are_refused_or_read_in_linear_time():
     assert isinstance(refused_quickly("html", page, FileLimits(max_chars=1_000_000)), FileTooLarge)
     assert "never closed" in str(refused_quickly("html", b"<div>" * 20_000))
     assert "unterminated" in str(refused_quickly("html", b"<p>A dog" + b"<a" * 100_000))
+
+
+async def test_a_page_of_any_size_goes_as_a_unit_a_block(bundled):
+    """Each block is a unit (the engine takes a request of limited size): a page of 300 paragraphs translates, and
+    an attribute outside the blocks with it."""
+    body = "".join(f"<p>A <b>dog</b> runs in the snow {i}.</p>\n" for i in range(300))
+    page = f'<html><body><div title="Two men are sitting on a bench.">\n{body}</div></body></html>\n'
+    extracted = FORMATS["html"].read(page.encode(), FileLimits())
+    assert len(extracted.units) == 301 and max(len(u.text) for u in extracted.units) < 100
+    out = (await translated("html", page.encode(), bundled)).decode()
+    assert out.count("<b>Hund</b>") == 300 and 'title="Zwei Männer' in out and "dog" not in out
