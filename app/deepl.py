@@ -6,7 +6,9 @@ answers, status codes and language codes, backed by the engines and the glossary
 from __future__ import annotations
 
 import hmac
+import math
 import re
+import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
@@ -14,6 +16,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.background import BackgroundTask
+from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from app import detect
@@ -21,7 +25,11 @@ from app import glossaries as g
 from app.api import ENGINE_ERRORS, RETRY_AFTER_S, ModelsDep, error_kind, unless_disconnected
 from app.engine import Engine, EngineUnavailable
 from app.engine.limits import GREEDY
+from app.files import FORMATS
+from app.files_api import disposition
 from app.html import ignoring
+from app.jobs import Job, JobError, Runner, UnknownJob
+from app.jobs.intake import job_for, read
 from app.libretranslate import NAMES, scrubbed, targets
 from app.models import Models, UnknownModel
 from app.schemas import scrub
@@ -71,6 +79,8 @@ class DeepLRoute(APIRoute):
             except g.GlossaryError as e:
                 status = {422: 400}.get(e.status, e.status)
                 return answer(456 if isinstance(e, g.TooManyGlossaries) else status, str(e), e.kind)
+            except JobError as e:  # a document's job
+                return answer({422: 400}.get(e.status, e.status), str(e), e.kind)
             except tuple(ENGINE_ERRORS) as e:
                 status, kind = error_kind(e)
                 retry = {"Retry-After": str(RETRY_AFTER_S)} if status == 429 else None
@@ -448,3 +458,99 @@ async def delete_glossary(request: Request, glossary_id: str) -> Response:
     """Delete one glossary."""
     await request.app.state.glossaries.delete(glossary_id)
     return Response(status_code=204)
+
+
+# ---- documents (app/jobs) --------------------------------------------------------------------------------------
+
+STATUS = {"queued": "queued", "running": "translating", "done": "done", "failed": "error"}
+DOCUMENT_FIELDS = {
+    "file": {"type": "string", "format": "binary"}, "target_lang": STRING, "source_lang": STRING, "filename": STRING,
+    "glossary_id": STRING, "glossary_ids": STRING, "formality": {"type": "string", "enum": sorted(FORMALITY)},
+    "output_format": STRING,
+}  # fmt: skip
+DOCUMENT_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "properties": DOCUMENT_FIELDS, "required": ["file", "target_lang"]}}}}}  # fmt: skip
+KEY_BODY = request_body({"document_key": STRING}, ["document_key"])
+FILE = {200: {"description": "the translated document", "content": {"application/octet-stream": {}}}}
+
+
+@router.post("/v2/document", openapi_extra=DOCUMENT_BODY)
+async def upload_document(request: Request, models: ModelsDep) -> dict[str, str]:
+    """Upload a document to translate into `target_lang`: its id and the key that reads its status and result."""
+    try:
+        values = await fields(request)
+        file = (await request.form()).get("file")  # the form fields() read (a JSON body has none)
+        target, source = string(values, "target_lang", required=True), string(values, "source_lang")
+        if not isinstance(file, UploadFile):
+            raise DeepLError(400, "Parameter 'file' not specified.")
+        if choice(values, "formality", FORMALITY) in ("more", "less"):
+            raise DeepLError(400, f"'formality' is not supported for given 'target_lang' {target}: no model has it")
+        ids = glossary_ids(values, source)
+        jobs: Runner = request.app.state.jobs
+        name = string(values, "filename") or file.filename
+        upload = await read(await file.read(), name, None, jobs.limits, jobs.settings.max_request_chars)
+    finally:
+        await request.close()  # the upload's spooled file
+    wanted = (string(values, "output_format") or upload.format.name).lower().lstrip(".")
+    if wanted not in {upload.format.name, *(e.lstrip(".") for e in upload.format.extensions)}:
+        raise DeepLError(400, f"output_format {wanted} is not supported: a {upload.format.name} file is translated "
+                         f"into a {upload.format.name} file")  # fmt: skip
+    source = source or (await detect.detect([upload.sample()], tuple(sources(models)) or ("en",)))[0][0]
+    engine, into = engine_for(models, source, target)
+    if ids:
+        await glossary_terms(request, ids, source, target)  # each one's pair must be the request's
+    key = secrets.token_hex(32).upper()
+    job = await jobs.submit(job_for(upload, engine, base(source), into, ids, origin="deepl"), upload.data, key)
+    return {"document_id": job.id, "document_key": key}
+
+
+async def document(request: Request, document_id: str) -> Job:
+    """The job `document_id` names, if `document_key` is its key: DeepL's 404 otherwise."""
+    key = string(await fields(request), "document_key", required=True)
+    jobs: Runner = request.app.state.jobs
+    try:
+        job = await jobs.get(document_id)
+    except UnknownJob:
+        job = None
+    if job is None or not jobs.matches(job, key):
+        raise DeepLError(404, "Document not found", "not_found")
+    return job
+
+
+@router.post("/v2/document/{document_id}", openapi_extra=KEY_BODY)
+async def document_status(request: Request, document_id: str) -> dict[str, Any]:
+    """A document's status: queued, translating (with the seconds remaining, as guessed), done or error."""
+    job = await document(request, document_id)
+    out: dict[str, Any] = {"document_id": job.id, "status": STATUS[job.status]}
+    if job.status == "running" and job.done and job.started is not None:
+        rate = (request.app.state.jobs.clock() - job.started) / job.done
+        out["seconds_remaining"] = math.ceil(rate * (job.total - job.done))
+    if job.status == "done":
+        out["billed_characters"] = job.characters
+    if job.status == "failed":
+        out["error_message"] = job.error
+    return out
+
+
+@router.post("/v2/document/{document_id}/result", openapi_extra=KEY_BODY, response_class=Response, responses=FILE)
+async def document_result(request: Request, document_id: str) -> Response:
+    """The translated document, once done (503 before); it is deleted once downloaded, as DeepL's."""
+    job = await document(request, document_id)
+    if job.status == "failed":
+        raise DeepLError(400, f"the document could not be translated: {job.error}", job.error_type or "failed")
+    if job.active:
+        raise DeepLError(503, "Document not ready", "not_ready")
+    jobs: Runner = request.app.state.jobs
+    job, data = await jobs.output(job.id)
+    return Response(
+        data, media_type=FORMATS[job.format].media_type, headers={"Content-Disposition": disposition(job.output_name)},
+        background=BackgroundTask(forget, jobs, job.id),
+    )  # fmt: skip
+
+
+async def forget(jobs: Runner, job_id: str) -> None:
+    """Delete a downloaded document (unless a second download did already)."""
+    try:
+        await jobs.delete(job_id)
+    except UnknownJob:
+        pass

@@ -6,17 +6,24 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
+from pathlib import PurePath
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.routing import APIRoute
+from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from app import detect
-from app.api import ENGINE_ERRORS, RETRY_AFTER_S, ModelsDep, error, error_kind, unless_disconnected
+from app.api import ENGINE_ERRORS, RETRY_AFTER_S, ClientDisconnected, ModelsDep, error, error_kind, unless_disconnected
 from app.engine import Engine, EngineUnavailable, Translation
 from app.engine.engine import MULTILINGUAL
 from app.engine.limits import GREEDY, MAX_BEAM, Decoding
+from app.files import FORMATS
+from app.files_api import disposition
+from app.jobs import JobError, JobNotDone, UnknownJob
+from app.jobs.intake import extensions, job_for, read
+from app.jobs.store import ID
 from app.models import Models
 from app.schemas import ErrorResponse, scrub
 
@@ -32,7 +39,7 @@ NAMES = dict(
         "vi=Vietnamese zh=Chinese"
     ).split()
 )  # fmt: skip
-KINDS = {400: "bad_request", 403: "forbidden", 503: "not_ready"}
+KINDS = {400: "bad_request", 403: "forbidden", 404: "not_found", 503: "not_ready"}
 FIELDS = {  # what /translate reads; /detect reads q and api_key
     "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
           "description": "a text, or a list of texts (JSON only)"},
@@ -71,6 +78,8 @@ class LibreRoute(APIRoute):
                 return await handle(request)
             except LibreError as e:
                 return error(e.status, e.message, KINDS.get(e.status, "http_error"))
+            except JobError as e:  # a file's job
+                return error(400 if e.status == 422 else e.status, str(e), e.kind)
             except tuple(ENGINE_ERRORS) as e:
                 status, kind = error_kind(e)
                 if status == 429:
@@ -315,24 +324,73 @@ async def frontend_settings(request: Request, models: ModelsDep) -> dict[str, An
     keyed = settings.api_key is not None
     return {
         "charLimit": settings.max_request_chars, "frontendTimeout": 500, "apiKeys": keyed, "keyRequired": keyed,
-        "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+        "suggestions": False, "filesTranslation": True, "supportedFilesFormat": extensions(),
         "language": {
             "source": {"code": "auto", "name": "Auto Detect"}, "target": {"code": target, "name": name(target)},
         },
     }  # fmt: skip
 
 
-@router.post("/translate_file")
-async def translate_file(request: Request) -> None:
-    """Files are not translated here: LibreTranslate's answer when files translation is disabled."""
-    authorize(request, await fields(request))
-    raise LibreError(403, "Files translation are disabled on this server.")
+FAILED = {"input_too_long": 400, "validation_error": 400, "not_found": 400, "queue_full": 429, "not_ready": 503,
+          "out_of_memory": 503, "timeout": 504}  # fmt: skip
+FILE_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file", "source", "target"], "properties": {
+        "file": {"type": "string", "format": "binary", "description": "the file; its name's extension tells its format"},
+        "source": FIELDS["source"], "target": FIELDS["target"], "api_key": FIELDS["api_key"],
+    }}}}}}  # fmt: skip
 
 
-@router.get("/download_file/{filename}")
-async def download_file(filename: str) -> None:
-    """No translated files to download: LibreTranslate's answer when files translation is disabled."""
-    raise LibreError(400, "Files translation are disabled on this server.")
+@router.post("/translate_file", openapi_extra=FILE_BODY)
+async def translate_file(request: Request, models: ModelsDep) -> Any:
+    """Translate a file from `source` (or `"auto"`) into `target`; answered once it is translated, with the URL to
+    download it from (`translatedFileUrl`)."""
+    try:
+        values = await fields(request)
+        authorize(request, values)
+        file = (await request.form()).get("file")  # the form fields() read (a JSON body has none)
+        if not isinstance(file, UploadFile):
+            raise LibreError(400, "Invalid request: missing file parameter")
+        source, target = field(values, "source"), field(values, "target")
+        if not file.filename:
+            raise LibreError(400, "Invalid request: empty file")
+        if PurePath(file.filename).suffix.lower() not in extensions():
+            raise LibreError(
+                400, f"Invalid request: file format not supported; the formats are {', '.join(extensions())}"
+            )
+        jobs = request.app.state.jobs
+        upload = await read(await file.read(), file.filename, None, jobs.limits, jobs.settings.max_request_chars)
+    finally:
+        await request.close()  # the upload's spooled file
+    if source == "auto":
+        source = (await detect.detect([upload.sample()], codes(models)))[0][0]
+    engine = pick(models, source, target)
+    job = await jobs.submit(job_for(upload, engine, source, target, [], origin="libretranslate"), upload.data)
+    try:
+        job = await unless_disconnected(request.receive, jobs.finished(job.id))
+    except ClientDisconnected:
+        await jobs.delete(job.id)
+        raise
+    if job.status == "failed":  # as /translate answers the same failure (LibreTranslate's 400 for our 413 and 422)
+        return error(FAILED.get(job.error_type, 500), job.error or "the file could not be translated", job.error_type)
+    url = request.url_for("libretranslate_download_file", filename=f"{job.id}.{job.output_name}")
+    return {"translatedFileUrl": str(url)}
+
+
+@router.get("/download_file/{filename}", name="libretranslate_download_file", response_class=Response,
+            responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorResponse}})  # fmt: skip
+async def download_file(request: Request, filename: str) -> Response:
+    """A file /translate_file translated, by the name in its `translatedFileUrl` (until NMT_JOB_RETENTION_S)."""
+    job_id = filename.split(".", 1)[0].lower()
+    if not ID.match(job_id):
+        raise LibreError(400, "Invalid filename")
+    try:
+        job, data = await request.app.state.jobs.output(job_id)
+    except (UnknownJob, JobNotDone):  # a name of a file that was never translated, or no longer kept
+        job = None
+    if job is None or job.origin != "libretranslate":
+        raise LibreError(404, f"there is no translated file {filename}: files are kept for NMT_JOB_RETENTION_S")
+    return Response(data, media_type=FORMATS[job.format].media_type,
+                    headers={"Content-Disposition": disposition(job.output_name)})  # fmt: skip
 
 
 @router.post("/suggest")

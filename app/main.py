@@ -18,10 +18,11 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import deepl, libretranslate
+from app import deepl, files_api, libretranslate
 from app.api import ENGINE_ERRORS, VERSION, engine_error, error, open_routes, require_api_key, router
 from app.fastpath import FastTranslate
 from app.glossaries import GlossaryError, GlossaryStore
+from app.jobs import JobError, Runner
 from app.metrics import Metrics, RequestMetrics
 from app.models import Models
 from app.settings import MAX_BODY_BYTES, Settings
@@ -50,17 +51,19 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.state.metrics = Metrics()  # its own registry, so several apps in one process do not collide
     app.state.models = Models(app.state.settings, app.state.metrics)
     app.state.glossaries = GlossaryStore(app.state.settings.glossaries())  # NMT_GLOSSARY_DIR (app/glossaries.py)
-    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    app.state.jobs = Runner(app.state.settings, app.state.models, app.state.glossaries)  # files (app/jobs)
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, file_bytes=app.state.settings.file_max_bytes)
     app.add_middleware(FastTranslate, service=app)  # plain /translate requests skip the framework (app/fastpath.py)
     if origins := app.state.settings.origins():  # pages of other origins may call the APIs (NMT_CORS_ORIGINS)
         app.add_middleware(
             CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
-            expose_headers=["Retry-After"], max_age=600,
+            expose_headers=["Retry-After", "Location", "Content-Disposition"], max_age=600,
         )  # fmt: skip
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)  # outermost: it sees the body limit's 413s too
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(GlossaryError, on_glossary_error)
+    app.add_exception_handler(JobError, on_glossary_error)
     for exc in ENGINE_ERRORS:
         app.add_exception_handler(exc, on_engine_error)
     app.add_exception_handler(Exception, on_unexpected)
@@ -69,7 +72,9 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.include_router(libretranslate.router, prefix="/libretranslate")  # open: it checks `api_key` itself
     app.include_router(deepl.router, prefix="/deepl")  # DeepL's API; it checks `DeepL-Auth-Key` itself
     app.include_router(deepl.router, include_in_schema=False)  # and at /v2, where DeepL's own server has it
-    app.include_router(router, dependencies=[Depends(require_api_key)] if app.state.settings.api_key else [])
+    keyed = [Depends(require_api_key)] if app.state.settings.api_key else []
+    app.include_router(router, dependencies=keyed)
+    app.include_router(files_api.router, dependencies=keyed)  # files as jobs (app/files_api.py)
     return app
 
 
@@ -77,9 +82,11 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
 async def lifespan(app: FastAPI):
     loading = asyncio.create_task(load(app))
     app.state.loading = loading  # tests await it
+    await app.state.jobs.start(loading)  # jobs a stopped server left start again once the models are loaded
     try:
         yield
     finally:
+        await app.state.jobs.stop()  # running jobs stay running on the disk, for the next start
         loading.cancel()
         with suppress(asyncio.CancelledError):
             await loading
@@ -114,18 +121,28 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-class BodyLimit:
-    """413 for bodies over `max_bytes`: by Content-Length up front, and by counting what actually arrives."""
+FILE_PATHS = {"/files", "/libretranslate/translate_file", "/deepl/v2/document", "/v2/document"}  # uploads
+FORM_BYTES = 1 << 20  # an upload's body: the file, and this much for its other fields and the multipart framing
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+
+class BodyLimit:
+    """413 for bodies over `max_bytes` (a file upload's: `file_bytes` and its fields): by Content-Length up front,
+    and by counting what actually arrives."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, file_bytes: int):
+        self.app, self.max_bytes, self.file_bytes = app, max_bytes, file_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        upload = scope["path"].rstrip("/") in FILE_PATHS
+        limit = self.file_bytes + FORM_BYTES if upload else self.max_bytes
+        file = f"a file may have {self.file_bytes} bytes (NMT_FILE_MAX_BYTES) and its upload's other fields 1 MB"
         length = Headers(scope=scope).get("content-length", "")
-        if length.isdigit() and int(length) > self.max_bytes:
-            message = f"the request body has {int(length)} bytes; the limit is {self.max_bytes} (1 MB)"
+        if length.isdigit() and int(length) > limit:
+            message = f"the request body has {int(length)} bytes; " + (
+                file if upload else f"the limit is {limit} (1 MB)"
+            )
             answer = deepl.answer if deepl.speaks(scope["path"]) else error
             return await answer(413, message, "body_too_large")(scope, receive, send)
         received = 0
@@ -134,8 +151,10 @@ class BodyLimit:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.max_bytes:
-                raise HTTPException(413, f"the request body is over the limit of {self.max_bytes} bytes (1 MB)")
+            if received > limit:
+                raise HTTPException(
+                    413, f"the request body is over the limit of {limit} bytes" + (f": {file}" if upload else " (1 MB)")
+                )
             return message
 
         await self.app(scope, limited, send)
@@ -145,12 +164,15 @@ async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
     return engine_error(exc)
 
 
-async def on_glossary_error(request: Request, exc: GlossaryError) -> JSONResponse:
+async def on_glossary_error(request: Request, exc: GlossaryError | JobError) -> JSONResponse:
     return error(exc.status, str(exc), exc.kind)
 
 
 async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
     path = request.url.path
+    multipart = request.headers.get("content-type", "").lower().startswith("multipart/")
+    if exc.status_code == 400 and multipart and not deepl.speaks(path):  # an upload FastAPI could not read
+        return error(422, f"the multipart form cannot be read: {exc.detail}", "validation_error")
     if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body, e.g. not UTF-8
         return error(422, unreadable(exc.__cause__), "validation_error")
     if exc.status_code == 404:

@@ -187,6 +187,41 @@ class Settings(BaseSettings):
         "`$XDG_DATA_HOME/nmt-serve/glossaries` (`~/.local/share/nmt-serve/glossaries`); the Docker image's is "
         "`/var/lib/nmt-serve/glossaries` (a volume in docker-compose.yml)",
     )
+    file_max_bytes: int = Field(
+        20 * 2**20,
+        ge=1,
+        description="bytes of a file to translate (`POST /files`, LibreTranslate's `/translate_file`, DeepL's "
+        "`/v2/document`); a larger upload gets 413, by its `Content-Length` before its body is read",
+    )
+    job_dir: Path | None = Field(
+        None,
+        description="directory that keeps the file translations (jobs): each one's upload, state (`job.json`) and "
+        "result, written to the disk before it is acknowledged; jobs left queued or running by a stopped server are "
+        "started again by the next one on the same directory. Unset: a temporary directory made at start and removed "
+        "at shutdown, so jobs do not survive a restart",
+    )
+    job_retention_s: float = Field(
+        86400.0,
+        gt=0,
+        description="seconds a finished (done or failed) job and its files are kept before they are deleted; checked "
+        "at start and every few minutes",
+    )
+    job_segments_in_flight: int = Field(
+        8,
+        ge=1,
+        description="segments (paragraphs, cells, subtitles) of all jobs together in the engine at once, so that "
+        "interactive requests keep most of the batch and the queue: each job sends its file in chunks of at most this "
+        "many (and `max_batch_texts`). 8 paragraphs of a sentence or two leave most of a CPU's 32 rows, and all but a "
+        "few dozen of the 256 queued sequences, to interactive requests; raise it on a GPU, whose batch has hundreds",
+    )
+    job_concurrency: int = Field(
+        2, ge=1, description="jobs translating at once (per worker); the others wait, `queued`"
+    )
+    job_max_queued: int = Field(
+        100,
+        ge=1,
+        description="jobs queued or translating at once (per worker); another upload gets 429 with `Retry-After`",
+    )
     cors_origins: str = Field(
         "*",
         description="web pages (origins, comma-separated, e.g. `https://app.example.com`) whose scripts may call the "
@@ -204,7 +239,7 @@ class Settings(BaseSettings):
             return "blocking" if str(v).lower() in ("true", "1", "yes") else "off"
         return v
 
-    @field_validator("max_batch_size", "max_queue", "max_request_sequences", "glossary_dir", mode="before")
+    @field_validator("max_batch_size", "max_queue", "max_request_sequences", "glossary_dir", "job_dir", mode="before")
     @classmethod
     def _empty_is_unset(cls, v):  # NMT_MAX_BATCH_SIZE= (as docker-compose.yml passes it when unset): automatic
         return None if v == "" else v

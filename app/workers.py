@@ -12,9 +12,11 @@ does; a worker that dies stops the others and the parent exits non-zero, for the
 server. The workers run in a process group of their own (a terminal's Ctrl-C reaches them once, through the parent)
 and die with the parent (PR_SET_PDEATHSIG) if it is killed.
 
-What the workers share is one flag each: loaded or not. `/ready` answers 200 only once every worker has loaded, so
-a readiness probe that reaches any of them means them all. Everything else is each worker's own: `/info`, `/metrics`
-and the queue limits are those of the worker the connection reached (`/info`'s `worker` says which)."""
+What the workers share is one flag each, loaded or not, and the jobs directory (NMT_JOB_DIR, or one temporary
+directory the parent makes and removes): any worker answers for any job, the one that runs it holding its lock.
+`/ready` answers 200 only once every worker has loaded, so a readiness probe that reaches any of them means them all.
+Everything else is each worker's own: `/info`, `/metrics` and the queue limits are those of the worker the connection
+reached (`/info`'s `worker` says which)."""
 
 from __future__ import annotations
 
@@ -22,11 +24,14 @@ import ctypes
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
@@ -112,6 +117,10 @@ def serve_workers(settings: Settings) -> int:
     import torch  # the cores the workers share out: the same count a single server would use
 
     each = share(settings, n, torch.get_num_threads())
+    jobs = None
+    if settings.job_dir is None:  # one temporary jobs directory for all the workers (a job is seen by any of them)
+        jobs = Path(tempfile.mkdtemp(prefix="nmt-serve-jobs-"))
+        each = each.model_copy(update={"job_dir": jobs})
     ctx = multiprocessing.get_context("spawn")
     flags = ctx.Array("b", n, lock=False)
     procs = [
@@ -151,6 +160,8 @@ def serve_workers(settings: Settings) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         holder.close()
+        if jobs is not None:
+            shutil.rmtree(jobs, ignore_errors=True)
     if failed:
         print(f"nmt-serve: {'; '.join(failed)}", file=sys.stderr)
         return 1

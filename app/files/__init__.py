@@ -17,6 +17,7 @@ Formats are imported only when a file of theirs arrives, so the server imports n
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -65,11 +66,13 @@ class Format:
     media_type: str
     module: str  # app.files.<module>, imported on first use
 
-    def read(self, data: bytes, limits: FileLimits) -> Extracted:
+    def read(self, data: bytes, limits: FileLimits, language: str | None = None) -> Extracted:
+        """The file's units; `language`, the target's, goes into the file where it says its language (PO, XLIFF)."""
         if len(data) > limits.max_bytes:
             raise FileTooLarge(f"the file has {len(data)} bytes; the limit is {limits.max_bytes}")
-        reader: Callable[[bytes, FileLimits], Extracted] = importlib.import_module(f"app.files.{self.module}").read
-        extracted = reader(data, limits)
+        reader: Callable[..., Extracted] = importlib.import_module(f"app.files.{self.module}").read
+        says = "language" in inspect.signature(reader).parameters
+        extracted = reader(data, limits, language=language) if says else reader(data, limits)
         check(extracted.units, limits)
         return extracted
 

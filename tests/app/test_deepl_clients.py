@@ -5,9 +5,11 @@ tests/clients/deepl-node, installed by scripts/install.sh where node is). Their 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import deepl
@@ -15,7 +17,7 @@ import httpx
 import pytest
 
 from app.settings import BUNDLED_MODEL_DIR
-from tests.app.test_cli import start_server, wait_ready
+from tests.app.live import start_server, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_CLIENT = ROOT / "tests" / "clients" / "deepl-node"
@@ -144,6 +146,54 @@ def test_a_wrong_key_is_an_authorization_error_for_the_python_client(base):
             deepl.Translator(key, server_url=f"{base}/deepl/").translate_text(ENGLISH, target_lang="DE")
     # DeepL's own layout, /v2 at the root: a server URL without the trailing slash resolves there
     assert deepl.Translator(KEY, server_url=f"{base}/deepl").translate_text(ENGLISH, target_lang="DE").text
+
+
+@pytest.fixture
+def quick_polls(monkeypatch):
+    """The client waits 5 s between two status requests of translate_document(); a tenth of a second here."""
+    sleep = time.sleep
+    monkeypatch.setattr(deepl.translator.time, "sleep", lambda s: sleep(min(s, 0.1)))
+
+
+def test_the_python_client_translates_a_document_as_our_api_translates_its_paragraphs(base, translator, tmp_path,
+                                                                                      quick_polls):  # fmt: skip
+    paragraphs = [ENGLISH, "Two dogs are playing in the snow.", "A woman is sitting on a bench."]
+    source, out = tmp_path / "notes.txt", tmp_path / "notes.de.txt"
+    source.write_text("\n\n".join(paragraphs))
+    status = translator.translate_document_from_filepath(source, out, target_lang="DE")
+    assert status.done and status.billed_characters == sum(map(len, paragraphs))
+    assert out.read_text() == "\n\n".join(ours(base, paragraphs))
+
+    handle = translator.translate_document_upload("\n\n".join(paragraphs * 20), target_lang="FR", filename="a.txt")
+    assert translator.translate_document_wait_until_done(handle).done
+    wrong = deepl.DocumentHandle(handle.document_id, "0" * 64)
+    with pytest.raises(deepl.DeepLException, match="Not found, message: Document not found"):
+        translator.translate_document_get_status(wrong)
+    french = translator.translate_document_download(handle).content.decode()
+    assert french == "\n\n".join(ours(base, paragraphs, model="en-fr") * 20)
+    with pytest.raises(deepl.DeepLException, match="Document not found"):  # downloaded once, then deleted
+        translator.translate_document_get_status(handle)
+
+    with pytest.raises(deepl.DeepLException, match="Bad request, message: cannot tell the format of 'a.pdf'"):
+        translator.translate_document_upload(b"%PDF", target_lang="DE", filename="a.pdf")
+    with pytest.raises(deepl.DeepLException, match="Bad request, message: output_format docx is not supported"):
+        translator.translate_document_upload(b"A dog.", target_lang="DE", filename="a.txt", output_format="docx")
+    with pytest.raises(deepl.DeepLException, match="Bad request, message: Value for 'target_lang' not supported"):
+        translator.translate_document_upload(b"A dog.", target_lang="ES", filename="a.txt")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("app.files.word") is None, reason="app/files/word.py has not landed")
+def test_the_python_client_translates_a_word_document_in_place(base, translator, tmp_path, quick_polls):
+    import docx
+
+    paragraphs = [ENGLISH, "Two dogs are playing in the snow."]
+    document = docx.Document()
+    for text in paragraphs:
+        document.add_paragraph(text)
+    document.save(tmp_path / "notes.docx")
+    translator.translate_document_from_filepath(tmp_path / "notes.docx", tmp_path / "out.docx", target_lang="DE")
+    translated = [p.text for p in docx.Document(tmp_path / "out.docx").paragraphs]
+    assert translated == ours(base, paragraphs), translated
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node: deepl-node needs Node.js")

@@ -23,7 +23,7 @@ import pytest
 
 from app.protocol import MAX_HEAD_BYTES
 from app.settings import MAX_BODY_BYTES
-from tests.app.test_cli import start_server, wait_ready
+from tests.app.live import start_server, wait_ready
 
 HOST = "127.0.0.1"
 TEXTS = ["A man is riding a bike.", "Two dogs play in the snow.", "A girl eats an apple.", "People walk on a street."]

@@ -71,7 +71,9 @@ FIELDS = {  # near-valid values for each field, so generated bodies also get pas
     },
 }  # fmt: skip
 OTHER_PATHS = ["/health", "/ready", "/info", "/", "/translate/x", "/glossaries/x", "/v2/glossaries",
-               "/deepl/v2/glossaries/x/entries"]  # fmt: skip
+               "/deepl/v2/glossaries/x/entries", "/files", "/files/x", f"/files/{'0' * 32}/events", "/files/x/download",
+               "/libretranslate/translate_file", "/libretranslate/download_file/x.txt", "/v2/document",
+               f"/deepl/v2/document/{'0' * 32}", "/deepl/v2/document/x/result"]  # fmt: skip
 REQUIRED = {"/detokenize": ["ids"], "/glossaries": ["name", "source_lang", "target_lang", "entries"],
             "/deepl/v2/translate": ["text", "target_lang"]}  # fmt: skip
 
@@ -109,6 +111,41 @@ def fuzz_json_bodies(path: str):
     return test
 
 
+files = st.tuples(st.sampled_from(["a.txt", "a.srt", "a.docx", "a", ""]) | st.text(max_size=12),
+                  st.binary(max_size=200) | texts.map(lambda t: str(t).encode()))  # fmt: skip
+UPLOAD_FIELDS = {  # multipart fields beside a file
+    "/files": {
+        "target": languages, "source": languages, "model": st.sampled_from(["tiny", "x", ""]),
+        "format": st.sampled_from(["txt", "srt", "docx", "pdf", ""]) | st.text(max_size=6),
+        "glossary_id": st.sampled_from(["0b7e3b1e-0000-4000-8000-000000000000", "x", ""]),
+        "beam_size": st.integers(-1, 9).map(str) | st.text(max_size=3),
+    },
+    "/libretranslate/translate_file": {"source": languages, "target": languages, "api_key": st.text(max_size=8)},
+    "/deepl/v2/document": {
+        "target_lang": languages, "source_lang": languages, "filename": st.text(max_size=12),
+        "glossary_id": st.text(max_size=8), "output_format": st.sampled_from(["txt", "docx", ""]),
+        "formality": st.sampled_from(["default", "less", "x"]),
+    },
+}  # fmt: skip
+
+
+def fuzz_uploads(path: str):
+    @pytest.mark.anyio
+    @FUZZ
+    @given(fields=st.fixed_dictionaries({}, optional=UPLOAD_FIELDS[path]), file=st.none() | files)
+    async def test(client, fields, file):
+        parts = [(k, (None, v)) for k, v in fields.items()] + ([("file", file)] if file else [])
+        r = await client.post(path, files=parts or [("other", (None, ""))])
+        event(f"status {r.status_code}")
+        assert_handled(r, path)
+
+    test.__doc__ = f"Generated multipart uploads at POST {path}."
+    return test
+
+
+test_files_uploads = fuzz_uploads("/files")
+test_libretranslate_file_uploads = fuzz_uploads("/libretranslate/translate_file")
+test_deepl_document_uploads = fuzz_uploads("/deepl/v2/document")
 test_tokenize_bodies = fuzz_json_bodies("/tokenize")
 test_detokenize_bodies = fuzz_json_bodies("/detokenize")
 test_translate_bodies = fuzz_json_bodies("/translate")

@@ -17,7 +17,7 @@ from app.settings import MAX_BODY_BYTES, Settings
 from model.checkpoint import load_checkpoint
 from model.evaluate import translate_corpus
 from model.tokenizer import BOS, EOS, PAD, UNK
-from tests.app.test_cli import start_server, wait_ready
+from tests.app.live import start_server, wait_ready
 from tests.app.test_fastpath import full_app_only
 from tests.app.test_main import assert_error
 
@@ -36,13 +36,17 @@ VALID = {  # a request each POST endpoint accepts, to mutate; the LibreTranslate
     f"{LIBRE}/translate": {"q": "A dog runs.", "source": "en", "target": "fr", "alternatives": 1,
                            "min_confidence": "0.1"},
     f"{LIBRE}/detect": {"q": "A dog runs."},
-    f"{LIBRE}/translate_file": {"q": "A dog runs."},
+    f"{LIBRE}/translate_file": {"source": "en", "target": "fr"},
     f"{LIBRE}/suggest": {"q": "A dog runs."},
     f"{DEEPL}/v2/translate": {"text": ["A <b>dog</b> runs."], "source_lang": "EN", "target_lang": "FR",
                               "tag_handling": "html", "ignore_tags": ["b"], "context": "Dogs.", "formality": "prefer_less",
                               "show_billed_characters": True},
     f"{DEEPL}/v2/glossaries": {"name": "dogs", "source_lang": "EN", "target_lang": "FR", "entries": "dog\tchien",
                                "entries_format": "tsv"},
+    "/files": {"target": "fr", "format": "txt"},  # multipart only: UPLOADS below sends files
+    f"{DEEPL}/v2/document": {"target_lang": "FR", "filename": "a.txt"},
+    f"{DEEPL}/v2/document/{{document_id}}": {"document_key": "0" * 64},
+    f"{DEEPL}/v2/document/{{document_id}}/result": {"document_key": "0" * 64},
 }  # fmt: skip
 STRING_FIELDS = {  # where user text goes in
     "/translate": ["text", "target_prefix", "model", "source", "glossary_id"],
@@ -52,12 +56,16 @@ STRING_FIELDS = {  # where user text goes in
     "/attention": ["text", "target", "model", "source_language", "target_language"],
     f"{LIBRE}/translate": ["q", "source", "target", "api_key"],
     f"{LIBRE}/detect": ["q", "api_key"],
-    f"{LIBRE}/translate_file": ["q"],
+    f"{LIBRE}/translate_file": ["source", "target", "api_key"],
     f"{LIBRE}/suggest": ["q"],
     f"{DEEPL}/v2/translate": ["text", "source_lang", "target_lang", "context", "glossary_id", "ignore_tags"],
     f"{DEEPL}/v2/glossaries": ["name", "source_lang", "target_lang", "entries"],
+    "/files": ["target", "source", "model", "format", "glossary_id"],
+    f"{DEEPL}/v2/document": ["target_lang", "source_lang", "filename", "glossary_id", "output_format"],
+    f"{DEEPL}/v2/document/{{document_id}}": ["document_key"],
+    f"{DEEPL}/v2/document/{{document_id}}/result": ["document_key"],
 }
-STATUSES = {200, 201, 404, 413, 422, 429, 503}  # docs/api.md "Errors" for a POST without a key (404: glossary_id)
+STATUSES = {200, 201, 202, 404, 413, 422, 429, 503}  # docs/api.md "Errors" for a POST without a key (404: glossary_id)
 LIBRE_STATUSES = {200, 400, 403, 429, 503}  # LibreTranslate's
 DEEPL_STATUSES = {200, 201, 400, 404, 413, 429, 503}  # DeepL's, `{"message", "type"}`
 CONTENT_TYPES = [
@@ -166,6 +174,62 @@ async def test_hostile_bytes_get_a_documented_status_with_a_json_body(client, re
     r = await client.post(path, content=body, headers=headers)
     event(f"{path} {r.status_code}")
     assert_documented(r, path)
+
+
+# ---- uploads -------------------------------------------------------------------------------------------------------
+
+UPLOADS = {  # the fields of an upload that translates
+    "/files": {"target": "fr"}, f"{LIBRE}/translate_file": {"source": "en", "target": "fr"},
+    f"{DEEPL}/v2/document": {"target_lang": "FR", "source_lang": "EN"},
+}  # fmt: skip
+NAMES = ["a.txt", "a.srt", "a.vtt", "a.po", "a.docx", "a.xlsx", "a.md", "a.html", "a", ".txt", "", "../../etc/x.txt",
+         "a\\b.txt", "a\x00.txt", "a\r\nb.txt", "\u202ea.txt", "\ud800.txt", "a" * 300 + ".txt", "a.TXT", "a.txt."]  # fmt: skip
+VALUES = ["en", "fr", "de", "auto", "", "txt", "docx", "xx", "0", "9", "-1", "\x00", "\ud800", "a" * 3000]
+contents = st.one_of(
+    st.binary(max_size=400), st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.sampled_from([b"A dog runs.\n\nA cat.", b"PK\x03\x04" + b"\x00" * 40, b"\xef\xbb\xbfA dog.",
+                     b"1\n00:00:01,000 --> 00:00:02,000\nA dog.\n", b'msgid "a"\nmsgstr ""\n', b"\x00" * 50]),
+)  # fmt: skip
+
+
+@st.composite
+def uploads(draw) -> tuple[str, list]:
+    """A path and its multipart parts: mostly its valid fields, a file of any bytes and name (or none), and fields of
+    any value, some of them the valid ones again."""
+    path = draw(st.sampled_from(list(UPLOADS)))
+    valid = [(n, (None, v.encode())) for n, v in UPLOADS[path].items()]
+    names = [*STRING_FIELDS[path], "beam_size", "other"]
+    parts = [part for part in valid if draw(st.sampled_from([True] * 9 + [False]))]  # each missing one time in ten
+    parts += [(n, (None, draw(st.sampled_from(VALUES) | st.text(max_size=12)).encode("utf-8", "surrogatepass")))
+              for n in draw(st.lists(st.sampled_from(names), max_size=3))]  # fmt: skip
+    if draw(st.sampled_from([True] * 9 + [False])):
+        name = draw(st.sampled_from(NAMES[:1] * 8 + NAMES) | st.text(max_size=20))
+        data = draw(st.sampled_from([b"A dog runs.\n\nA cat."] * 3) | contents)
+        parts.append((draw(st.sampled_from(["file"] * 9 + ["File"])), (name, data)))
+    return path, parts or [("other", (None, b""))]
+
+
+def multipart(parts: list) -> dict:
+    """A multipart body built by hand, so that a file's name may hold any bytes (a lone surrogate's, a NUL, a quote)."""
+    body = b""
+    for name, (filename, value) in parts:
+        head = f'Content-Disposition: form-data; name="{name}"'.encode()
+        if filename is not None:
+            head += b'; filename="' + filename.encode("utf-8", "surrogatepass") + b'"'
+        body += b"--xyz\r\n" + head + b"\r\n\r\n" + value + b"\r\n"
+    return {"content": body + b"--xyz--\r\n", "headers": {"content-type": "multipart/form-data; boundary=xyz"}}
+
+
+@hypothesis.settings(HOSTILE, max_examples=200)
+@given(upload=uploads())
+async def test_hostile_uploads_get_a_documented_status_with_a_json_body(app, client, upload):
+    path, parts = upload
+    r = await client.post(path, **multipart(parts))
+    event(f"{path} {r.status_code}")
+    assert_documented(r, path)
+    if r.status_code == 202 or (r.status_code == 200 and path.startswith(DEEPL)):  # queued: done, or failed saying why
+        job = await app.state.jobs.finished(r.json().get("id") or r.json()["document_id"])
+        assert job.status == "done" or job.error, job
 
 
 # ---- text is text ----------------------------------------------------------------------------------------------

@@ -15,13 +15,15 @@ from deep_translator.exceptions import AuthorizationException, ServerException
 from libretranslatepy import LibreTranslateAPI
 
 from app.engine import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
+from app.jobs.intake import extensions
 from app.settings import Settings
 from tests.app.conftest import serve
-from tests.app.test_cli import start_server, wait_ready
+from tests.app.live import start_server, wait_ready
 
 ENGLISH = "A man is playing near the water."
 GERMAN = "Ein alter Mann steht im Schnee und wartet auf den Bus."
 KEY = "s3cret-key"
+BEARER = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -156,17 +158,56 @@ def test_a_list_q_answers_a_list_with_one_detected_language_each(base):
 def test_frontend_settings_and_disabled_features_answer_as_libretranslate_does(base):
     settings = httpx.get(f"{base}/libretranslate/frontend/settings").json()
     assert settings["charLimit"] == 2000 and settings["keyRequired"] is False and settings["apiKeys"] is False
-    assert settings["suggestions"] is False and settings["supportedFilesFormat"] == []
+    assert settings["suggestions"] is False and settings["filesTranslation"] is True
+    assert {".txt", ".srt"} <= set(settings["supportedFilesFormat"]) <= set(extensions())
     assert settings["language"] == {"source": {"code": "auto", "name": "Auto Detect"},
                                     "target": {"code": "de", "name": "German"}}  # fmt: skip
-    files = lt(
-        base, "translate_file", files={"file": ("a.txt", b"A dog."), "source": (None, "en"), "target": (None, "de")}
-    )
-    assert (files.status_code, files.json()["error"]) == (403, "Files translation are disabled on this server.")
     suggest = lt(base, "suggest", data={"q": "A dog.", "s": "Ein Hund.", "source": "en", "target": "de"})
     assert (suggest.status_code, suggest.json()["error"]) == (403, "Suggestions are disabled on this server.")
-    download = httpx.get(f"{base}/libretranslate/download_file/x.txt")
-    assert (download.status_code, download.json()["error"]) == (400, "Files translation are disabled on this server.")
+
+
+def test_translate_file_answers_once_done_with_a_url_that_downloads_the_translated_file(servers):
+    base = servers["open"]
+    paragraphs = [ENGLISH, "Two dogs are running in the park."]
+    for source in ("en", "auto"):
+        r = lt(base, "translate_file", files={"file": ("notes.txt", "\n\n".join(paragraphs).encode())},
+               data={"source": source, "target": "fr"})  # fmt: skip
+        assert r.status_code == 200 and set(r.json()) == {"translatedFileUrl"}, r.text
+        url = r.json()["translatedFileUrl"]
+        assert re.fullmatch(rf"{base}/libretranslate/download_file/[0-9a-f]{{32}}\.notes\.fr\.txt", url), url
+        download = httpx.get(url)
+        assert download.status_code == 200 and 'filename="notes.fr.txt"' in download.headers["content-disposition"]
+        french = [t["text"] for t in ours(base, paragraphs, model="en-fr")]
+        assert download.text == "\n\n".join(french)
+    keyed = servers["keyed"]
+    file = {"file": ("a.txt", b"A dog.")}
+    refused = lt(keyed, "translate_file", files=file, data={"source": "en", "target": "de"})
+    assert (refused.status_code, refused.json()["error"]) == (403, "Please contact the server operator to get an API key")  # fmt: skip
+    taken = lt(keyed, "translate_file", files=file, data={"source": "en", "target": "de", "api_key": KEY})
+    assert httpx.get(taken.json()["translatedFileUrl"]).text == ours(keyed, "A dog.", headers=BEARER)[0]["text"]
+
+
+@pytest.mark.parametrize(
+    "files, data, status, message",
+    [
+        ({}, {"source": "en", "target": "de"}, 400, "Invalid request: missing file parameter"),
+        ({"file": ("a.txt", b"A dog.")}, {"target": "de"}, 400, "Invalid request: missing source parameter"),
+        ({"file": ("a.exe", b"MZ")}, {"source": "en", "target": "de"}, 400, "file format not supported"),
+        ({"file": ("a.txt", b"\xff")}, {"source": "en", "target": "de"}, 400, "the text file is not UTF-8"),
+        ({"file": ("a.txt", b"A dog.")}, {"source": "en", "target": "xx"}, 400, "xx is not supported"),
+    ],
+    ids=["no file", "no source", "unknown format", "not utf-8", "unknown target"],
+)
+def test_bad_files_get_libretranslates_400(base, files, data, status, message):
+    r = lt(base, "translate_file", files=files or {"other": (None, "x")}, data=data)
+    assert r.status_code == status and message in r.json()["error"], r.text
+
+
+def test_download_file_of_an_unknown_name_is_a_404_and_a_malformed_one_a_400(base):
+    r = httpx.get(f"{base}/libretranslate/download_file/{'0' * 32}.a.txt")
+    assert r.status_code == 404 and "there is no translated file" in r.json()["error"], r.text
+    r = httpx.get(f"{base}/libretranslate/download_file/x.txt")
+    assert (r.status_code, r.json()["error"]) == (400, "Invalid filename")
 
 
 OK = {"q": ENGLISH, "source": "en", "target": "de"}

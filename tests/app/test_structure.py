@@ -494,6 +494,59 @@ async def test_deepl_requests_of_any_shape_get_its_documented_answers(client, af
     await after()
 
 
+# ---- files ---------------------------------------------------------------------------------------------------------
+
+UPLOADS = {  # path: (the fields of an upload that translates, its documented statuses, its error's key)
+    "/files": ({"target": "de"}, {202, 404, 413, 422}, "error"),
+    f"{LIBRE}/translate_file": ({"source": "en", "target": "de"}, LIBRE_STATUSES, "error"),
+    "/deepl/v2/document": ({"target_lang": "DE", "source_lang": "EN"}, DEEPL_STATUSES, "message"),
+}
+FILE_NAMES = st.sampled_from(["a.txt"] * 6 + ["a.TXT", "../a.txt", "a b.txt", "é.txt", "a.srt", "a", ".txt", ""])
+FILE_FIELDS = {
+    "format": st.sampled_from(["txt", "TXT", "srt", "pdf", ""]), "source": st.sampled_from(["en", "auto", "xx", ""]),
+    "target": st.sampled_from(["de", "DE", "fr", ""]), "model": st.sampled_from(["de", "x", ""]),
+    "beam_size": st.sampled_from(["1", "2", "0", "9", "x", ""]), "glossary_id": st.sampled_from(["", "x"]),
+    "target_lang": st.sampled_from(["DE", "de", "", "EN-GB"]), "source_lang": st.sampled_from(["EN", "", "xx"]),
+    "output_format": st.sampled_from(["txt", "docx", ""]), "filename": FILE_NAMES,
+}  # fmt: skip
+
+
+@st.composite
+def file_uploads(draw) -> tuple[str, dict]:
+    """A text file of any skeleton (or a page, or bytes that are not UTF-8), under any name, with fields missing,
+    repeated or wrong, to each API's upload."""
+    path = draw(st.sampled_from(list(UPLOADS)))
+    valid = UPLOADS[path][0]
+    parts = [(n, (None, v)) for n, v in valid.items() if draw(st.sampled_from([True] * 9 + [False]))]
+    parts += [(n, (None, draw(FILE_FIELDS.get(n, st.text(max_size=8)))))
+              for n in draw(st.lists(st.sampled_from([*FILE_FIELDS, "other"]), max_size=3))]  # fmt: skip
+    text = draw(documents() | pages() | st.sampled_from(["", " ", "\n\n\n", "A dog.\r\n\r\nA cat."]))
+    data = draw(st.sampled_from([text.encode("utf-8", "surrogatepass")] * 9 + [text.encode("utf-16")]))
+    if draw(st.sampled_from([True] * 19 + [False])):
+        parts.append(("file", (draw(FILE_NAMES), data)))
+    sized_event("file", len(data))
+    return path, {"files": parts or [("other", (None, ""))]}
+
+
+@hypothesis.settings(STRUCTURE, max_examples=max(10, STRUCTURE.max_examples // 2))  # each a job of many sentences
+@given(upload=file_uploads())
+async def test_files_of_any_skeleton_get_their_documented_answers_and_are_translated(served, client, after, upload):
+    path, kwargs = upload
+    statuses, key = UPLOADS[path][1:]
+    r = await client.post(path, **kwargs)
+    body = assert_documented(r, statuses - {202}, key) if r.status_code != 202 else r.json()
+    event(f"{path} {r.status_code}")
+    job_id = body.get("id") or body.get("document_id") or body.get("translatedFileUrl", "/.").rsplit("/", 1)[1][:32]
+    if r.status_code in (200, 202) and job_id:
+        job = await served[0].state.jobs.finished(job_id)
+        assert job.status == "done", job.error  # a file that reads is translated
+        if path == "/files":
+            download = await served[1].get(f"/files/{job_id}/download")
+            assert download.status_code == 200
+            download.content.decode()  # UTF-8, as the file was
+    await after()
+
+
 # ---- tokens ------------------------------------------------------------------------------------------------------
 
 

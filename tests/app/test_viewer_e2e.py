@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from app.settings import BUNDLED_MODEL_DIR
-from tests.app.test_cli import start_server, wait_ready
+from tests.app.live import start_server, wait_ready
 
 try:
     from selenium import webdriver

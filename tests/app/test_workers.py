@@ -16,7 +16,7 @@ import pytest
 from app.settings import Settings
 from app.workers import WorkerGroup, share
 from tests.app.conftest import serve
-from tests.app.test_cli import env, live_server, nmt_serve
+from tests.app.live import env, live_server, nmt_serve
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
 
@@ -76,6 +76,26 @@ def test_two_workers_share_the_port_translate_alike_and_drain_together_on_sigter
     assert proc.returncode == 0, out
     assert all(gone(pid) for pid in pids)
     assert "2 workers on 127.0.0.1" in out and out.count("engine stopped") == 2
+
+
+def test_a_file_uploaded_to_one_worker_is_followed_and_downloaded_through_either(two_workers):
+    """The workers share the jobs directory: a job is seen by both, run by one, and downloaded from either."""
+    _, base = two_workers
+    with httpx.Client(base_url=base, timeout=30) as client:
+        r = client.post("/files", files={"file": ("a.txt", b"A dog runs.\n\nA cat sleeps.")})
+    assert r.status_code == 202, r.text
+    job, deadline, answers = r.json()["id"], time.monotonic() + 60, set()
+    while time.monotonic() < deadline:
+        with httpx.Client(base_url=base, timeout=30) as client:  # a new connection: either worker
+            status = client.get(f"/files/{job}")
+        assert status.status_code == 200, status.text
+        if status.json()["status"] == "done":
+            break
+        time.sleep(0.05)
+    for _ in range(12):
+        with httpx.Client(base_url=base, timeout=30) as client:
+            answers.add(client.get(f"/files/{job}/download").content)
+    assert len(answers) == 1 and answers.pop().count(b"\n\n") == 1
 
 
 def test_a_worker_that_dies_stops_the_server_with_a_failure(two_workers):

@@ -16,7 +16,7 @@ import pytest
 from app.main import create_app
 from app.metrics import Metrics
 from app.settings import BUNDLED_MODEL_DIR, Settings
-from tests.app.test_cli import start_server, wait_ready
+from tests.app.live import start_server, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
