@@ -44,15 +44,16 @@ COPY checkpoints/multi30k-en-fr/ checkpoints/multi30k-en-fr/
 # The project itself, editable (as in the README) and without dependencies (the deps stage has them).
 RUN bash scripts/install.sh runtime --project-only \
     && command -v nmt-serve
-# Code and weights stay root-owned and read-only for the service user; compiled graphs and stored glossaries go to
-# directories of its own (volumes in docker-compose.yml), which a restart reuses.
-RUN mkdir -p /var/cache/nmt-serve /var/lib/nmt-serve/glossaries \
-    && chown 10001:10001 /var/cache/nmt-serve /var/lib/nmt-serve/glossaries
+# Code and weights stay root-owned and read-only for the service user; compiled graphs, stored glossaries and file
+# translations go to directories of its own (volumes in docker-compose.yml), which a restart reuses.
+RUN mkdir -p /var/cache/nmt-serve /var/lib/nmt-serve/glossaries /var/lib/nmt-serve/jobs \
+    && chown 10001:10001 /var/cache/nmt-serve /var/lib/nmt-serve/glossaries /var/lib/nmt-serve/jobs
 ENV NMT_HOST=0.0.0.0 \
     NMT_PORT=8000 \
     NMT_MODEL_DIR=/app/checkpoints/multi30k-en-de \
     NMT_COMPILE_CACHE_DIR=/var/cache/nmt-serve \
-    NMT_GLOSSARY_DIR=/var/lib/nmt-serve/glossaries
+    NMT_GLOSSARY_DIR=/var/lib/nmt-serve/glossaries \
+    NMT_JOB_DIR=/var/lib/nmt-serve/jobs
 USER 10001:10001
 # Optional: the compiled graphs in the image (docker build --build-arg PRECOMPILE=1; minutes). They serve where the
 # CPU (or GPU), torch and the NMT_* settings that shape them match the build's; elsewhere a server ignores them with

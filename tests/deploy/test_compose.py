@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from app.device import resolve_device
+from app.main import FORM_BYTES
 from app.settings import BUNDLED_MODEL_DIR, MAX_BODY_BYTES, Settings
 from tests.deploy.repo import (
     NGINX_CONF,
@@ -36,6 +37,7 @@ GPU_SERVICES, SERVING = ("nmt", "nmt-replica"), ("nmt", "nmt-cpu", "nmt-replica"
 CONTAINER_DEFAULTS = {
     "host": "0.0.0.0", "model_dir": IN_IMAGE_MODEL_DIR, "compile_cache_dir": "/var/cache/nmt-serve",
     "glossary_dir": "/var/lib/nmt-serve/glossaries",  # a volume: glossaries outlive the container
+    "job_dir": "/var/lib/nmt-serve/jobs",  # a volume: file translations resume after a restart
 }  # fmt: skip
 DEVICE = {"nmt": "cuda", "nmt-replica": "cuda", "nmt-cpu": "cpu"}
 
@@ -143,9 +145,10 @@ def test_an_operators_checkpoint_is_mounted_read_only_and_selected_by_nmt_model_
     assert (ROOT / default_source).resolve() == (ROOT / "checkpoints").resolve()
 
 
-def test_glossaries_live_on_a_volume_the_replicas_share_in_a_directory_the_image_gives_the_service_user():
-    directory = CONTAINER_DEFAULTS["glossary_dir"]
-    assert dockerfile().envs["NMT_GLOSSARY_DIR"] == directory
+@pytest.mark.parametrize("setting", ["glossary_dir", "job_dir"])
+def test_glossaries_and_jobs_live_on_volumes_the_replicas_share_in_directories_the_image_gives_the_service_user(setting):
+    directory = CONTAINER_DEFAULTS[setting]
+    assert dockerfile().envs[f"NMT_{setting.upper()}"] == directory
     made = [v for _, v in instructions("RUN") if directory in v]
     assert made and "mkdir -p" in made[0] and "chown 10001:10001" in made[0], made
     for name in SERVING:
@@ -225,7 +228,7 @@ def test_nginx_listens_on_the_port_compose_publishes_and_lets_the_service_answer
     (size,) = directives(site["block"], "client_max_body_size")
     amount = size["args"][0]
     as_bytes = int(amount[:-1]) * {"k": 1 << 10, "m": 1 << 20}[amount[-1].lower()]
-    assert as_bytes > MAX_BODY_BYTES
+    assert as_bytes > MAX_BODY_BYTES and as_bytes > Settings().file_max_bytes + FORM_BYTES  # a file upload's too
     retry = directives(site["block"], "proxy_next_upstream")[0]["args"]
     assert {"error", "http_503", "non_idempotent"} <= set(retry), "a refused or 503 POST goes to another replica"
 
