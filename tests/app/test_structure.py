@@ -330,8 +330,9 @@ def translate_bodies(draw) -> dict:
     return body | draw(st.fixed_dictionaries({}, optional=optional))
 
 
-def assert_shape_kept(text: str, out: dict) -> None:
-    """The translation is the text with each piece replaced: the text between the pieces comes back as it was."""
+def assert_shape_kept(text: str, out: dict, protected: bool = False) -> None:
+    """The translation is the text with each piece replaced: the text between the pieces (whitespace, and with spans
+    protected their groups between sentences: docs/protected-spans.md) comes back as it was."""
     if not text.strip():  # a blank text translates to "" (docs/api.md)
         assert (out["text"], out["segments"]) == ("", []), out
         return
@@ -339,10 +340,10 @@ def assert_shape_kept(text: str, out: dict) -> None:
     at, back = 0, 0
     for (a, b), (x, y) in spans:
         assert at <= a < b <= len(text) and back <= x <= y <= len(out["text"]), spans
-        assert text[at:a] == out["text"][back:x] and (text[at:a].isspace() or not text[at:a])
+        assert text[at:a] == out["text"][back:x] and (text[at:a].isspace() or not text[at:a] or protected)
         assert text[a:b] == text[a:b].strip(), (text[a:b], spans)
         at, back = b, y
-    assert text[at:] == out["text"][back:] and (text[at:].isspace() or not text[at:])
+    assert text[at:] == out["text"][back:] and (text[at:].isspace() or not text[at:] or protected)
     for a in out.get("alignment") or ():
         assert 0 <= a["source_span"][0] <= a["source_span"][1] <= len(text)
         assert 0 <= a["target_span"][0] <= a["target_span"][1] <= len(out["text"])
@@ -357,8 +358,9 @@ async def test_documents_of_any_skeleton_keep_their_whitespace_or_get_a_document
     if sum(map(len, texts)) > LIMIT and len(texts) <= 64:
         assert r.status_code == 413 and "NMT_MAX_REQUEST_CHARS" in answer["error"], answer
     elif r.status_code == 200:
+        protected = any(body.get(k) for k in ("protect", "protect_terms", "protect_patterns"))
         for text, out in zip(texts, answer["translations"], strict=True):
-            assert_shape_kept(text, out)
+            assert_shape_kept(text, out, protected)
     await after()
 
 
