@@ -23,6 +23,7 @@ from app.api import ENGINE_ERRORS, VERSION, engine_error, error, open_routes, re
 from app.fastpath import FastTranslate
 from app.glossaries import GlossaryError, GlossaryStore
 from app.jobs import JobError, Runner
+from app.jobs.share import Interactive
 from app.metrics import Metrics, RequestMetrics
 from app.models import Models
 from app.settings import MAX_BODY_BYTES, Settings
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.state.jobs = Runner(app.state.settings, app.state.models, app.state.glossaries)  # files (app/jobs)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES, file_bytes=app.state.settings.file_max_bytes)
     app.add_middleware(FastTranslate, service=app)  # plain /translate requests skip the framework (app/fastpath.py)
+    app.add_middleware(Interactive, activity=app.state.jobs.activity)  # the jobs give way to translation requests
     if origins := app.state.settings.origins():  # pages of other origins may call the APIs (NMT_CORS_ORIGINS)
         app.add_middleware(
             CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],

@@ -356,3 +356,34 @@ def alignment(
         weights = weights[..., :-1]
     best = weights.argmax(-1).tolist()
     return [row[len(start) : len(start) + len(tokens)] for row, tokens in zip(best, hyps)]
+
+
+def alignments(
+    model: Transformer, sources: list[list[int]], hyps: list[list[list[int]]], start: tuple[int, ...] = ()
+) -> list[list[list[int]]]:
+    """alignment() for many sources at once (each with its hypotheses): one teacher-forced pass over a padded batch,
+    a row per hypothesis, rather than a pass per source."""
+    rows = [(i, tokens) for i, hs in enumerate(hyps) for tokens in hs]
+    out: list[list[list[int]]] = [[] for _ in sources]
+    if not rows:
+        return out
+    c, device = model.config, next(model.parameters()).device
+    layer, first = max(0, c.n_decoder_layers - 2), 1 + len(start)
+    width, length = max(len(sources[i]) for i, _ in rows), max(len(t) for _, t in rows) + first
+    src = torch.full((len(rows), width), c.source_pad_id, dtype=torch.long)
+    tgt = torch.full((len(rows), length), c.pad_id, dtype=torch.long)
+    for r, (i, tokens) in enumerate(rows):
+        src[r, : len(sources[i])] = torch.tensor(sources[i])
+        tgt[r, : len(tokens) + first] = torch.tensor([c.bos_id, *start, *tokens])
+    src, tgt = src.to(device), tgt.to(device)
+    src_mask = padding_mask(src, c.source_pad_id)  # (R, 1, 1, S)
+    memory = model.encode(src, src_mask)
+    _, _, cross = model.decode(tgt, memory, src_mask, subsequent_mask(length, device), need_weights=True)
+    weights = cross[layer].mean(1)  # (R, T, S): row t predicts target token t
+    lengths = torch.tensor([len(sources[i]) for i, _ in rows], device=device)
+    seen = lengths - (lengths > 1).long()  # the source's closing </s> left out, as alignment() leaves it, and padding
+    keep = torch.arange(width, device=device)[None, :] < seen[:, None]  # (R, S)
+    best = weights.masked_fill(~keep[:, None, :], -1.0).argmax(-1).tolist()
+    for r, (i, tokens) in enumerate(rows):
+        out[i].append(best[r][len(start) : len(start) + len(tokens)])
+    return out

@@ -45,7 +45,7 @@ from model.evaluate import max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
 from model.quantize import quantize_int8
 from model.search import GREEDY as SEARCH_GREEDY
-from model.search import DecodingOptions, alignment
+from model.search import DecodingOptions, alignments
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Token, Tokenizer
 from model.transformer import Transformer
@@ -716,7 +716,7 @@ class Engine:
         self, srcs: list[list[int]], hyps: list[list[Hypothesis]], start: tuple[int, ...]
     ) -> list[list[list[int]]]:
         """On the worker thread: for each hypothesis of each source, the source token each target token aligns to."""
-        return [alignment(self.model, src, [h.tokens for h in hs], start) for src, hs in zip(srcs, hyps)]
+        return alignments(self.model, srcs, [[h.tokens for h in hs] for hs in hyps], start)
 
 
 async def _inline_or_on_thread(size: int, fn: Callable[..., T], *args: Any) -> T:

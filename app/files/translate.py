@@ -3,6 +3,7 @@ inline tags), placeholder units with the built-in placeholder kinds protected (a
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from app.engine.limits import GREEDY, Decoding
@@ -23,11 +24,12 @@ async def translate_units(engine: Engine, units: list[Unit], decoding: Decoding 
     for i, u in enumerate(units):
         if u.text.strip():
             groups.setdefault((u.markup, u.placeholders), []).append(i)
-    for (markup, placeholders), at in groups.items():
-        done = await engine.translate(
-            [units[i].text for i in at], truncate=True, decoding=decoding, format="html" if markup else "text",
-            protect=PLACEHOLDERS if placeholders else None,
-        )  # fmt: skip
-        for i, t in zip(at, done, strict=True):
+    done = await asyncio.gather(*(
+        engine.translate([units[i].text for i in at], truncate=True, decoding=decoding,
+                         format="html" if markup else "text", protect=PLACEHOLDERS if placeholders else None)
+        for (markup, placeholders), at in groups.items()
+    ))  # fmt: skip  # the kinds decode side by side in the batch
+    for at, translated in zip(groups.values(), done, strict=True):
+        for i, t in zip(at, translated, strict=True):
             out[i] = t.text
     return out

@@ -31,7 +31,7 @@ from app.engine.limits import Decoding
 from app.files import FORMATS, Extracted, FileLimits, Unit
 from app.files.translate import translate_units
 from app.jobs.segments import Segments, chunks, halve, segments, weight
-from app.jobs.share import Share
+from app.jobs.share import Activity, Share
 from app.jobs.store import Job, JobError, JobNotDone, JobStore, UnknownJob
 from app.models import Models
 from app.settings import Settings
@@ -39,6 +39,7 @@ from app.settings import Settings
 log = logging.getLogger("nmt_serve")
 RETRIES = 3  # a chunk that times out or runs out of memory this often fails its job
 BACKOFF_S = (0.5, 5.0)  # the wait before a chunk is sent again (the queue was full), doubling up to the second
+AHEAD = 4  # chunks of a job in flight at once (each a quarter of the share)
 SWEEP_S = 600  # the retention sweep's period at most
 
 
@@ -57,7 +58,8 @@ class Runner:
         self.settings, self.models, self.glossaries, self.clock = settings, models, glossaries, clock
         self.store = JobStore(settings.job_dir or Path(tempfile.gettempdir()))  # without NMT_JOB_DIR: start() makes one
         self.limits = FileLimits(max_bytes=settings.file_max_bytes)
-        self.share = Share(settings.job_segments_in_flight)
+        self.activity = Activity()  # translation requests, which the jobs give way to (the Interactive middleware)
+        self.share = Share(settings.job_segments_in_flight, self.activity)
         self.translate = translate_units  # the engine call for a chunk (a test may wrap it)
         self.local: dict[str, Job] = {}  # the jobs this process queued or runs, as last saved
         self._locks: dict[str, int] = {}
@@ -198,11 +200,7 @@ class Runner:
             extracted, split = await asyncio.to_thread(self._read, job, engine, data)
             if len(split.units) != job.total:
                 job = await self._save(replace(job, total=len(split.units)))
-            translations: list[str] = []
-            size = min(engine.limits.max_batch_texts, self.share.cap)
-            for chunk in chunks(split.units, size, engine.max_request_chars):
-                translations += await self._chunk(engine, chunk, decoding)
-                job = await self._save(replace(job, done=len(translations)))
+            job, translations = await self._translate(job, engine, split.units, decoding)
             written = await asyncio.to_thread(lambda: extracted.write(split.rejoin(translations)))
             await asyncio.to_thread(self.store.write_output, job.id, written)
             await self._save(replace(job, status="done", finished=self.clock()))
@@ -214,6 +212,35 @@ class Runner:
             await self._fail(job, e)
         except Exception as e:  # noqa: BLE001 - a job that fails is saved as failed, with the reason, never lost
             await self._fail(job, e)
+
+    async def _translate(
+        self, job: Job, engine: Engine, units: list[Unit], decoding: Decoding
+    ) -> tuple[Job, list[str]]:
+        """The job as last saved, and the units' translations: chunks of a few, AHEAD of them in flight (the share bounds all jobs' together),
+        so that the job keeps its share of the batch full while each chunk's longest paragraph finishes; the
+        progress is saved as each chunk comes back."""
+        size = max(1, min(engine.limits.max_batch_texts, self.share.cap) // AHEAD)
+        parts = list(chunks(units, size, engine.max_request_chars))
+        out: list[list[str]] = [[] for _ in parts]
+        todo, running, done = iter(range(len(parts))), set(), 0
+
+        async def one(i: int) -> int:
+            out[i] = await self._chunk(engine, parts[i], decoding)
+            return len(parts[i])
+
+        try:
+            while True:
+                while len(running) < AHEAD and (i := next(todo, None)) is not None:
+                    running.add(asyncio.create_task(one(i)))
+                if not running:
+                    return job, [t for part in out for t in part]
+                finished, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                done += sum(t.result() for t in finished)  # a chunk's error fails the job
+                job = await self._save(replace(job, done=done))
+        finally:
+            for t in running:
+                t.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
 
     def _read(self, job: Job, engine: Engine, data: bytes) -> tuple[Extracted, Segments]:
         """On a thread: the upload read by its format again (told the language it is translated into, which PO and

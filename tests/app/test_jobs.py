@@ -14,7 +14,7 @@ import pytest
 from app.engine import EngineFailure
 from app.files import Unit
 from app.jobs.segments import chunks, halve, segments
-from app.jobs.share import Share
+from app.jobs.share import QUIET_S, Activity, Share
 from app.jobs.store import Job, JobStore, JobStoreFailed, new_id
 from app.settings import Settings
 from model.checkpoint import read_metadata
@@ -254,3 +254,27 @@ async def test_files_need_the_api_key_as_translate_does_and_pages_of_other_origi
         assert {"location", "content-disposition"} <= set(
             r.headers["access-control-expose-headers"].lower().split(", ")
         )
+
+
+async def test_the_share_gives_way_while_people_are_translating():
+    now = [100.0]
+    activity = Activity(clock=lambda: now[0])
+    share = Share(8, activity)
+    assert (share.now, share.busy_cap) == (8, 2)
+    activity.in_flight = 1
+    assert share.now == 2
+    activity.in_flight, activity.last = 0, now[0]
+    now[0] += QUIET_S / 2
+    assert share.now == 2  # a client's next request is on its way
+    now[0] += QUIET_S
+    assert share.now == 8
+    activity.in_flight = 1
+    async with share.take(3):  # larger than the busy cap: it goes when nothing else is in flight
+        assert share.in_flight == 3
+        waiting = asyncio.create_task(share.take(1).__aenter__())
+        await asyncio.sleep(0)
+        assert not waiting.done()  # 3 + 1 is over the busy cap of 2
+        activity.in_flight = 0
+        now[0] += 2 * QUIET_S
+    await waiting
+    assert share.in_flight == 1

@@ -7,7 +7,7 @@ import torch
 
 from model.batch import RowBatch, decode
 from model.decoding import KVCache, greedy_decode
-from model.search import DecodingOptions, beam_search_reference
+from model.search import DecodingOptions, alignment, alignments, beam_search_reference
 
 BEAMS = [(2, 0.0), (2, 1.0), (2, 1.2), (4, 0.0), (4, 1.0), (4, 1.2), (5, 0.0), (5, 1.0), (5, 1.2)]
 
@@ -138,3 +138,15 @@ def test_searches_of_every_kind_joining_a_running_batch_equal_their_runs_alone(t
             batch.step()
     for (src, options), s in zip(jobs, searches):
         same(s.results(), decode(model, [src], [budget(src)], options)[0])
+
+
+def test_alignments_in_one_padded_pass_equal_each_sources_own(trained, sources):
+    """What the engine aligns a request's sentences with: the per-source alignment, without a pass per source."""
+    model, _ = trained
+    srcs = sources[:40]
+    hyps = [[h.tokens for h in hs] for hs in decode(model, srcs, [30] * len(srcs), DecodingOptions(2, 2))]
+    start = (5,)  # a many-to-many model's target language, fed first
+    with torch.inference_mode():
+        for at in ((), start):
+            assert alignments(model, srcs, hyps, at) == [alignment(model, s, h, at) for s, h in zip(srcs, hyps)]
+    assert alignments(model, [srcs[0]], [[]]) == [[]]
