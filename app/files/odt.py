@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Runs, encode, worth
+from app.files.runs import Builder, Runs, encode, rewritten, worth
 
 _TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
 _OFFICE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}"
@@ -72,15 +72,10 @@ class OdtFile:
     written: bool = False
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
         if self.written:  # the first write moved this document's elements: write a fresh one
             return _parsed(self.container, self.limits).write(translations)
         self.written = True
-        changed: dict[etree._Element, dict[int, tuple[_Stretch, list]]] = {}
-        for s, text in zip(self.stretches, translations, strict=True):
-            if text != s.runs.unit.text:
-                changed.setdefault(s.paragraph, {})[s.first] = (s, s.runs.decode(text))
+        changed = rewritten(self.stretches, translations, self.units)
         for paragraph, stretches in changed.items():
             _rebuild(paragraph, next(iter(stretches.values()))[0].atoms, stretches)
         touched = {p.getroottree().getroot() for p in changed}

@@ -24,7 +24,7 @@ import pptx
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Runs, encode, worth
+from app.files.runs import Builder, Runs, encode, rewritten, worth
 
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 _P, _R, _T, _RPR = _A + "p", _A + "r", _A + "t", _A + "rPr"
@@ -52,15 +52,10 @@ class PowerPointFile:
     written: bool = False
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
         if self.written:  # the first write moved this presentation's elements: write a fresh one
             return read(self.data, self.limits).write(translations)
         self.written = True
-        changed: dict[etree._Element, dict[int, tuple[_Stretch, list]]] = {}
-        for s, text in zip(self.stretches, translations, strict=True):
-            if text != s.runs.unit.text:
-                changed.setdefault(s.paragraph, {})[s.first] = (s, s.runs.decode(text))
+        changed = rewritten(self.stretches, translations, self.units)
         for paragraph, stretches in changed.items():
             _rebuild(paragraph, stretches)
         out = io.BytesIO()

@@ -128,6 +128,18 @@ def _merged(pieces: list[tuple[str, int]]) -> list[tuple[str, int]]:
     return out
 
 
+def rewritten(stretches: Iterable, translations: list[str], units: list[Unit]) -> dict:
+    """The stretches to write anew, by the paragraph (`paragraph`) they are in and then their first item (`first`),
+    each with its translation read back into runs: only those whose translation is not their own text."""
+    if len(translations) != len(units):
+        raise ValueError(f"{len(units)} units, {len(translations)} translations")
+    changed: dict = {}
+    for s, text in zip(stretches, translations, strict=True):
+        if text != s.runs.unit.text:
+            changed.setdefault(s.paragraph, {})[s.first] = (s, s.runs.decode(text))
+    return changed
+
+
 class _Fragment(HTMLParser):
     """A translated fragment's text, each piece with the number of the innermost tag around it that names a format."""
 

@@ -32,7 +32,7 @@ from docx.opc.constants import CONTENT_TYPE as CT
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Runs, encode, worth
+from app.files.runs import Builder, Runs, encode, rewritten, worth
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _R, _T, _RPR, _LINK = _W + "r", _W + "t", _W + "rPr", _W + "hyperlink"
@@ -59,6 +59,11 @@ class _Stretch:
     runs: Runs
     chains: dict  # a format's chain: that of its first run
 
+    @property
+    def paragraph(self) -> etree._Element:
+        """The flow it is in (what runs.rewritten groups stretches by)."""
+        return self.flow
+
 
 @dataclass
 class WordFile:
@@ -71,15 +76,10 @@ class WordFile:
     written: bool = False
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
         if self.written:  # the first write moved this document's elements: write a fresh one
             return read(self.data, self.limits).write(translations)
         self.written = True
-        changed: dict[etree._Element, dict[int, tuple[_Stretch, list]]] = {}
-        for s, text in zip(self.stretches, translations, strict=True):
-            if text != s.runs.unit.text:
-                changed.setdefault(s.flow, {})[s.first] = (s, s.runs.decode(text))
+        changed = rewritten(self.stretches, translations, self.units)
         for flow, stretches in changed.items():
             _rebuild(flow, next(iter(stretches.values()))[0].atoms, stretches)
         roots = {flow.getroottree().getroot() for flow in changed}
