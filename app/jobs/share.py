@@ -8,7 +8,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -70,7 +70,8 @@ class Share:
                 if granted.done() and not granted.cancelled():  # granted as it was cancelled: give it back
                     self._give(n)
                 else:
-                    self._waiting.remove((n, granted))
+                    with suppress(ValueError):  # _wake may have passed over it already
+                        self._waiting.remove((n, granted))
                     self._wake()
                 raise
         else:
@@ -92,5 +93,7 @@ class Share:
     def _wake(self) -> None:
         while self._waiting and self._fits(self._waiting[0][0]):
             n, granted = self._waiting.popleft()
+            if granted.done():  # cancelled while it waited (its task has not run its handler yet): nothing to grant
+                continue
             self.in_flight += n
             granted.set_result(None)
