@@ -14,7 +14,7 @@ Starts `nmt-serve` (the bundled checkpoint by default, NMT_COMPILE=off, a free p
 - http: request heads over 64 KB (431), chunked bodies (200, and 413 over 1 MB), a body without a length (422 for
   the empty POST, then 400 for the bytes after it), 100 slowloris heads trickled for 3 s while fresh connections
   translate, then completed (200).
-- hostile: tests/app/test_hostile.py's LIVE bodies (when the tests are importable; a few of them otherwise), each
+- hostile: tests/app/hostile.py's LIVE bodies (when the tests are importable; a few of them otherwise), each
   followed by a translation on the same connection.
 - hostile-structure: bench/hostile_shapes.py's corpus (markup nested thousands deep, `<br>` storms, many tiny
   sentences, one huge sentence, forms, ids past the vocabulary, at the default limits, and malformed variants) sent
@@ -61,7 +61,7 @@ from bench.server import HOST, Server  # noqa: E402
 TEXT = "A man is riding a bike."
 STREAMED = "Two young men are playing football in a park. A dog runs after the ball."
 TIMEOUT = 60  # seconds a client waits for an answer before counting it lost
-BUNDLED_HOSTILE = [  # (path, body, content type, status): used when tests/app/test_hostile.py cannot be imported
+BUNDLED_HOSTILE = [  # (path, body, content type, status): used when tests/app/hostile.py cannot be imported
     ("/translate", b'{"text": ' + b"[" * 5000 + b"]" * 5000 + b"}", "application/json", 422),
     ("/translate", b'{"text": "\\ud800 dog </s>"}', "application/json", 200),
     ("/tokenize", b'{"text": "\xff"}', "application/json", 422),
@@ -371,10 +371,10 @@ async def http_edges(server: Server, repeat: int = 10) -> Tally:
 
 def hostile_bodies() -> tuple[list, str]:
     try:
-        from tests.app.test_hostile import LIVE
+        from tests.app.hostile import LIVE
 
-        return LIVE, "tests/app/test_hostile.py LIVE"
-    except ImportError:  # the test extra (hypothesis, pytest) is not installed
+        return LIVE, "tests/app/hostile.py LIVE"
+    except ImportError:  # the tests are not there
         return BUNDLED_HOSTILE, "bench/chaos.py's own list"
 
 

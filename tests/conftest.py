@@ -16,6 +16,9 @@ from model.tokenizer import Tokenizer
 from model.transformer import Transformer, TransformerConfig
 from tests.synthetic import synthetic_pairs
 
+# The helpers the tests share assert as the tests themselves do: pytest rewrites their asserts too, so that a failing
+# one shows its values. (Registered before anything imports them.)
+pytest.register_assert_rewrite("tests.app.helpers", "tests.app.files_api", "tests.app.libre")
 torch.set_num_threads(1)  # tiny models: threads cost more than they give, and tests run side by side
 # Servers in tests (in-process and child processes) run the eager model: compiling the graphs takes
 # tens of seconds each time. tests/model/test_compile.py and tests/app/test_compiled.py compile on purpose.

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
-import httpx
 import pytest
 import torch
 
 from app.settings import Settings
 from model.evaluate import translate_corpus
 from tests.app.conftest import StepGate, serve
-from tests.app.test_batcher import until
+from tests.app.helpers import (
+    SENTENCES,
+    assert_attention_of_the_served_translation,
+    assert_stream_matches,
+    sse,
+    stream_and_plain,
+    until,
+)
 
 pytestmark = pytest.mark.anyio
-SENTENCES = [
-    "A man is riding a bike.",
-    "Two girls are playing in the park.",
-    "The cat sleeps.",
-    "A dog runs near the water.",
-]
 
 
 async def test_health_and_ready(app, client):
@@ -185,35 +184,6 @@ async def test_a_short_request_joins_a_long_one_mid_decode_and_leaves_first(clie
     assert gate.sizes == [1] * joined + [2] * together + [1] * (40 - joined - together)  # then the long one went on
 
 
-def sse(r: httpx.Response) -> list[dict]:
-    """The events of a text/event-stream response."""
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
-    chunks = r.text.split("\n\n")
-    assert chunks[-1] == "" and all(c.startswith("data: ") for c in chunks[:-1]), r.text
-    return [json.loads(c.removeprefix("data: ")) for c in chunks[:-1]]
-
-
-def assert_stream_matches(events: list[dict], plain: dict) -> None:
-    """One event per generated token, text_so_far growing by each token's text, then the plain translation."""
-    *tokens, last = events
-    t = plain["translations"][0]
-    assert [e["index"] for e in tokens] == list(range(len(t["token_ids"])))
-    assert [e["token"]["id"] for e in tokens] == t["token_ids"]
-    shown = ""
-    for e in tokens:
-        assert set(e) == {"index", "token", "text_so_far"} and e["text_so_far"] == shown + e["token"]["text"]
-        shown = e["text_so_far"]
-    assert last["text"].startswith(shown)
-    assert last == {"text": t["text"], "finish_reason": t["finish_reason"], "usage": plain["usage"], "truncated": False,
-                    "calibrated": plain["calibrated"], "confidence": pytest.approx(t["confidence"], abs=1.5e-3),
-                    "flags": t["flags"]}  # fmt: skip
-
-
-async def stream_and_plain(client, body: dict) -> tuple[list[dict], dict]:
-    plain = (await client.post("/translate", json={**body, "return_tokens": True})).json()
-    return sse(await client.post("/translate", json={**body, "stream": True})), plain
-
-
 async def test_a_stream_sends_each_token_then_the_plain_translation_byte_pieces_included(client, tokenizer):
     pieces = []
     for text in [*SENTENCES, "A café, 42 years old — naïve!", "Zwei Männer!"]:
@@ -248,30 +218,6 @@ async def test_a_stream_of_a_list_is_refused(client):
     body = r.json()
     assert (r.status_code, body["type"]) == (422, "validation_error")
     assert "stream needs a single text, got a list of 2" in body["error"]
-
-
-async def assert_attention_of_the_served_translation(client, config, tokenizer, text: str) -> None:
-    """/attention on `text`: its tokens, the served translation, every layer's (heads, queries, keys) weights with
-    rows summing to one, and <s> seeing no later token."""
-    c = config
-    body = (await client.post("/attention", json={"text": text})).json()
-    S, T = len(body["encoder_tokens"]), len(body["decoder_tokens"])
-    assert body["encoder_tokens"] == [tokenizer.id_to_token(i) for i in tokenizer.encode(text)]
-    assert body["decoder_tokens"][0] == "<s>" and "</s>" not in body["decoder_tokens"]
-    served = (await client.post("/translate", json={"text": text})).json()["translations"][0]["text"]
-    assert body["translation"] == served
-    for key, (L, Q, K) in {
-        "encoder_attention": (c.n_encoder_layers, S, S),
-        "decoder_attention": (c.n_decoder_layers, T, T),
-        "cross_attention": (c.n_decoder_layers, T, S),
-    }.items():
-        w = body[key]
-        assert (len(w), len(w[0]), len(w[0][0]), len(w[0][0][0])) == (L, c.n_heads, Q, K)
-        for layer in w:
-            for head in layer:
-                assert all(abs(sum(row) - 1) < 1e-3 for row in head)
-    future = body["decoder_attention"][0][0][0][1:]
-    assert all(x == 0 for x in future)  # <s> cannot see later tokens
 
 
 async def test_attention_shapes_rows_and_tokens(client, tiny_model, tokenizer):

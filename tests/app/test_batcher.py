@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
-import time
 
 import pytest
 import torch
@@ -14,12 +13,9 @@ from app.engine.errors import EngineFailure, EngineUnavailable, OutOfMemory, Que
 from app.engine.scheduler import MAX_OOM_RETRIES, Batcher
 from model.decoding import greedy_decode
 from tests.app.conftest import StepGate, failing_on_step
+from tests.app.helpers import TEXTS, slow, until
 
 pytestmark = pytest.mark.anyio
-TEXTS = [
-    "A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps.", "A dog runs near the water.",
-    "An old man is standing in the snow.", "Three people eat.", "Hi", "The boy is jumping at the beach near the water.",
-]  # fmt: skip
 
 
 def ends_early(tiny_model):
@@ -32,19 +28,6 @@ def ends_early(tiny_model):
         pos, src_len = cache.positions[:n].clone(), cache.src_keep[:n].sum(1)  # (N,), (N,)
         ids, logprobs = real(tokens, cache)  # (N,), (N,)
         return torch.where(pos == src_len % 7 + 2, eos, ids), logprobs
-
-    m.decode_greedy = decode_greedy
-    return m
-
-
-def slow(tiny_model, seconds: float = 0.002):
-    """A copy of the tiny model whose decoder step takes a little while, so a test can act mid-sequence."""
-    m = copy.deepcopy(tiny_model)
-    real = m.decode_greedy
-
-    def decode_greedy(tokens, cache):
-        time.sleep(seconds)
-        return real(tokens, cache)
 
     m.decode_greedy = decode_greedy
     return m
@@ -64,13 +47,6 @@ def batcher(model, max_batch_size=32, max_len=60, prefill_tokens=2048, max_queue
 def alone(model, src: list[int], budget: int):
     (h,) = greedy_decode(model, torch.tensor([src]), budget)
     return h
-
-
-async def until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.001)
 
 
 async def test_staggered_sequences_through_a_small_cache_equal_greedy_alone(tiny_model, sources):

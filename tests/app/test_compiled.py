@@ -7,7 +7,7 @@ import torch
 
 from app.settings import Settings
 from tests.app.conftest import StepGate, serve
-from tests.app.test_api import assert_stream_matches, sse
+from tests.app.helpers import assert_stream_matches, sse
 
 pytestmark = pytest.mark.anyio
 TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps.", "Hi", ""]

@@ -14,7 +14,7 @@ import pytest
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from model.confidence import CALIBRATION
 from tests.app.conftest import serve
-from tests.app.test_main import assert_error
+from tests.app.helpers import assert_error
 
 pytestmark = pytest.mark.anyio
 GOOD, BAD = "A man is riding a bike.", "Hello world"  # the second comes back as "Welt Welt Welt Welt."

@@ -29,9 +29,8 @@ import torch
 import model.compile as model_compile
 from app.settings import Settings
 from tests.app.conftest import StepGate, serve
+from tests.app.helpers import assert_stream_matches, sse, until
 from tests.app.live import env, free_port, nmt_serve
-from tests.app.test_api import assert_stream_matches, sse
-from tests.app.test_batcher import until
 
 TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps."]
 # One row at a time: three graphs (the greedy step, the prefill, the full step) keep compiling under a minute

@@ -9,7 +9,7 @@ import pytest
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from model.search import DecodingOptions, beam_search_reference
 from tests.app.conftest import serve
-from tests.app.test_api import SENTENCES, sse
+from tests.app.helpers import SENTENCES, sse
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from app.settings import Settings
 from tests.app.conftest import StepGate, serve
-from tests.app.test_api import assert_stream_matches, stream_and_plain
+from tests.app.helpers import assert_stream_matches, stream_and_plain
 from tests.synthetic import synthetic_pairs
 
 pytestmark = pytest.mark.anyio

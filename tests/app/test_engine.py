@@ -18,7 +18,7 @@ from app.engine import (
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from model.checkpoint import load_checkpoint
 from model.evaluate import max_new_tokens_for, translate_corpus
-from tests.app.test_batcher import TEXTS, slow, until
+from tests.app.helpers import TEXTS, slow, until
 
 pytestmark = pytest.mark.anyio
 

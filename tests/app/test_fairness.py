@@ -8,7 +8,7 @@ import pytest
 
 from app.settings import Settings
 from tests.app.conftest import StepGate, serve
-from tests.app.test_batcher import until
+from tests.app.helpers import until
 from tests.synthetic import synthetic_pairs
 
 pytestmark = pytest.mark.anyio

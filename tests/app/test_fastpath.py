@@ -9,7 +9,7 @@ import pytest
 from app.fastpath import FastTranslate
 from app.settings import Settings
 from tests.app.conftest import serve
-from tests.app.test_main import assert_error
+from tests.app.helpers import assert_error, full_app_only
 
 pytestmark = pytest.mark.anyio
 LONG = "A man in a red shirt rides a bike down the hill. " * 20  # over the tiny settings' 64 source tokens
@@ -26,10 +26,6 @@ def taken(monkeypatch) -> list[dict]:
 
     monkeypatch.setattr(FastTranslate, "translate", translate)
     return seen
-
-
-def full_app_only(monkeypatch) -> None:
-    monkeypatch.setattr(FastTranslate, "_plain", lambda self, scope: False)
 
 
 PLAIN = [

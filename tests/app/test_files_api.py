@@ -8,23 +8,17 @@ import asyncio
 import importlib.util
 import json
 import re
+import time
 
 import pytest
 
 from app.settings import Settings
 from tests.app.conftest import serve
-from tests.app.test_batcher import until
-from tests.synthetic import synthetic_pairs
+from tests.app.files_api import PARAGRAPHS, finished, ours, text_file, upload
+from tests.app.helpers import until
 
 pytestmark = pytest.mark.anyio
-PARAGRAPHS = [en for en, _ in synthetic_pairs(24, seed=5)]
 CAP = 3  # NMT_JOB_SEGMENTS_IN_FLIGHT here
-
-
-def text_file(paragraphs: list[str]) -> bytes:
-    """Paragraphs between blank lines, one of them of two lines, with CRLF and trailing blank lines."""
-    body = "\n\n".join(paragraphs[:-2]) + f"\r\n\r\n{paragraphs[-2]}\n{paragraphs[-1]}\n\n"
-    return body.encode()
 
 
 @pytest.fixture(scope="module")
@@ -40,28 +34,6 @@ async def served(trained_checkpoint, tmp_path_factory):
 @pytest.fixture
 def client(served):
     return served[1]
-
-
-async def finished(client, job_id: str) -> dict:
-    for _ in range(600):
-        job = (await client.get(f"/files/{job_id}")).json()
-        if job["status"] in ("done", "failed"):
-            return job
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"the job {job_id} did not finish: {job}")
-
-
-async def upload(client, data: bytes, name: str = "report.txt", **fields) -> dict:
-    r = await client.post("/files", files={"file": (name, data)}, data=fields)
-    assert r.status_code == 202, r.text
-    assert r.headers["location"] == f"/files/{r.json()['id']}"
-    return r.json()
-
-
-async def ours(client, texts: list[str]) -> list[str]:
-    r = await client.post("/translate", json={"text": texts})
-    assert r.status_code == 200, r.text
-    return [t["text"] for t in r.json()["translations"]]
 
 
 async def test_a_text_file_comes_back_as_translate_translates_its_paragraphs(client):
@@ -186,7 +158,9 @@ async def test_interactive_requests_are_answered_while_a_big_job_runs_and_the_jo
     monkeypatch.setattr(app.state.jobs, "translate", counted)
     big = text_file(PARAGRAPHS * 4)
     jobs = [await upload(client, big, name=f"big{i}.txt") for i in range(3)]  # two run at once, one waits
+    deadline = time.monotonic() + 120
     while any(app.state.jobs.local.get(j["id"]) for j in jobs):
+        assert time.monotonic() < deadline, [app.state.jobs.local.get(j["id"]) for j in jobs]  # never a hang
         r = await client.post("/translate", json={"text": PARAGRAPHS[0]})
         assert r.status_code == 200
         seen["interactive"] += 1

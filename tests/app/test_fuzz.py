@@ -21,6 +21,7 @@ from schemathesis.specs.openapi.checks import (
 
 from app.main import create_app
 from app.settings import Settings
+from tests.app.helpers import assert_handled
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 json_values = st.recursive(
@@ -87,15 +88,6 @@ def bodies(path: str) -> st.SearchStrategy:
     extra = st.dictionaries(st.text(max_size=8), json_values, max_size=2)
     with_extra = st.tuples(anything, extra).map(lambda pair: {**pair[1], **pair[0]})
     return st.one_of(well_typed, well_typed, anything, with_extra, json_values)
-
-
-def assert_handled(r, path: str = "") -> None:
-    """No 5xx, and an error is `{"error", "type"}`, or DeepL's `{"message", "type"}` on its API."""
-    assert r.status_code < 500, r.text
-    if r.status_code >= 400:
-        body = r.json()
-        message = body["message"] if path.startswith(("/deepl/", "/v2/")) else body["error"]
-        assert isinstance(message, str) and message and isinstance(body["type"], str), body
 
 
 def fuzz_json_bodies(path: str):

@@ -178,7 +178,7 @@ async def test_the_bundled_model_puts_a_glossarys_target_terms_in_its_translatio
 async def test_the_terms_are_forced_in_documents_html_streams_and_beams_and_a_glossary_that_matches_nothing_changes_nothing(
     tmp_path,
 ):  # fmt: skip
-    from tests.app.test_api import sse
+    from tests.app.helpers import sse
 
     document = "A man is riding a bike. Two dogs are playing in the snow.\n\nA woman reads a book."
     glossary = {"bike": "Velo", "dogs": "Köter", "book": "Schmöker"}

@@ -17,13 +17,12 @@ from app.settings import MAX_BODY_BYTES, Settings
 from model.checkpoint import load_checkpoint
 from model.evaluate import translate_corpus
 from model.tokenizer import BOS, EOS, PAD, UNK
+from tests.app.helpers import assert_error, full_app_only
+from tests.app.hostile import DEEP, DEEPL, LIBRE, LIVE
 from tests.app.live import start_server, wait_ready
-from tests.app.test_fastpath import full_app_only
-from tests.app.test_main import assert_error
 
 pytestmark = pytest.mark.anyio
 HOSTILE = hypothesis.settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
-LIBRE, DEEPL = "/libretranslate", "/deepl"
 VALID = {  # a request each POST endpoint accepts, to mutate; the LibreTranslate ones translate with `fr` (en->fr)
     "/translate": {"text": ["A dog runs.", "Two </s> cats."], "max_new_tokens": 5, "return_tokens": True,
                    "min_confidence": 0.1, "return_signals": True, "return_word_confidence": True,
@@ -73,7 +72,6 @@ CONTENT_TYPES = [
     "application/vnd.api+json", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
     "multipart/form-data; boundary=xyz", "*/*", "", None,
 ]  # fmt: skip
-DEEP = 5000
 
 
 @pytest.fixture(scope="module")
@@ -478,21 +476,6 @@ def live(tiny_checkpoint):
     finally:
         proc.kill()
         proc.wait()
-
-
-LIVE = [  # (path, body, content type, status)
-    ("/translate", b'{"text": ' + b"[" * DEEP + b"]" * DEEP + b"}", "application/json", 422),
-    ("/translate", b'{"text": "\\ud800 dog </s>"}', "application/json", 200),
-    ("/translate", b'{"text": "\xed\xa0\x80"}', "application/json", 200),
-    ("/tokenize", b'{"text": "\xff"}', "application/json", 422),
-    ("/tokenize", b'{"text": "a\x00"}', "application/json", 422),
-    ("/attention", b'{"text": "a", "target": "\\udfff"}', "application/json", 200),
-    ("/detokenize", b'{"ids": [' + b"9" * 5000 + b"]}", "application/json", 422),
-    ("/translate", b"", "application/json", 422),
-    ("/translate", b'{"text": "a"}', "text/plain", 422),
-    (f"{LIBRE}/translate", b'{"q": ' + b"[" * DEEP + b"]" * DEEP + b"}", "application/json", 400),
-    (f"{LIBRE}/translate", b'{"q": "\\ud800", "source": "en", "target": "\\ud800"}', "application/json", 400),
-]
 
 
 @pytest.mark.parametrize("path, body, content_type, status", LIVE, ids=[f"{p} {b[:24]!r}" for p, b, _, _ in LIVE])

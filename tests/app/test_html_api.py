@@ -5,7 +5,7 @@ import re
 import pytest
 
 from app.html import parse
-from tests.app.test_main import assert_error
+from tests.app.helpers import assert_error
 from tests.synthetic import synthetic_pairs
 
 pytestmark = pytest.mark.anyio

@@ -19,8 +19,8 @@ from app.jobs.store import Job, JobStore, JobStoreFailed, new_id
 from app.settings import Settings
 from model.checkpoint import read_metadata
 from tests.app.conftest import serve
-from tests.app.test_batcher import until
-from tests.app.test_files_api import PARAGRAPHS, finished, ours, text_file, upload
+from tests.app.files_api import PARAGRAPHS, finished, ours, text_file, upload
+from tests.app.helpers import until
 
 pytestmark = pytest.mark.anyio
 
@@ -278,3 +278,27 @@ async def test_the_share_gives_way_while_people_are_translating():
         now[0] += 2 * QUIET_S
     await waiting
     assert share.in_flight == 1
+
+
+async def test_waiters_cancelled_together_leave_nothing_taken():
+    """A job deleted while its chunks wait: each waiter is cancelled, some as the one in flight gives its place back;
+    none of their places stays taken (a leak would hold every later job back)."""
+    share = Share(2)
+    release = asyncio.Event()
+
+    async def take(n: int, hold: asyncio.Event | None = None):
+        async with share.take(n):
+            if hold is not None:
+                await hold.wait()
+
+    first = asyncio.create_task(take(2, release))
+    await until(lambda: share.in_flight == 2)
+    waiters = [asyncio.create_task(take(1)) for _ in range(4)]
+    await asyncio.sleep(0)
+    release.set()  # the first gives its places back and wakes waiters in the same turn they are cancelled
+    for w in waiters:
+        w.cancel()
+    await asyncio.gather(first, *waiters, return_exceptions=True)
+    assert share.in_flight == 0 and not share._waiting
+    async with share.take(2):  # the full share is there for the next job
+        assert share.in_flight == 2

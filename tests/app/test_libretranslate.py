@@ -18,6 +18,7 @@ from app.engine import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
 from app.jobs.intake import extensions
 from app.settings import Settings
 from tests.app.conftest import serve
+from tests.app.libre import ours
 from tests.app.live import start_server, wait_ready
 
 ENGLISH = "A man is playing near the water."
@@ -47,13 +48,6 @@ def servers(trained_checkpoint, french):
 @pytest.fixture(scope="module")
 def base(servers) -> str:
     return servers["open"]
-
-
-def ours(base: str, text: str | list[str], headers: dict | None = None, **body) -> list[dict]:
-    """Our own /translate's translations of `text`."""
-    r = httpx.post(f"{base}/translate", json={"text": text, **body}, headers=headers, timeout=30)
-    assert r.status_code == 200, r.text
-    return r.json()["translations"]
 
 
 def lt(base: str, path: str, **kw) -> httpx.Response:

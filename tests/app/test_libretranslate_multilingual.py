@@ -9,8 +9,8 @@ import pytest
 from deep_translator import LibreTranslator
 from libretranslatepy import LibreTranslateAPI
 
+from tests.app.libre import ours
 from tests.app.live import start_server, wait_ready
-from tests.app.test_libretranslate import ours
 from tests.importers.marian_fixture import held_out_sentences
 from tests.importers.multilingual_fixture import import_all, model_directories
 

@@ -15,18 +15,9 @@ from app.engine import Engine
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import StepGate, failing_on_step, serve
-from tests.app.test_api import sse
-from tests.app.test_batcher import until
+from tests.app.helpers import assert_error, sse, until
 
 pytestmark = pytest.mark.anyio
-
-
-def assert_error(r: httpx.Response, status: int, kind: str, *words: str) -> str:
-    body = r.json()
-    assert (r.status_code, set(body), body["type"]) == (status, {"error", "type"}, kind), body
-    for w in words:
-        assert w in body["error"], body["error"]
-    return body["error"]
 
 
 @pytest.mark.parametrize(

@@ -5,26 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import Metrics
-from tests.app.test_api import sse
+from tests.app.helpers import scrape, sse, value
 
 pytestmark = pytest.mark.anyio
-
-
-async def scrape(client) -> dict[tuple[str, tuple], float]:
-    r = await client.get("/metrics")
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(r.text)
-        for s in family.samples
-    }
-
-
-def value(samples: dict, name: str, **labels) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 async def test_metrics_expose_every_series_with_sensible_values_after_traffic(app, client):

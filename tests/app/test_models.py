@@ -10,8 +10,7 @@ import pytest
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import StepGate, serve
-from tests.app.test_main import assert_error
-from tests.app.test_metrics import scrape, value
+from tests.app.helpers import assert_error, scrape, value
 
 pytestmark = pytest.mark.anyio
 TEXT = "A man is riding a bike."

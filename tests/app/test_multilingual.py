@@ -14,18 +14,17 @@ from hypothesis import strategies as st
 
 from app.settings import Settings
 from tests.app.conftest import serve
-from tests.app.test_fuzz import assert_handled
+from tests.app.helpers import assert_handled
+from tests.app.multilingual import BUDGET, PER_DIRECTION, generate
 from tests.importers.marian_fixture import held_out_sentences
 from tests.importers.multilingual_fixture import import_all, model_directories
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 pytestmark = pytest.mark.anyio
-BUDGET = 12
 # (source as the request names it, its NLLB code, target as the request names it, its code, the sentences' language)
 DIRECTIONS = [("de", "deu_Latn", "fra", "fra_Latn", "de"), ("eng_Latn", "eng_Latn", "de-DE", "deu_Latn", "en"),
               ("FR", "fra_Latn", "en", "eng_Latn", "fr")]  # fmt: skip
-PER_DIRECTION = 12
 
 
 @pytest.fixture(scope="module")
@@ -55,20 +54,6 @@ async def served(dirs):
 @pytest.fixture
 def client(served):
     return served[1]
-
-
-def generate(hf, dirs, src: str, tgt: str, texts: list[str], **kwargs) -> tuple[list[list[int]], list[str]]:
-    """transformers' tokens (without the forced code and </s>) and texts for `texts` from src into tgt."""
-    tok = transformers.AutoTokenizer.from_pretrained(str(dirs[0]), src_lang=src, tgt_lang=tgt)
-    code = tok.convert_tokens_to_ids(tgt)
-    ids, out = [], []
-    with torch.inference_mode():
-        for text in texts:
-            got = hf.generate(**tok(text, return_tensors="pt"), forced_bos_token_id=code, max_new_tokens=BUDGET + 1,
-                              do_sample=False, early_stopping=True, **kwargs)[0].tolist()  # fmt: skip
-            ids.append(got[2 : len(got) - (got[-1] == 2)])
-            out.append(tok.batch_decode([ids[-1]], skip_special_tokens=True)[0].strip())
-    return ids, out
 
 
 async def test_three_directions_at_once_give_generates_tokens_and_text_in_one_running_batch(served, client, hf, dirs):

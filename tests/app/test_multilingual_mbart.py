@@ -10,7 +10,7 @@ import pytest
 
 from app.settings import Settings
 from tests.app.conftest import serve
-from tests.app.test_multilingual import BUDGET, PER_DIRECTION, generate
+from tests.app.multilingual import BUDGET, PER_DIRECTION, generate
 from tests.importers.marian_fixture import held_out_sentences
 from tests.importers.multilingual_fixture import import_all, model_directories
 

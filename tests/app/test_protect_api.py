@@ -11,8 +11,7 @@ import pytest
 
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from tests.app.conftest import serve
-from tests.app.test_api import sse
-from tests.app.test_main import assert_error
+from tests.app.helpers import assert_error, sse
 from tests.synthetic import synthetic_pairs
 
 pytestmark = pytest.mark.anyio

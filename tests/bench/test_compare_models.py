@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.helpers import SENTENCES
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-SENTENCES = ["A dog runs in the park.", "Two men play chess.", "A girl in a red dress.", "People walk.", "A cat."]
 
 
 def compare(tmp_path, new, baseline, *extra):

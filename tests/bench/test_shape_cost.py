@@ -11,7 +11,7 @@ import torch
 
 from model.checkpoint import load_checkpoint
 from model.decoding import greedy_decode
-from tests.bench.test_compare_models import SENTENCES
+from tests.bench.helpers import SENTENCES
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

@@ -11,7 +11,7 @@ import pytest
 from app.engine import Engine
 from app.settings import Settings
 from model.tokenizer import read_lines
-from tests.app.test_batcher import TEXTS
+from tests.app.helpers import TEXTS
 from tests.cuda.conftest import CUDA, DATA_DIR, DEVICE, ON_CUDA, TEST2016, cuda_only, float32_without_tf32
 
 pytestmark = [*CUDA, pytest.mark.anyio]

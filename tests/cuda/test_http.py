@@ -16,7 +16,7 @@ from app.main import create_app
 from app.settings import Settings
 from model.cuda_graphs import FAMILIES, graph_name, row_buckets, window_buckets
 from tests.app.conftest import serve
-from tests.app.test_api import (
+from tests.app.helpers import (
     SENTENCES,
     assert_attention_of_the_served_translation,
     assert_stream_matches,

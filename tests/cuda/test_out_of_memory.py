@@ -24,7 +24,7 @@ from app.engine import Engine
 from app.settings import Settings
 from model.tokenizer import read_lines
 from tests.app.conftest import serve
-from tests.app.test_batcher import TEXTS, until
+from tests.app.helpers import TEXTS, until
 from tests.cuda.conftest import CUDA, DATA_DIR, DEVICE, ON_CUDA, TEST2016
 
 pytestmark = [*CUDA, pytest.mark.anyio]

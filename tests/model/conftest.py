@@ -12,3 +12,9 @@ def trained(trained_checkpoint):
     """A briefly trained tiny model (it ends its outputs with </s>) and its tokenizer."""
     model, tokenizer, _ = load_checkpoint(trained_checkpoint)
     return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def eos_model(trained_checkpoint):
+    """A briefly trained tiny model: it ends its outputs with </s>, at different steps for different rows."""
+    return load_checkpoint(trained_checkpoint)[0]

@@ -19,7 +19,7 @@ from model.compile import compile_graphs, compile_model, environment, row_ranges
 from model.decoding import KVCache, greedy_decode
 from model.screen import LogitScreen
 from model.search import DecodingOptions
-from tests.model.test_decoding import SOURCES, batch
+from tests.model.helpers import SOURCES, batch
 
 MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
 LONGEST = [list(range(40, 55)) + [2]]  # 16 tokens: the cache's whole source window

@@ -10,7 +10,7 @@ from model.compile import adopt, uncompile
 from model.cuda_graphs import GraphedSteps, bucket, capture_graphs, row_buckets, window_buckets
 from model.decoding import KVCache, greedy_decode
 from model.search import DecodingOptions
-from tests.model.test_decoding import SOURCES, batch
+from tests.model.helpers import SOURCES, batch
 
 MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2], list(range(40, 79)) + [2]]
 

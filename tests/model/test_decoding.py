@@ -1,25 +1,9 @@
 import pytest
 import torch
 
-from model.checkpoint import load_checkpoint
 from model.decoding import KVCache, greedy_decode, greedy_decode_reference
 from model.transformer import padding_mask, subsequent_mask
-
-
-def batch(rows: list[list[int]], pad: int = 0) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r)
-    return out
-
-
-SOURCES = [[5, 6, 7, 8, 9, 10, 2], [11, 12, 2], [13, 14, 15, 16, 2], [17, 2]]
-
-
-@pytest.fixture(scope="module")
-def eos_model(trained_checkpoint):
-    """A briefly trained tiny model: it ends its outputs with </s>, at different steps for different rows."""
-    return load_checkpoint(trained_checkpoint)[0]
+from tests.model.helpers import SOURCES, batch
 
 
 def test_eos_model_finishes_rows_at_different_lengths(eos_model):

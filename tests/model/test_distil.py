@@ -16,7 +16,7 @@ import pytest
 from model.checkpoint import load_checkpoint
 from model.decoding import greedy_decode
 from tests.conftest import write_corpus
-from tests.model.test_decoding import batch
+from tests.model.helpers import batch
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "--d-model 32 --heads 4 --d-ff 64 --encoder-layers 2 --decoder-layers 2 --vocab-size 400 --batch-tokens 1200 "

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from model.decoding import greedy_decode
 from model.screen import BLOCK, LogitScreen
-from tests.model.test_decoding import SOURCES, batch, eos_model  # noqa: F401 - a fixture
+from tests.model.helpers import SOURCES, batch
 
 ROWS = SOURCES + [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2], [8, 9, 10, 11, 2]]
 

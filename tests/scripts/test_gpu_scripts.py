@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts.test_lock import entries
+from tests.scripts.locks import entries
 
 ROOT = Path(__file__).resolve().parents[2]
 

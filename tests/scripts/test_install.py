@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.markers import Marker
 
-from tests.scripts.test_lock import entries
+from tests.scripts.locks import entries
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a fresh clone holds that installing reads (the checkpoint and the tests are not needed).
