@@ -210,9 +210,10 @@ class Settings(BaseSettings):
         8,
         ge=1,
         description="segments (paragraphs, cells, subtitles) of all jobs together in the engine at once, so that "
-        "interactive requests keep most of the batch and the queue: each job sends its file in chunks of at most this "
-        "many (and `max_batch_texts`). 8 paragraphs of a sentence or two leave most of a CPU's 32 rows, and all but a "
-        "few dozen of the 256 queued sequences, to interactive requests; raise it on a GPU, whose batch has hundreds",
+        "interactive requests keep most of the batch and the queue; a quarter of it while a translation request is in "
+        "flight or was within a second. Each job keeps four chunks of a quarter of it in flight. 8 paragraphs of a "
+        "sentence or two leave most of a CPU's 32 rows, and all but a few dozen of the 256 queued sequences, to "
+        "interactive requests; raise it on a GPU, whose batch has hundreds",
     )
     job_concurrency: int = Field(
         2, ge=1, description="jobs translating at once (per worker); the others wait, `queued`"
