@@ -93,6 +93,18 @@ FORMATS = {f.name: f for f in (
 )}  # fmt: skip
 
 
+def one_each(units: list[Unit], translations: list[str]) -> None:
+    """A ValueError unless there is one translation a unit (what Extracted.write takes)."""
+    if len(translations) != len(units):
+        raise ValueError(f"{len(units)} units, {len(translations)} translations")
+
+
+def unchanged(units: list[Unit], translations: list[str]) -> bool:
+    """Whether each unit's translation is its own text: a format then gives the file back as it came."""
+    one_each(units, translations)
+    return all(t == u.text for t, u in zip(translations, units, strict=True))
+
+
 def check(units: list[Unit], limits: FileLimits) -> None:
     if len(units) > limits.max_units:
         raise FileTooLarge(f"the file has {len(units)} segments to translate; the limit is {limits.max_units}")

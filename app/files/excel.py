@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import openpyxl
 from openpyxl.cell.rich_text import CellRichText, TextBlock
 
-from app.files import FileError, FileLimits, Unit, zipped
+from app.files import FileError, FileLimits, Unit, one_each, zipped
 from app.files.runs import Runs, encode, worth
 
 
@@ -34,8 +34,7 @@ class ExcelFile:
     written: bool = False
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
+        one_each(self.units, translations)
         if self.written:  # the first write changed this workbook's cells: write a fresh one
             return read(self.data, self.limits).write(translations)
         self.written = True

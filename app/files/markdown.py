@@ -36,7 +36,7 @@ from itertools import pairwise
 from markdown_it import MarkdownIt
 from markdown_it.helpers import parseLinkLabel
 
-from app.files import FileLimits, FileTooLarge, Unit
+from app.files import FileLimits, FileTooLarge, Unit, one_each
 from app.files.inline import Fragment, lines
 from app.files.subrip import decode, split_lines
 
@@ -222,8 +222,7 @@ class MarkdownFile:
     bom: str = ""
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
+        one_each(self.units, translations)
         rows, at = list(self.rows), 0
         for block in self.blocks:
             mine, at = translations[at : at + len(block.fragments)], at + len(block.fragments)

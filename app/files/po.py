@@ -35,7 +35,7 @@ from functools import partial
 
 import polib
 
-from app.files import FileError, FileLimits, FileTooLarge, Unit
+from app.files import FileError, FileLimits, FileTooLarge, Unit, unchanged
 
 _CHARSET = re.compile(rb"charset=([\w.:-]+)")
 _STRING = r'"(?:[^"\\\r\n]|\\[ntrvbfa"\\?\']|\\[0-7]{1,3}|\\x[0-9A-Fa-f]+)*+"'  # possessive: linear time
@@ -64,9 +64,7 @@ class Catalogue:
     language: str | None = None
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
-        if all(t == u.text for t, u in zip(translations, self.units)):
+        if unchanged(self.units, translations):
             return self.data
         po = polib.pofile(self.text, wrapwidth=78)  # a fresh one: write may be called again
         nplurals, numbers = _plural_forms(po.metadata.get("Plural-Forms", ""))

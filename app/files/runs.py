@@ -34,7 +34,7 @@ from typing import Generic, TypeVar
 
 from lxml import etree
 
-from app.files import Unit
+from app.files import Unit, one_each
 
 K = TypeVar("K", bound=Hashable)
 _TEXT = etree._Element.text  # an element's own text: python-docx and python-pptx elements give theirs another meaning
@@ -131,8 +131,7 @@ def _merged(pieces: list[tuple[str, int]]) -> list[tuple[str, int]]:
 def rewritten(stretches: Iterable, translations: list[str], units: list[Unit]) -> dict:
     """The stretches to write anew, by the paragraph (`paragraph`) they are in and then their first item (`first`),
     each with its translation read back into runs: only those whose translation is not their own text."""
-    if len(translations) != len(units):
-        raise ValueError(f"{len(units)} units, {len(translations)} translations")
+    one_each(units, translations)
     changed: dict = {}
     for s, text in zip(stretches, translations, strict=True):
         if text != s.runs.unit.text:

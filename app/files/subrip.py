@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import srt
 
-from app.files import FileError, FileLimits, FileTooLarge, Unit
+from app.files import FileError, FileLimits, FileTooLarge, Unit, one_each
 from app.files.inline import Fragment, lines
 
 _TS = r"[0-9]+[,.:，．。：][0-9]+[,.:，．。：][0-9]+(?:[,.:，．。：][0-9]*)?"  # as srt's, unambiguous
@@ -112,8 +112,7 @@ class Subtitles:
         self.units = [u for c in self.cues for u in c.units]
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
+        one_each(self.units, translations)
         out, at = [self.bom, self.pieces[0]], 0
         for cue, raw, between in zip(self.cues, self.raws, self.pieces[1:]):
             mine, at = translations[at : at + len(cue.fragments)], at + len(cue.fragments)

@@ -17,7 +17,7 @@ import codecs
 import re
 from dataclasses import dataclass, field
 
-from app.files import FileError, FileLimits, FileTooLarge, Unit
+from app.files import FileError, FileLimits, FileTooLarge, Unit, unchanged
 from app.html import MalformedHtml, Part, parse
 
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
@@ -33,9 +33,7 @@ class Page:
     units: list[Unit] = field(default_factory=list)
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
-        if all(t == u.text for t, u in zip(translations, self.units)):
+        if unchanged(self.units, translations):
             return self.data
         done = iter(translations)
         page = "".join(p if isinstance(p, str) else p.put(next(done)) for p in self.parts)

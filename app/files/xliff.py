@@ -36,7 +36,7 @@ from functools import partial
 
 from lxml import etree
 
-from app.files import FileError, FileLimits, FileTooLarge, Unit
+from app.files import FileError, FileLimits, FileTooLarge, Unit, unchanged
 from app.files.inline import Fragment
 
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
@@ -175,9 +175,7 @@ class XliffFile:
     language: str | None = None
 
     def write(self, translations: list[str]) -> bytes:
-        if len(translations) != len(self.units):
-            raise ValueError(f"{len(self.units)} units, {len(translations)} translations")
-        if all(t == u.text for t, u in zip(translations, self.units)):
+        if unchanged(self.units, translations):
             return self.data
         root, version, ns = _parse(self.data)  # a fresh tree: write may be called again
         places = list(_places(root, version, ns))
