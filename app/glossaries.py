@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from app.durable import sync_directory
 from app.engine import Engine
 from app.languages import UnknownLanguage, equivalents
 
@@ -326,12 +327,7 @@ class GlossaryStore:
         self._sync()
 
     def _sync(self) -> None:
-        """Make the directory's entries (a rename, an unlink) durable."""
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_directory(self.directory)
 
     def _sweep(self) -> None:
         """Remove the temporary files that writes cut short by a crash left, once they are STALE_S old."""

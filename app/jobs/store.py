@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from app.durable import sync_directory, write_new
+
 log = logging.getLogger("nmt_serve")
 Status = Literal["queued", "running", "done", "failed"]
 ACTIVE = ("queued", "running")
@@ -119,13 +121,13 @@ class JobStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             staging.mkdir()
-            _write(staging / INPUT, data)
-            _write(staging / RECORD, _encode(job))
+            write_new(staging / INPUT, data)
+            write_new(staging / RECORD, _encode(job))
             fd = _lock(staging / LOCK)
             try:
-                _sync(staging)
+                sync_directory(staging)
                 os.rename(staging, self.directory / job.id)
-                _sync(self.directory)
+                sync_directory(self.directory)
             except BaseException:
                 os.close(fd)
                 raise
@@ -145,9 +147,9 @@ class JobStore:
         home = self._path(job_id)
         temporary = home / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
-            _write(temporary, data)
+            write_new(temporary, data)
             os.replace(temporary, home / name)
-            _sync(home)
+            sync_directory(home)
         except FileNotFoundError:
             raise UnknownJob(f"there is no job {job_id}: it was deleted") from None
         except OSError as e:
@@ -165,7 +167,7 @@ class JobStore:
         except OSError as e:
             raise JobStoreFailed(f"the job {job_id} could not be deleted from {self.directory}: {why(e)}") from e
         with suppress(OSError):
-            _sync(self.directory)
+            sync_directory(self.directory)
         shutil.rmtree(trash, ignore_errors=True)
 
     # ---- reading ----------------------------------------------------------------------------------------------
@@ -287,23 +289,6 @@ class JobStore:
 
 def _encode(job: Job) -> bytes:
     return json.dumps(job.record(), ensure_ascii=False, indent=1).encode()
-
-
-def _write(path: Path, data: bytes) -> None:
-    """A new file with `data`, on the disk before this returns."""
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _sync(directory: Path) -> None:
-    """Make the directory's entries (a rename, a new file) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _lock(path: Path) -> int:

@@ -4,6 +4,8 @@ paragraphs of a text file, uploading it, waiting for its job, and /translate's o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from tests.synthetic import synthetic_pairs
 
@@ -36,3 +38,20 @@ async def ours(client, texts: list[str]) -> list[str]:
     r = await client.post("/translate", json={"text": texts})
     assert r.status_code == 200, r.text
     return [t["text"] for t in r.json()["translations"]]
+
+
+@contextmanager
+def holding(app) -> Iterator[None]:
+    """The jobs' chunks wait at the engine's door until the block ends (the engine call is put back then)."""
+    gate, real = asyncio.Event(), app.state.jobs.translate
+
+    async def held(engine, units, decoding):
+        await gate.wait()
+        return await real(engine, units, decoding)
+
+    app.state.jobs.translate = held
+    try:
+        yield
+    finally:
+        app.state.jobs.translate = real
+        gate.set()

@@ -4,7 +4,6 @@ shares the engine without holding interactive requests up (app/jobs)."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import re
@@ -14,7 +13,7 @@ import pytest
 
 from app.settings import Settings
 from tests.app.conftest import serve
-from tests.app.files_api import PARAGRAPHS, finished, ours, text_file, upload
+from tests.app.files_api import PARAGRAPHS, finished, holding, ours, text_file, upload
 from tests.app.helpers import until
 
 pytestmark = pytest.mark.anyio
@@ -67,24 +66,13 @@ async def test_events_show_the_progress_rising_to_the_total(client):
 
 async def test_a_deleted_job_is_gone_and_a_running_one_stops(served):
     app, client = served
-    gate = asyncio.Event()
-    real = app.state.jobs.translate
-
-    async def held(engine, units, decoding):
-        await gate.wait()
-        return await real(engine, units, decoding)
-
-    app.state.jobs.translate = held
-    try:
+    with holding(app):
         job = await upload(client, text_file(PARAGRAPHS))
         await until(lambda: app.state.jobs.local[job["id"]].status == "running")
         early = await client.get(f"/files/{job['id']}/download")
         assert early.status_code == 409 and early.json()["type"] == "not_done", early.text
         assert "it is running (0 of 23)" in early.json()["error"]
         assert (await client.delete(f"/files/{job['id']}")).status_code == 204
-    finally:
-        app.state.jobs.translate = real
-        gate.set()
     for path in (f"/files/{job['id']}", f"/files/{job['id']}/download", f"/files/{job['id']}/events"):
         r = await client.get(path)
         assert (r.status_code, r.json()["type"]) == (404, "not_found"), (path, r.text)
@@ -180,15 +168,7 @@ async def test_a_subtitle_file_is_translated_cue_by_cue(client):
 
 async def test_deepls_document_routes_answer_as_deepl_does_before_during_and_after(served):
     app, client = served
-    gate = asyncio.Event()
-    real = app.state.jobs.translate
-
-    async def held(engine, units, decoding):
-        await gate.wait()
-        return await real(engine, units, decoding)
-
-    app.state.jobs.translate = held
-    try:
+    with holding(app):
         r = await client.post("/v2/document", files={"file": ("a.txt", b"A dog runs.")}, data={"target_lang": "DE"})
         assert r.status_code == 200 and set(r.json()) == {"document_id", "document_key"}, r.text
         document, key = r.json()["document_id"], r.json()["document_key"]
@@ -197,9 +177,6 @@ async def test_deepls_document_routes_answer_as_deepl_does_before_during_and_aft
         assert status["document_id"] == document and status["status"] in ("queued", "translating"), status
         early = await client.post(f"/v2/document/{document}/result", json={"document_key": key})
         assert (early.status_code, early.json()["message"]) == (503, "Document not ready")
-    finally:
-        app.state.jobs.translate = real
-        gate.set()
     for wrong in ({"document_key": "0" * 64}, {"document_key": key.lower() + "0"}):
         r = await client.post(f"/v2/document/{document}", data=wrong)
         assert (r.status_code, r.json()["message"]) == (404, "Document not found")
