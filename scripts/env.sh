@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Sourced by install.sh, serve.sh, test.sh and lock.sh: `nmt_python` prints the Python of the environment they
 # install into and run from, making the project's own environment first when that is the one:
-#   1. $PYTHON when set: that interpreter and its environment, as they are (the Docker image sets PYTHON=python);
-#   2. else the active virtual environment ($VIRTUAL_ENV), or the active conda environment other than base;
+#   1. $PYTHON when set: that interpreter and its environment, as they are;
+#   2. else the active virtual environment ($VIRTUAL_ENV; the Docker image's /opt/venv), or the active conda
+#      environment other than base;
 #   3. else the project's own .venv, made with `python3 -m venv` from the first Python >= 3.11 on the PATH.
 # So nothing is ever installed into the system's Python, which Debian and Ubuntu refuse (PEP 668).
 

@@ -187,6 +187,8 @@ def test_every_long_running_service_restarts_and_stops_gracefully():
 def test_cpu_variant_builds_the_cpu_image():
     build = services()["nmt-cpu"]["build"]
     assert build["args"]["BASE_IMAGE"].startswith("python:3.1")
+    # The slim images have no C++ compiler: the graphs would not compile (AOTInductor) and the eager model would serve.
+    assert "slim" not in build["args"]["BASE_IMAGE"]
     assert build["args"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
     assert services()["nmt-cpu"]["image"] != services()["nmt"]["image"]
     assert "args" not in services()["nmt"]["build"], "the GPU image is the Dockerfile's default"

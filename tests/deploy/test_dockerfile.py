@@ -34,6 +34,7 @@ from tests.deploy.repo import (
 # nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04.
 CUDA_RUNTIME = r"pytorch/pytorch:[\d.]+-cuda[\d.]+-cudnn\d+-runtime|nvidia/cuda:[\d.]+-[\w-]*runtime-[\w.]+"
 BUNDLED = BUNDLED_MODEL_DIR.relative_to(ROOT).as_posix()  # checkpoints/multi30k-en-de
+VENV = "/opt/venv"  # the image's environment
 
 
 def test_hadolint_passes_with_no_unjustified_ignores():
@@ -80,11 +81,63 @@ def test_the_image_installs_the_locked_runtime_set_through_the_readme_install_sc
         assert re.search(rf"^\s*{mode}\)", script, re.MULTILINE), f"scripts/install.sh has no {mode} mode"
     assert '--require-hashes -r "requirements/$set_name.txt"' in script
     for _, step in instructions("RUN"):
-        assert "pip" not in step, f"pip outside scripts/install.sh: {step}"
+        assert not re.search(r"\bpip3?\s|-m\s+pip\b", step), f"pip outside scripts/install.sh: {step}"
     deps_stage_env = " ".join(v for _, v in instructions("ENV"))  # the runtime stage is FROM deps: it inherits these
     assert "PIP_NO_CACHE_DIR=1" in deps_stage_env
-    # The image is the environment: install.sh puts the packages beside the base image's torch, not in a .venv.
-    assert re.search(r"\bPYTHON=python\b", deps_stage_env)
+
+
+def deps_step() -> str:
+    (step,) = [v for _, v in instructions("RUN") if "install.sh runtime --deps-only" in v]
+    return step
+
+
+def test_the_image_installs_into_a_virtual_environment_that_sees_the_base_images_packages():
+    """Debian's and Ubuntu's Python (the CUDA base images' too) refuse pip (PEP 668) and have no `python`; a virtual
+    environment over it takes the packages, and --system-site-packages keeps a torch the base image carries."""
+    env = " ".join(v for _, v in instructions("ENV"))
+    assert re.search(rf"\bVIRTUAL_ENV={VENV}\b", env) and re.search(rf"\bPATH={VENV}/bin:\$PATH\b", env)
+    assert not re.search(r"\bPYTHON=", env), "PYTHON would override the virtual environment (scripts/env.sh)"
+    step = deps_step()
+    venv = step.index('python3 -m venv --system-site-packages "$VIRTUAL_ENV"')
+    assert venv < step.index("bash scripts/install.sh runtime --deps-only")
+
+
+def test_pip_trusts_a_ca_bundle_given_as_a_build_secret_which_no_layer_keeps():
+    step = deps_step()
+    assert step.startswith("--mount=type=secret,id=pip-ca ")
+    assert "if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi" in step
+    assert step.index("PIP_CERT") < step.index("install.sh")
+    for _, value in instructions("COPY") + instructions("ADD"):
+        assert not re.search(r"\.(crt|pem)\b|ca-cert", value), f"a CA bundle copied into a layer: {value}"
+
+
+PIP_ARGS = {"PIP_INDEX_URL": "https://pypi.org/simple"} | dict.fromkeys(
+    ["PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST"], ""
+)  # pip's own defaults
+
+
+def test_pips_settings_are_build_arguments_of_the_deps_stage_whose_defaults_change_nothing():
+    """A PyPI mirror, a wheel directory (torch's CPU build), a host without TLS: pip reads the arguments as its own
+    PIP_* variables; their defaults are pip's own, so a plain build is PyPI's."""
+    steps = instructions()
+    deps_from = next(i for i, (ins, v) in enumerate(steps) if ins == "FROM" and v.endswith(" AS deps"))
+    install = next(i for i, (ins, v) in enumerate(steps) if ins == "RUN" and "--deps-only" in v)
+    declared = dict(v.split("=", 1) for ins, v in steps[deps_from:install] if ins == "ARG" and v.startswith("PIP_"))
+    assert {k: v.strip('"') for k, v in declared.items()} == PIP_ARGS
+    # pip takes the defaults as they are: an empty PIP_FIND_LINKS is no directory, not an error.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | PIP_ARGS | {"PIP_CONFIG_FILE": os.devnull}
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", "--no-build-isolation", str(ROOT)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0 and "Would install nmt-serve" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_build_fetches_no_image_but_its_base():
+    """No `# syntax=` directive: BuildKit would pull that frontend (docker/dockerfile) from Docker Hub."""
+    assert not re.match(r"#\s*syntax\s*=", DOCKERFILE.read_text(), re.IGNORECASE)
+    froms = [v.split()[0] for _, v in instructions("FROM")]
+    assert froms == ["${BASE_IMAGE}", "deps"]
 
 
 def test_every_copied_path_exists_in_the_repo_and_in_the_build_context():

@@ -135,7 +135,7 @@ def test_an_active_virtual_environment_is_used_instead_of_dot_venv(tmp_path):
     assert not (repo / ".venv").exists()
 
 
-def test_python_names_the_environment_explicitly_as_the_docker_image_does(tmp_path):
+def test_python_names_the_environment_explicitly(tmp_path):
     repo = clone(tmp_path)
     picked = chosen_python(repo, PYTHON=sys.executable, VIRTUAL_ENV=str(tmp_path / "ignored"))
     assert picked.returncode == 0, picked.stderr
