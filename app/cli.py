@@ -15,7 +15,7 @@ from typing import get_args
 import uvicorn
 from pydantic import ValidationError
 
-from app.device import resolve_device
+from app.engine.device import resolve_device
 from app.main import create_app
 from app.protocol import HttpProtocol
 from app.settings import Dtype, LogLevel, Settings
@@ -122,22 +122,22 @@ def run_precompile(settings: Settings) -> int:
     """nmt-serve --precompile: each engine the server would build, its graphs compiled into the package directory."""
     import torch
 
-    from app.engine import Engine
+    from app.loading import load_engine
     from app.models import threads_each
     from model.checkpoint import CheckpointError
 
     threads = threads_each(settings, torch.get_num_threads())  # as the server shares the cores out
     for name, directory in settings.model_dirs().items():
         try:
-            engine = Engine.from_settings(settings, model_dir=directory, name=name or None, threads=threads)
+            engine = load_engine(settings, model_dir=directory, name=name or None, threads=threads)
         except (CheckpointError, OSError, ValueError) as e:
             print(f"nmt-serve: could not load the model from {directory}: {e}", file=sys.stderr)
             return 1
-        if engine.compiler.cuda:
+        if engine.core.graphs_at_start:
             print("nmt-serve: nothing to precompile on CUDA: the decoder step's CUDA graphs are captured at start-up, "
                   "in seconds")  # fmt: skip
             return 0
-        graphs = engine.compiler.precompile()
+        graphs = engine.core.precompile()
         print(
             f"nmt-serve: {engine.name}: {len(graphs.built)} graphs compiled and {len(graphs.loaded)} already there, "
             f"in {graphs.seconds:.0f} s, in {graphs.directory}"

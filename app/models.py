@@ -12,6 +12,7 @@ from typing import Any, Literal
 import torch
 
 from app.engine import Engine, EngineUnavailable, InvalidRequest
+from app.loading import load_engine
 from app.metrics import Metrics
 from app.settings import Settings
 
@@ -60,7 +61,7 @@ class Models:
                 # On a GPU each model sizes its KV cache from its share of NMT_GPU_MEMORY_FRACTION: the k-th may fill
                 # up to k/n of it, the models before it holding the rest.
                 engine = await asyncio.to_thread(
-                    Engine.from_settings, self.settings, self.metrics, model_dir=directory,
+                    load_engine, self.settings, self.metrics, model_dir=directory,
                     name=name if self.named else None, threads=self.threads(),
                     gpu_memory_fraction=self.settings.gpu_memory_fraction * (k + 1) / n,
                 )  # fmt: skip
@@ -90,7 +91,7 @@ class Models:
         engine = self.engines.get(name)
         if name in self.errors:
             return "failed"
-        if engine is None or not (engine.ready or engine.batcher.stopped):
+        if engine is None or not (engine.ready or engine.stopped):
             return "loading"
         return "ready" if engine.ready else "stopped"
 
@@ -157,7 +158,7 @@ class Models:
         if name in self.errors:
             return f"{prefix} failed to load: {self.errors[name]}"
         engine = self.engines.get(name)
-        if engine is not None and engine.batcher.stopped:
+        if engine is not None and engine.stopped:
             return "the server is shutting down"
         return f"{prefix} is still loading; poll GET /ready"
 

@@ -29,7 +29,7 @@ import asyncio, json, sys, time
 import torch
 sys.path.insert(0, ".")
 from model.checkpoint import load_checkpoint
-from model.evaluate import max_new_tokens_for
+from model.decoding import max_new_tokens_for
 from model.tokenizer import read_lines
 try:
     from app.engine.scheduler import Batcher

@@ -54,7 +54,7 @@ def words(text: str) -> list[str]:
 
 def term_set(engine, sources: list[str], references: list[str], plain: list[str], seed: int) -> dict[int, tuple]:
     """Per sentence index: its glossary, (source word, reference word) pairs the greedy translation misses."""
-    rng, tok, model = random.Random(seed), engine.tokenizer, engine.model
+    rng, tok, model = random.Random(seed), engine.tokenizer, engine.core.model
     common = {w for side in (sources, references) for w, _ in Counter(
         x.lower() for line in side for x in WORD.findall(line)).most_common(COMMON)}  # fmt: skip
     out = {}
@@ -114,8 +114,8 @@ async def timed(engine, groups: list[tuple[list[str], list[tuple]]], decoding) -
 async def main(args: argparse.Namespace) -> None:
     import sacrebleu
 
-    from app.engine.engine import Engine
     from app.engine.limits import Decoding
+    from app.loading import load_engine
     from app.settings import Settings
 
     src_lang, tgt_lang = args.pair.split("-")
@@ -124,16 +124,16 @@ async def main(args: argparse.Namespace) -> None:
     references = list(read_lines(DATA / f"{split}.{tgt_lang}.gz"))
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
-    engine = Engine.from_settings(Settings(
+    engine = load_engine(Settings(
         model_dir=ROOT / "checkpoints" / f"multi30k-{args.pair}", compile="off", threads=args.threads,
         max_batch_size=64, max_queue=256,
     ))  # fmt: skip
-    engine.batcher.start()
+    engine.core.batcher.start()
     decoding = Decoding(beam_size=args.beam_size)
     try:
         print(cpu_description(), flush=True)
         plain = await translate(engine, sources, [()] * len(sources), decoding)
-        terms = await engine.batcher.call(term_set, engine, sources, references, plain, args.seed)
+        terms = await engine.core.batcher.call(term_set, engine, sources, references, plain, args.seed)
         idx = sorted(terms)
         forced = await translate(engine, [sources[i] for i in idx], [terms[i] for i in idx], decoding)
         held = [all(has_term(f, t) for _, t in terms[i]) for i, f in zip(idx, forced)]

@@ -82,7 +82,7 @@ def prepared_model(
     (model/compile.py), CUDA graphs on a GPU (model/cuda_graphs.py)."""
     import torch
 
-    from app.device import resolve_device
+    from app.engine.device import resolve_device
     from model.checkpoint import load_checkpoint
     from model.decoding import KVCache
 
@@ -115,8 +115,7 @@ def in_process_decoder(
     request comes in) or back to back (pause 0)."""
     import torch
 
-    from model.decoding import greedy_decode
-    from model.evaluate import max_new_tokens_for
+    from model.decoding import greedy_decode, max_new_tokens_for
 
     model, tok, cache = prepared_model(model_dir, threads, compile, 1, device, dtype, quantize)
     where = cache.kv.device
@@ -164,8 +163,7 @@ def in_process_batched(
 def _batched_rate(model, tok, cache, batch: int, sentences: list[str]) -> float:
     import torch
 
-    from model.decoding import greedy_decode
-    from model.evaluate import max_new_tokens_for
+    from model.decoding import greedy_decode, max_new_tokens_for
 
     pad, where = model.config.source_pad_id, cache.kv.device
 

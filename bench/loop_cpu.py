@@ -102,7 +102,7 @@ async def main() -> None:
         await app.state.loading
         if app.state.engine is None:
             raise SystemExit(f"the model did not load: {app.state.load_error}")
-        app.state.engine.batcher.generate = echo
+        app.state.engine.core.batcher.generate = echo
         await measure(app, bodies[:100], args.concurrency)  # warm-up
         per = {"frozen": [], "unfrozen": []}
         for r in range(args.rounds):

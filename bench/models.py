@@ -30,13 +30,13 @@ DEFAULT_MODELS = f"{ROOT / 'checkpoints' / 'multi30k-en-de'},{ROOT / 'checkpoint
 
 
 async def engines(dirs: list[str], threads: int):
-    from app.engine import Engine
+    from app.loading import load_engine
     from app.settings import Settings
 
     settings = Settings(compile="off", max_new_tokens=128)
     out = []
     for d in dirs:
-        engine = await asyncio.to_thread(Engine.from_settings, settings, model_dir=Path(d), threads=threads)
+        engine = await asyncio.to_thread(load_engine, settings, model_dir=Path(d), threads=threads)
         await engine.start()
         out.append(engine)
     return out

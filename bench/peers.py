@@ -82,7 +82,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import corpus_arguments, cpu_description, read_sentences  # noqa: E402
 
-from model.evaluate import max_new_tokens_for  # noqa: E402 - imports torch, runs nothing in it
+from model.decoding import max_new_tokens_for  # noqa: E402 - imports torch, runs nothing in it
 
 ENGINES = [
     "ct2_fp32", "ct2_fp32_dnnl", "ct2_int8", "ct2_int8_dnnl", "ours_compiled", "ours_compiled_fp32", "ours_eager",

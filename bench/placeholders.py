@@ -142,7 +142,7 @@ def pct(flags: list[bool]) -> float:
 async def measure(pair: str, data: Path, limit: int | None, seed: int) -> list[dict]:
     import sacrebleu
 
-    from app.engine.engine import Engine
+    from app.loading import load_engine
     from app.protect import KINDS, protection
     from app.settings import Settings
 
@@ -151,8 +151,8 @@ async def measure(pair: str, data: Path, limit: int | None, seed: int) -> list[d
     refs = list(read_lines(data / f"{SPLIT}.{target}.gz"))[:limit]
     protect = protection(True, TERMS, PATTERNS)
     settings = Settings(model_dir=checkpoint(pair), compile="off", max_batch_texts=CHUNK, request_timeout_s=3600)
-    engine = Engine.from_settings(settings)
-    engine.batcher.start()
+    engine = load_engine(settings)
+    engine.core.batcher.start()
     results, kinds = [], [*KINDS, "terms", "patterns"]
     try:
         clean = await translate(engine, sources, None)

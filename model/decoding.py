@@ -210,6 +210,11 @@ def packed(src: torch.Tensor, keep: torch.Tensor, lengths: torch.Tensor, total: 
     return src[keep], at[keep], seq[keep], index
 
 
+def max_new_tokens_for(src_len: int, limit: int = 256) -> int:
+    """A generous output budget for a source of `src_len` tokens."""
+    return min(limit, 2 * src_len + 10)
+
+
 @dataclass
 class Hypothesis:
     tokens: list[int] = field(default_factory=list)  # generated ids, without <s> and </s>

@@ -11,15 +11,10 @@ import sacrebleu
 import torch
 
 from model.batch import decode
-from model.decoding import greedy_decode
+from model.decoding import greedy_decode, max_new_tokens_for
 from model.search import DecodingOptions
 from model.tokenizer import Tokenizer, read_lines
 from model.transformer import Transformer
-
-
-def max_new_tokens_for(src_len: int, limit: int = 256) -> int:
-    """A generous output budget for a source of `src_len` tokens."""
-    return min(limit, 2 * src_len + 10)
 
 
 @torch.inference_mode()

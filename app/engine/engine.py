@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from app.detokenize import IncrementalText
-from app.device import device_name, resolve_device
-from app.engine.compiling import Compiler, Mode
+from app.engine.compiling import Mode
+from app.engine.core import EngineCore
 from app.engine.documents import (
     Documents,
     Format,
@@ -28,27 +28,22 @@ from app.engine.documents import (
 )
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.limits import GREEDY, Decoding, Limits
-from app.engine.memory import Sizing, decoder_rows
+from app.engine.memory import Sizing
 from app.engine.protected import protect_documents, restored
-from app.engine.results import Attention, Translation, aligned, attention_weights, translations
-from app.engine.scheduler import Batcher
+from app.engine.results import Attention, Translation, aligned, translations
 from app.languages import Languages, UnknownLanguage
-from app.metrics import Metrics
+from app.metrics import EngineMetrics, Metrics
 from app.segment import Segment, Split
-from app.settings import Settings
 from app.terms import find, rendering_token
-from model.checkpoint import load_checkpoint
 from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration, judge
 from model.constraints import Phrase
-from model.decoding import Hypothesis
-from model.evaluate import max_new_tokens_for
+from model.decoding import Hypothesis, max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
-from model.quantize import quantize_int8
 from model.search import GREEDY as SEARCH_GREEDY
-from model.search import DecodingOptions, alignments
+from model.search import DecodingOptions
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Token, Tokenizer
-from model.transformer import Transformer
+from model.transformer import Transformer, TransformerConfig
 
 if TYPE_CHECKING:
     from app.protect import Masked, Protect, Restored
@@ -68,28 +63,23 @@ MULTILINGUAL = "multilingual"  # a many-to-many model's languages, where a pair 
 
 
 class Engine:
-    """Validates requests against the limits, tokenizes off the event loop, and hands model work to the batcher."""
+    """Validates requests against the limits, tokenizes off the event loop, and hands the model's work, in token ids,
+    to its core: an `EngineCore` in this process (`Engine.local`), or one in the engine process behind the same
+    methods."""
 
     def __init__(
-        self, model: Transformer, tokenizer: Tokenizer | SentencePieceTokenizer, *, name: str = "model",
-        metadata: dict | None = None,
-        max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_texts: int = 64,
-        max_batch_size: int = 32, prefill_tokens: int = 2048, max_queue: int = 256, request_timeout_s: float = 60.0,
-        metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0, waiting_served_ratio: float = 0.3,
-        max_waiting_steps: int = 4, screen_logits: bool = False, compile_cache_dir: Path | None = None,
-        compile_mode: str = "max-autotune", sizing: Sizing | None = None, gpu_memory_fraction: float | None = None,
-        max_request_chars: int = 20_000, quantize: str = "none", max_request_sequences: int | None = None,
-        calibration: Calibration | None = None, min_confidence: float = 0.0,
+        self, core: EngineCore, tokenizer: Tokenizer | SentencePieceTokenizer, *, name: str = "model",
+        metadata: dict | None = None, max_input_tokens: int = 256, max_new_tokens: int = 256,
+        max_batch_texts: int = 64, request_timeout_s: float = 60.0, max_request_chars: int = 20_000,
+        max_request_sequences: int | None = None, calibration: Calibration | None = None, min_confidence: float = 0.0,
+        metrics: EngineMetrics | None = None,
     ):  # fmt: skip
-        c = model.config
+        c = core.config
         # a many-to-many model's rows are fed their target language before they decode (DecodingOptions.start)
         self.codes = Languages(tokenizer.languages) if isinstance(tokenizer, MultilingualTokenizer) else None
         self.start_tokens = START_TOKENS if self.codes else 0
-        if max_input_tokens > c.max_positions or max_new_tokens + self.start_tokens >= c.max_positions:
-            raise ValueError(
-                f"max_input_tokens={max_input_tokens} and max_new_tokens={max_new_tokens} must stay below the "
-                f"model's max_positions={c.max_positions}" + (" (less the target language's token)" * bool(self.codes))
-            )
+        _check_positions(c, max_input_tokens, max_new_tokens, self.start_tokens)
+        max_queue = core.max_queue
         if max_queue < max_batch_texts:
             raise ValueError(
                 f"max_queue={max_queue} is below max_batch_texts={max_batch_texts}: a request with that many texts "
@@ -102,89 +92,70 @@ class Engine:
                 f"max_request_sequences={max_request_sequences} must be at least max_batch_texts={max_batch_texts} "
                 f"(a request may send that many texts) and at most max_queue={max_queue}"
             )
-        self.model, self.tokenizer, self.name, self.metadata = model, tokenizer, name, metadata or {}
+        self.core, self.config = core, c
+        self.tokenizer, self.name, self.metadata = tokenizer, name, metadata or {}
         self.calibration = calibration  # the confidence's calibration (model/confidence.py); None: the raw one
         self.min_confidence = min_confidence  # a request's default: sentences below it are withheld
-        p = next(model.parameters())
-        self.device, self.dtype = p.device, p.dtype
-        self.limits = Limits(max_input_tokens, max_new_tokens, max_batch_texts, max_batch_size, c.tgt_vocab_size)
+        self.limits = Limits(max_input_tokens, max_new_tokens, max_batch_texts, core.rows, c.tgt_vocab_size)
         self.max_new_tokens, self.max_request_chars = max_new_tokens, max_request_chars
         self.max_request_sequences = max_request_sequences
         self.request_timeout_s = request_timeout_s
-        self.quantize = quantize
-        if quantize == "int8":
-            quantize_int8(model)  # before compiling: the graphs are traced from the int8 layers
-        self.screened = model.use_screen(screen_logits and quantize == "none")  # before compiling, as the int8 layers
-        self.batcher = Batcher(
-            model, max_batch_size, max_new_tokens + self.start_tokens, max_input_tokens, prefill_tokens, max_queue,
-            (metrics or Metrics()).engine(name), threads,
-            waiting_served_ratio, max_waiting_steps,
-        )  # fmt: skip
+        self.metrics = metrics or core.metrics  # the confidence histogram and withheld counts
         self.byte_ids = tokenizer.byte_ids
-        self.sizing = sizing or Sizing(max_batch_size, "setting")
-        self.gpu_memory_fraction = gpu_memory_fraction
-        self.compiler = Compiler(model, self.batcher, compile, self.batcher.metrics, compile_cache_dir, compile_mode)
-        self._glued: torch.Tensor | None = None  # _word_continuations(), once a glossary is first used
+        self._glued: torch.Tensor | None = None  # the core's word_continuations(), once a glossary is first used
         self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
         self.ready = False
 
     @classmethod
-    def from_settings(
-        cls, s: Settings, metrics: Metrics | None = None, *, model_dir: Path | None = None, name: str | None = None,
-        threads: int | None = None, gpu_memory_fraction: float | None = None,
+    def local(
+        cls, model: Transformer, tokenizer: Tokenizer | SentencePieceTokenizer, *, name: str = "model",
+        max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_size: int = 32, prefill_tokens: int = 2048,
+        max_queue: int = 256, metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0,
+        waiting_served_ratio: float = 0.3, max_waiting_steps: int = 4, screen_logits: bool = False,
+        compile_cache_dir: Path | None = None, compile_mode: str = "max-autotune", sizing: Sizing | None = None,
+        gpu_memory_fraction: float | None = None, quantize: str = "none", **limits: Any,
     ) -> Engine:  # fmt: skip
-        """Load the checkpoint (`model_dir`, else NMT_MODEL_DIR) onto the configured device and dtype (blocking).
-        The calling thread is left single-threaded in torch so that the batcher's worker is the only thread with an
-        OpenMP team. `threads` and `gpu_memory_fraction` are this model's share when the server has several."""
-        threads = threads or s.threads or torch.get_num_threads()
-        torch.set_num_threads(1)  # before any parallel work here: see Batcher.threads
-        model_dir = model_dir or s.model_dir
-        fraction = gpu_memory_fraction or s.gpu_memory_fraction
-        device, dtype = resolve_device(s.device, s.dtype)
-        if s.quantize != "none" and (device.type != "cpu" or dtype != torch.float32):
-            raise ValueError(f"NMT_QUANTIZE={s.quantize} runs on the CPU in float32, not on {device} in {dtype}")
-        model, tokenizer, metadata = load_checkpoint(model_dir, device=device, dtype=dtype)
-        calibration = Calibration.load(model_dir)
+        """An engine whose core runs `model` in this process (its worker thread); `limits` are the Engine's own
+        (max_batch_texts, request_timeout_s and the rest)."""
         start = START_TOKENS if isinstance(tokenizer, MultilingualTokenizer) else 0
-        sizing = decoder_rows(
-            model.config, device, dtype, s.max_new_tokens + 1 + start, s.max_input_tokens, s.max_batch_size, fraction,
-            s.prefill_tokens, shared=s.workers > 1,
+        _check_positions(model.config, max_input_tokens, max_new_tokens, start)  # before the cache is sized by them
+        core = EngineCore(
+            model, metrics=(metrics or Metrics()).engine(name), max_batch_size=max_batch_size,
+            max_len=max_new_tokens + start, max_src_len=max_input_tokens, prefill_tokens=prefill_tokens,
+            max_queue=max_queue, threads=threads, waiting_served_ratio=waiting_served_ratio,
+            max_waiting_steps=max_waiting_steps, compile=compile, compile_cache_dir=compile_cache_dir,
+            compile_mode=compile_mode, quantize=quantize, screen_logits=screen_logits, sizing=sizing,
+            gpu_memory_fraction=gpu_memory_fraction,
         )  # fmt: skip
-        return cls(
-            model, tokenizer, name=name or metadata.get("name") or Path(model_dir).name, metadata=metadata,
-            max_input_tokens=s.max_input_tokens, max_new_tokens=s.max_new_tokens, max_batch_texts=s.max_batch_texts,
-            max_batch_size=sizing.rows, prefill_tokens=s.prefill_tokens,
-            max_queue=s.max_queue or max(DEFAULT_QUEUE, sizing.rows), sizing=sizing,
-            gpu_memory_fraction=fraction if device.type == "cuda" else None,
-            max_request_chars=s.max_request_chars, max_request_sequences=s.max_request_sequences,
-            request_timeout_s=s.request_timeout_s, metrics=metrics, compile=s.compile, threads=threads,
-            waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
-            screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
-            quantize=s.quantize, calibration=calibration, min_confidence=s.min_confidence,
-        )  # fmt: skip
+        return cls(core, tokenizer, name=name, max_input_tokens=max_input_tokens, max_new_tokens=max_new_tokens,
+                   **limits)  # fmt: skip
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the worker, compile first if NMT_COMPILE=blocking, translate one sentence through the whole path,
         then report ready (and, with NMT_COMPILE=background, start compiling beside serving)."""
-        self.batcher.start()
-        await self.compiler.before_ready()
+        self.core.start()
+        await self.core.before_ready()
         warm_up = self._languages_or_saved(None, None)  # a many-to-many model: its saved pair
         await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens), decoding=warm_up)
         self.ready = True
-        self.compiler.after_ready()
+        self.core.after_ready()
 
     @property
     def compiled(self) -> bool:
         """Whether the compiled graphs serve (see app/engine/compiling.py)."""
-        return self.compiler.compiled
+        return self.core.compiled
 
     def stop(self, timeout: float = 30.0) -> None:
         """Refuse new work, fail whatever is still queued or decoding, and join the worker (blocking)."""
         self.ready = False
-        self.compiler.stop()
-        self.batcher.stop(timeout)
+        self.core.stop(timeout)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether `stop` was called: the engine takes no more work."""
+        return self.core.stopped
 
     @property
     def languages(self) -> dict[str, str]:
@@ -256,35 +227,16 @@ class Engine:
                 "thresholds": k.thresholds, "fitted_on": k.fitted_on}  # fmt: skip
 
     def info(self) -> dict[str, Any]:
-        c = self.model.config
         return {
-            "model": self.name, "config": c.to_dict(), "parameters": self.model.num_parameters(),
-            "vocab_size": {"source": c.src_vocab_size, "target": c.tgt_vocab_size},
-            "device": str(self.device), "device_name": device_name(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "compile": self.compiler.info(),
-            "screened_logits": self.screened, "quantize": self.quantize, "threads": self.batcher.threads,
-            "languages": self.languages, "metadata": self.metadata, "confidence": self.confidence_info(),
+            "model": self.name, **self.core.info(), "languages": self.languages, "metadata": self.metadata,
+            "confidence": self.confidence_info(),
             "limits": {
                 "max_input_tokens": self.limits.max_input_tokens, "max_new_tokens": self.max_new_tokens,
-                "max_batch_texts": self.limits.max_batch_texts, "max_batch_size": self.batcher.cache.max_batch,
-                "max_queue": self.batcher.max_queue, "max_request_sequences": self.max_request_sequences,
+                "max_batch_texts": self.limits.max_batch_texts, "max_batch_size": self.core.rows,
+                "max_queue": self.core.max_queue, "max_request_sequences": self.max_request_sequences,
             },
-            "memory": self.memory(),
+            "memory": self.core.memory(),
         }  # fmt: skip
-
-    def memory(self) -> dict[str, Any]:
-        """The KV cache the engine decodes in: its rows, lengths and bytes, and how the rows were chosen."""
-        cache = self.batcher.cache
-        kv_bytes = sum(t.numel() * t.element_size() for t in (cache.kv, cache.cross_kv, cache.src_keep))
-        out = {
-            "rows": cache.max_batch, "max_len": cache.max_len, "max_src_len": cache.max_src_len,
-            "kv_cache_bytes": kv_bytes, "rows_from": self.sizing.how, "gpu_memory_fraction": self.gpu_memory_fraction,
-        }  # fmt: skip
-        if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            out |= {"gpu_total_bytes": total, "gpu_free_bytes": free,
-                    "allocated_bytes": torch.cuda.memory_allocated(self.device)}  # fmt: skip
-        return out
 
     # ---- requests (called from the event loop) ----------------------------------------------------
 
@@ -309,7 +261,7 @@ class Engine:
                 texts, isinstance(text, str), max_new_tokens, truncate, decoding, split, floor, protect
             )
         for t in out:
-            self.batcher.metrics.judged(t.segment_qualities or [t.quality], len(t.withheld))
+            self.metrics.judged(t.segment_qualities or [t.quality], len(t.withheld))
         return out
 
     async def _translate_texts(
@@ -394,7 +346,7 @@ class Engine:
         self.limits.budget(max_new_tokens)
         options = None if decoding.greedy else self.limits.decoding(decoding)
         live = [i for i, t in enumerate(texts) if t.strip()]
-        self.batcher.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
+        self.core.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
         size = sum(map(len, texts))
         tokenizer, alignments, start, forced = self.tokenizer, None, self._start(decoding), 0
         async with self._deadline():
@@ -403,7 +355,7 @@ class Engine:
             )
             if options is None:  # the plain greedy path
                 budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]
-                hyps = [[h] for h in await self.batcher.generate([srcs[i] for i in live], budgets, start)]
+                hyps = [[h] for h in await self.core.generate([srcs[i] for i in live], budgets, start)]
             else:
                 options, budgets = await self._options(options, decoding, max_new_tokens, [srcs[i] for i in live])
                 options, forced = replace(options, start=start), len(options.prefix)
@@ -412,9 +364,11 @@ class Engine:
                     options = await self._constrained(
                         options, budgets, [texts[i] for i in live], decoding, labels, max_new_tokens is not None
                     )  # fmt: skip
-                hyps = await self.batcher.search([srcs[i] for i in live], budgets, options)
+                hyps = await self.core.search([srcs[i] for i in live], budgets, options)
             if decoding.return_alignment and live:
-                alignments = await self.batcher.call(self._align, [srcs[i] for i in live], hyps, start)
+                alignments = await self.core.align(
+                    [srcs[i] for i in live], [[h.tokens for h in hs] for hs in hyps], start
+                )
         return await _inline_or_on_thread(
             size, translations, tokenizer, texts, srcs, truncated, dict(zip(live, hyps)),
             alignments and dict(zip(live, alignments)), self.calibration, decoding.return_word_confidence,
@@ -446,7 +400,8 @@ class Engine:
         request `fixed` it, and a 422 says where the budget leaves no room for them."""
         found = [find(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
         if self._glued is None and any(found):
-            self._glued = await asyncio.to_thread(self._word_continuations)
+            pieces = [self.tokenizer.id_to_token(i, "target") for i in range(self.config.tgt_vocab_size)]
+            self._glued = await self.core.word_continuations(pieces)
         targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}
         instead = await self._rendered([s for f in found for s, _ in f], decoding, options.start)
         out = []
@@ -470,12 +425,6 @@ class Engine:
             out.append(replace(options, constraints=phrases, glued=self._glued))
         return out
 
-    def _word_continuations(self) -> torch.Tensor:
-        """(V,) True for the target tokens that continue a word (no "▁" in front, a letter or digit first)."""
-        pieces = [self.tokenizer.id_to_token(i, "target") for i in range(self.model.config.tgt_vocab_size)]
-        glued = [not p.startswith("▁") and p[:1].isalnum() for p in pieces]
-        return torch.tensor(glued, dtype=torch.bool, device=self.device)
-
     async def _rendered(self, terms: list[str], decoding: Decoding, start: tuple[int, ...]) -> dict[str, int | None]:
         """The token each source term's translation takes the place of (app/terms.py's rendering_token): the model's
         rendering of the term alone, decoded once and remembered (RENDERINGS of them)."""
@@ -488,7 +437,7 @@ class Engine:
         if todo:
             more = {} if self.codes is None else {"language": decoding.source}
             srcs = [ids[-self.limits.max_input_tokens :] for ids in self.tokenizer.encode_batch(todo, "source", **more)]
-            hyps = await self.batcher.generate(srcs, [RENDERING_TOKENS] * len(srcs), start)
+            hyps = await self.core.generate(srcs, [RENDERING_TOKENS] * len(srcs), start)
             for term, hyp in zip(todo, hyps):
                 pieces = [self.tokenizer.id_to_token(i, "target") for i in hyp.tokens]
                 out[term] = cache[decoding.source, decoding.target, term] = rendering_token(term, hyp.tokens, pieces)
@@ -531,7 +480,7 @@ class Engine:
     ):  # fmt: skip
         self.limits.budget(max_new_tokens)
         options = SEARCH_GREEDY if decoding.greedy else self.limits.decoding(decoding, stream=True)
-        self.batcher.check_capacity(len(pieces))
+        self.core.check_capacity(len(pieces))
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         async with self._deadline(deadline):
             srcs, truncated = await _inline_or_on_thread(
@@ -553,7 +502,7 @@ class Engine:
                    "withheld": [], "calibrated": self.calibration is not None}  # fmt: skip
             return
         request = object()  # the segments take their turns to be admitted as one request
-        streams = [self.batcher.stream(src, budget, o, request) if piece.strip() else None  # blank: spans alone
+        streams = [self.core.stream(src, budget, o, request) if piece.strip() else None  # blank: spans alone
                    for src, budget, o, piece in zip(srcs, budgets, per_piece, pieces)]  # fmt: skip
         gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
             (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
@@ -610,7 +559,7 @@ class Engine:
                 for src, h, piece, translated in zip(srcs, hyps, pieces, model_texts, strict=True)
             ]  # fmt: skip
             withheld = [i for i, q in enumerate(qualities) if q is not None and q.confidence < min_confidence]
-            self.batcher.metrics.judged(qualities, len(withheld))
+            self.metrics.judged(qualities, len(withheld))
             yield {
                 "text": "".join(gap + ("" if i in withheld else translated) for i, (gap, translated) in enumerate(done))
                 + (text[gaps[-1][0] :] if segments else ""),
@@ -630,7 +579,7 @@ class Engine:
         """A streamed piece's translation `target` with its spans put back, by its alignment, once it has ended."""
         pairs = []
         if m.groups and m.reads and hyp.tokens:
-            to_source = (await self.batcher.call(self._align, [src], [[hyp]], start))[0][0]
+            to_source = (await self.core.align([src], [[hyp.tokens]], start))[0][0]
             tokens = aligned(self.tokenizer, m.reads, target, hyp.tokens, to_source)
             pairs = [(a.target_span, a.source_span) for a in tokens]
         return m.restore(target, pairs)
@@ -653,7 +602,7 @@ class Engine:
     async def detokenize(self, ids: list[int] | list[list[int]], side: str, skip_special_tokens: bool) -> list[str]:
         nested = bool(ids) and isinstance(ids[0], list)
         batch = self.limits.texts(ids if nested or not ids else [ids], "ids")
-        vocab = self.model.config.src_vocab_size if side == "source" else self.model.config.tgt_vocab_size
+        vocab = self.config.src_vocab_size if side == "source" else self.config.tgt_vocab_size
 
         def run() -> list[str]:
             for b, seq in enumerate(batch):
@@ -673,7 +622,7 @@ class Engine:
         """Attention weights over `text`, teacher-forcing `target` or else the model's own translation; a
         many-to-many model's source carries `source_language`'s code and its decoder is fed `target_language`'s
         (each left out: the model's saved one)."""
-        c = self.model.config
+        c = self.config
         layers = self.limits.indices("layers", layers, min(c.n_encoder_layers, c.n_decoder_layers))
         heads = self.limits.indices("heads", heads, c.n_heads)
         decoding = self._languages_or_saved(source_language, target_language)
@@ -687,13 +636,16 @@ class Engine:
                 raise InputTooLong(f"target has {len(tgt)} tokens; the limit is {self.max_new_tokens}")
         elif text.strip():
             async with self._deadline():
-                (hyp,) = await self.batcher.generate([src], [max_new_tokens_for(len(src), self.max_new_tokens)], start)
+                (hyp,) = await self.core.generate([src], [max_new_tokens_for(len(src), self.max_new_tokens)], start)
             tgt = hyp.tokens
         else:
             tgt = []
-        return await self.batcher.call(
-            attention_weights, self.model, self.tokenizer, src, tgt, layers, heads, average_heads, start
-        )
+        weights = await self.core.attention(src, tgt, layers, heads, average_heads, start)
+        return Attention(
+            [self.tokenizer.id_to_token(i, "source") for i in src],
+            [self.tokenizer.id_to_token(i) for i in weights.decoder_ids], self.tokenizer.decode(tgt), layers, heads,
+            weights.encoder, weights.decoder, weights.cross,
+        )  # fmt: skip
 
     # ---- helpers on the caller's side ------------------------------------------------------------
 
@@ -711,12 +663,13 @@ class Engine:
                 "dropped; the server is overloaded or the text too long. Retry later, or send fewer or shorter texts"
             ) from None
 
-    @torch.inference_mode()
-    def _align(
-        self, srcs: list[list[int]], hyps: list[list[Hypothesis]], start: tuple[int, ...]
-    ) -> list[list[list[int]]]:
-        """On the worker thread: for each hypothesis of each source, the source token each target token aligns to."""
-        return alignments(self.model, srcs, [[h.tokens for h in hs] for hs in hyps], start)
+
+def _check_positions(c: TransformerConfig, max_input_tokens: int, max_new_tokens: int, start: int) -> None:
+    if max_input_tokens > c.max_positions or max_new_tokens + start >= c.max_positions:
+        raise ValueError(
+            f"max_input_tokens={max_input_tokens} and max_new_tokens={max_new_tokens} must stay below the "
+            f"model's max_positions={c.max_positions}" + (" (less the target language's token)" * bool(start))
+        )
 
 
 async def _inline_or_on_thread(size: int, fn: Callable[..., T], *args: Any) -> T:

@@ -7,14 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import torch
-
 from app.detokenize import IncrementalText
 from model.confidence import DIGITS, Calibration, Quality, judge
 from model.decoding import Hypothesis
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Tokenizer
-from model.transformer import Transformer
 
 
 @dataclass
@@ -137,27 +134,3 @@ def aligned(
         Aligned(t, s, spans[t], (src_tokens[s].start, src_tokens[s].end) if s < len(src_tokens) else (0, 0))
         for t, s in enumerate(to_source)
     ]
-
-
-@torch.inference_mode()
-def attention_weights(
-    model: Transformer, tokenizer: Tokenizer | SentencePieceTokenizer, src: list[int], tgt: list[int],
-    layers: list[int], heads: list[int], average_heads: bool, start: tuple[int, ...] = (),
-) -> Attention:  # fmt: skip
-    """Teacher-forced pass with attention weights (on the batcher's worker thread); the decoder is fed `start` (a
-    target language) after <s>, and its rows are shown."""
-    c, device = model.config, next(model.parameters()).device
-    tgt_ids = torch.tensor([[c.bos_id, *start, *tgt]], device=device)  # (1, T)
-    enc, dec, cross = model.attention_weights(torch.tensor([src], device=device), tgt_ids)
-
-    def pick(weights: list[torch.Tensor]) -> list:
-        w = torch.stack([weights[i][0] for i in layers])[:, heads]  # (L', H', Q, K)
-        if average_heads:
-            w = w.mean(1, keepdim=True)  # (L', 1, Q, K)
-        return w.double().round(decimals=4).tolist()
-
-    return Attention(
-        [tokenizer.id_to_token(i, "source") for i in src], [tokenizer.id_to_token(i) for i in tgt_ids[0].tolist()],
-        tokenizer.decode(tgt),
-        layers, heads, pick(enc), pick(dec), pick(cross),
-    )  # fmt: skip

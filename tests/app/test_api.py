@@ -109,11 +109,11 @@ async def test_translate_plain_has_no_optional_fields_and_respects_max_new_token
 
 
 async def test_empty_text_translates_to_empty_without_a_model_call(client, app):
-    steps = app.state.engine.batcher.steps
+    steps = app.state.engine.core.batcher.steps
     body = (await client.post("/translate", json={"text": ["", "  "]})).json()
     assert [t["text"] for t in body["translations"]] == ["", ""]
     assert body["usage"] == {"input_tokens": 0, "output_tokens": 0}
-    assert app.state.engine.batcher.steps == steps
+    assert app.state.engine.core.batcher.steps == steps
 
 
 async def test_translate_equals_nmt_eval(client, tiny_checkpoint):
@@ -146,7 +146,7 @@ async def test_64_concurrent_requests_are_all_admitted_batched_and_equal_to_alon
     requests += [{"text": t} for t in texts[:4]]  # the default budget: 2 x source tokens + 10
     assert len(requests) == 64
     alone = [(await client.post("/translate", json=r)).json()["translations"] for r in requests]
-    app.state.engine.batcher.peak_rows = 0
+    app.state.engine.core.batcher.peak_rows = 0
     together = await asyncio.gather(*(client.post("/translate", json=r) for r in requests))
     assert [r.status_code for r in together] == [200] * 64
     # the same translations; their confidence within rounding (a batch's sums run in another order)
@@ -154,7 +154,7 @@ async def test_64_concurrent_requests_are_all_admitted_batched_and_equal_to_alon
     confidences = [[t.pop("confidence") for t in r] for r in alone]
     assert [[t.pop("confidence") for t in r] for r in batched] == [pytest.approx(c, abs=1.5e-3) for c in confidences]
     assert batched == alone
-    assert app.state.engine.batcher.peak_rows > 1
+    assert app.state.engine.core.batcher.peak_rows > 1
 
 
 LONG = {"text": "Two girls are playing in the park.", "max_new_tokens": 40, "return_tokens": True}
@@ -163,7 +163,7 @@ LONG = {"text": "Two girls are playing in the park.", "max_new_tokens": 40, "ret
 async def test_a_short_request_joins_a_long_one_mid_decode_and_leaves_first(client, app, monkeypatch):
     alone = (await client.post("/translate", json=LONG)).json()
     assert alone["translations"][0]["finish_reason"] == "length"  # the random model does not stop early
-    gate, batcher = StepGate(app.state.engine.model, monkeypatch), app.state.engine.batcher
+    gate, batcher = StepGate(app.state.engine.core.model, monkeypatch), app.state.engine.core.batcher
     gate.hold(lambda sizes: len(sizes) == 5)  # the long one is 5 tokens in
     long = asyncio.create_task(client.post("/translate", json=LONG))
     try:
@@ -270,9 +270,9 @@ async def test_model_work_runs_on_the_configured_number_of_threads(settings):
         info = (await client.get("/info")).json()
         engine = app.state.engine
         assert info["threads"] == 1
-        assert await engine.batcher.call(torch.get_num_threads) == 1
+        assert await engine.core.batcher.call(torch.get_num_threads) == 1
         r = await client.post("/translate", json={"text": "A dog runs."})
         assert r.status_code == 200
     async with serve(settings.model_copy(update={"threads": 2})) as (app, client):
         assert (await client.get("/info")).json()["threads"] == 2
-        assert await app.state.engine.batcher.call(torch.get_num_threads) == 2
+        assert await app.state.engine.core.batcher.call(torch.get_num_threads) == 2

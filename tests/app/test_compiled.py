@@ -79,15 +79,15 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         assert info["compiled"] is False and info["compile"] == {"mode": "background", "state": "compiling",
                                                                  "seconds": None, "built": None, "loaded": None,
                                                                  "serving": [], "graphs": "aotinductor"}  # fmt: skip
-        gate = StepGate(engine.model, monkeypatch, timeout=600)
+        gate = StepGate(engine.core.model, monkeypatch, timeout=600)
         gate.hold(lambda sizes: len(sizes) == 3)  # the stream's third step waits for the compiled graphs
         stream = asyncio.create_task(client.post("/translate", json={**body, "stream": True}))
         assert await asyncio.to_thread(gate.paused.wait, 30)
-        assert await asyncio.to_thread(engine.compiler.built.wait, 600) and not engine.compiled
+        assert await asyncio.to_thread(engine.core.compiler.built.wait, 600) and not engine.compiled
         gate.release()
         assert_stream_matches(sse(await stream), plain)
-        await engine.compiler.done()
-        assert engine.compiled and engine.model.compiled_step.missed == 0
+        await engine.core.compiler.done()
+        assert engine.compiled and engine.core.model.compiled_step.missed == 0
         info = (await client.get("/info")).json()
         assert info["compiled"] is True and info["compile"]["state"] == "compiled" and info["compile"]["seconds"] > 0
         assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]

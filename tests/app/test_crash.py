@@ -339,15 +339,15 @@ async def test_a_failing_step_fails_only_its_streams_and_plain_requests_and_the_
                                                                    "return_tokens": True}))  # fmt: skip
 
     armed = threading.Event()
-    monkeypatch.setattr(engine.model, "decode_greedy", raising_when(engine.model.decode_greedy, armed))
-    gate = StepGate(engine.model, monkeypatch)
+    monkeypatch.setattr(engine.core.model, "decode_greedy", raising_when(engine.core.model.decode_greedy, armed))
+    gate = StepGate(engine.core.model, monkeypatch)
     gate.hold(lambda sizes: sizes[-2:] == [6, 6])  # every row has a token already
     try:
         streams, plains = [stream(t) for t in TEXTS], [plain(TEXTS[:2]), plain(TEXTS[2:])]
         await until(gate.paused.is_set)
         later_text = "A dog runs near the water."
         later = [stream(later_text), stream(TEXTS[0]), plain([later_text, TEXTS[1]])]
-        await until(lambda: engine.batcher.load == 6 + 4)  # queued while the worker is in the step
+        await until(lambda: engine.core.batcher.load == 6 + 4)  # queued while the worker is in the step
         armed.set()
     finally:
         gate.release()
@@ -371,4 +371,4 @@ async def test_a_failing_step_fails_only_its_streams_and_plain_requests_and_the_
 
     again = await client.post("/translate", json={"text": TEXTS[1], "max_new_tokens": LONG, "return_tokens": True})
     assert again.json()["translations"] == alone[TEXTS[1]]["translations"]
-    await until(lambda: engine.batcher.load == 0 and engine.batcher.running == 0)
+    await until(lambda: engine.core.batcher.load == 0 and engine.core.batcher.running == 0)

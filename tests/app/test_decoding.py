@@ -27,7 +27,7 @@ async def test_beam_search_over_http_equals_the_reference_with_an_n_best_list(cl
                           return_tokens=True, return_scores=True)  # fmt: skip
         src = engine.tokenizer.encode(text, "source")
         ref = beam_search_reference(
-            engine.model, src, 20, DecodingOptions(beam_size=4, num_hypotheses=3, length_penalty=0.6)
+            engine.core.model, src, 20, DecodingOptions(beam_size=4, num_hypotheses=3, length_penalty=0.6)
         )
         assert [h["token_ids"] for h in t["hypotheses"]] == [h.tokens for h in ref]
         assert [h["score"] for h in t["hypotheses"]] == pytest.approx([h.score for h in ref], abs=1e-3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.device import device_name, resolve_device
+from app.engine.device import device_name, resolve_device
 
 
 def test_resolve_device():

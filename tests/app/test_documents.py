@@ -52,7 +52,7 @@ async def test_a_paragraph_is_its_sentences_translated_alone_between_its_own_whi
 
 
 async def test_twenty_sentences_decode_together_and_equal_twenty_requests(app, client, monkeypatch):
-    gate = StepGate(app.state.engine.model, monkeypatch)
+    gate = StepGate(app.state.engine.core.model, monkeypatch)
     text = " ".join(SENTENCES)
     t = (await client.post("/translate", json={"text": text})).json()["translations"][0]
     assert max(gate.sizes) == len(SENTENCES), "every sentence is a row of the same batch"

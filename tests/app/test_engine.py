@@ -15,9 +15,11 @@ from app.engine import (
     QueueFull,
     RequestTimeout,
 )
+from app.loading import load_engine
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from model.checkpoint import load_checkpoint
-from model.evaluate import max_new_tokens_for, translate_corpus
+from model.decoding import max_new_tokens_for
+from model.evaluate import translate_corpus
 from tests.app.helpers import TEXTS, slow, until
 
 pytestmark = pytest.mark.anyio
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def engine(tiny_model, tokenizer):
-    e = Engine(tiny_model, tokenizer, max_input_tokens=32, max_new_tokens=40, max_batch_texts=10, max_batch_size=3)
+    e = Engine.local(tiny_model, tokenizer, max_input_tokens=32, max_new_tokens=40, max_batch_texts=10, max_batch_size=3)
     await e.start()
     yield e
     e.stop()
@@ -39,7 +41,7 @@ async def test_many_texts_come_back_in_order_as_each_translates_alone(engine, ti
         expected = translate_corpus(tiny_model, tokenizer, [text], max_new_tokens=budget)
         assert [t.text] == expected
     assert [t.output_tokens for t in out[-2:]] == [0, 0]
-    assert engine.ready and engine.batcher.peak_rows == 3
+    assert engine.ready and engine.core.batcher.peak_rows == 3
 
 
 async def test_large_requests_are_tokenized_on_a_thread_with_the_same_results(engine, monkeypatch):
@@ -57,35 +59,35 @@ async def test_large_requests_are_tokenized_on_a_thread_with_the_same_results(en
 
 
 async def test_limits_are_checked_before_any_model_work(engine):
-    steps = engine.batcher.steps
+    steps = engine.core.batcher.steps
     with pytest.raises(InvalidRequest, match="11 items; the limit is 10"):
         await engine.translate(["a"] * 11)
     with pytest.raises(InputTooLong, match=r"text\[1\] has \d+ tokens; the limit is 32"):
         await engine.translate(["a", "a dog " * 40])
     with pytest.raises(InvalidRequest, match="between 1 and 40"):
         await engine.translate("a", max_new_tokens=41)
-    assert engine.batcher.steps == steps
+    assert engine.core.batcher.steps == steps
     (t,) = await engine.translate("a dog " * 40, truncate=True, max_new_tokens=1)
     assert t.truncated and t.input_tokens == 32
 
 
 def test_limits_must_fit_the_model(tiny_model, tokenizer):
     with pytest.raises(ValueError, match="max_positions=512"):
-        Engine(tiny_model, tokenizer, max_new_tokens=512)
+        Engine.local(tiny_model, tokenizer, max_new_tokens=512)
 
 
 def test_engine_limits_must_admit_a_full_request(tiny_model, tokenizer):
     with pytest.raises(ValueError, match="max_queue=4 is below max_batch_texts=8"):
-        Engine(tiny_model, tokenizer, max_batch_texts=8, max_queue=4)
+        Engine.local(tiny_model, tokenizer, max_batch_texts=8, max_queue=4)
     for share in (7, 33):
         with pytest.raises(ValueError, match=f"max_request_sequences={share} must be at least max_batch_texts=8 .* "
                                              "at most max_queue=32"):  # fmt: skip
-            Engine(tiny_model, tokenizer, max_batch_texts=8, max_queue=32, max_request_sequences=share)
+            Engine.local(tiny_model, tokenizer, max_batch_texts=8, max_queue=32, max_request_sequences=share)
 
 
 def test_a_request_may_hold_half_of_the_queue_unless_told_but_at_least_a_full_request(tiny_model, tokenizer):
     def share(**limits) -> int:
-        return Engine(tiny_model, tokenizer, **limits).info()["limits"]["max_request_sequences"]
+        return Engine.local(tiny_model, tokenizer, **limits).info()["limits"]["max_request_sequences"]
 
     assert share(max_batch_texts=8, max_queue=256) == 128
     assert share(max_batch_texts=8, max_queue=10) == 8
@@ -115,7 +117,7 @@ async def test_a_stream_checks_limits_and_the_queue_before_it_starts(engine, mon
         await engine.translate_stream("a dog " * 40)
     with pytest.raises(InvalidRequest, match="between 1 and 40"):
         await engine.translate_stream("a", max_new_tokens=0)
-    monkeypatch.setattr(engine.batcher, "load", engine.batcher.max_queue)
+    monkeypatch.setattr(engine.core.batcher, "load", engine.core.batcher.max_queue)
     with pytest.raises(QueueFull, match="the limit is"):
         await engine.translate_stream("a")
     with pytest.raises(QueueFull):
@@ -123,7 +125,7 @@ async def test_a_stream_checks_limits_and_the_queue_before_it_starts(engine, mon
 
 
 async def test_a_request_past_its_timeout_is_dropped_from_the_batch(tiny_model, tokenizer):
-    e = Engine(slow(tiny_model, 0.01), tokenizer, max_new_tokens=200, request_timeout_s=0.2)
+    e = Engine.local(slow(tiny_model, 0.01), tokenizer, max_new_tokens=200, request_timeout_s=0.2)
     await e.start()
     try:
         with pytest.raises(RequestTimeout, match=r"not answered within 0.2 s \(NMT_REQUEST_TIMEOUT_S\)"):
@@ -132,8 +134,8 @@ async def test_a_request_past_its_timeout_is_dropped_from_the_batch(tiny_model, 
         with pytest.raises(RequestTimeout):
             async for _ in events:
                 pass
-        await until(lambda: e.batcher.cache.n == 0 and e.batcher.load == 0)
-        assert e.batcher.steps < 2 * 200
+        await until(lambda: e.core.batcher.cache.n == 0 and e.core.batcher.load == 0)
+        assert e.core.batcher.steps < 2 * 200
     finally:
         e.stop()
 
@@ -145,12 +147,12 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 @cuda
 async def test_on_cuda_the_model_and_its_cache_live_on_the_gpu(tiny_checkpoint, tiny_model, tokenizer):
-    e = Engine.from_settings(Settings(model_dir=tiny_checkpoint, device="cuda", max_new_tokens=40))
+    e = load_engine(Settings(model_dir=tiny_checkpoint, device="cuda", max_new_tokens=40))
     await e.start()
     try:
-        assert next(e.model.parameters()).is_cuda and e.batcher.cache.kv.is_cuda
+        assert next(e.core.model.parameters()).is_cuda and e.core.batcher.cache.kv.is_cuda
         info = e.info()
-        assert info["device"].startswith("cuda") and info["device_name"] == torch.cuda.get_device_name(e.device)
+        assert info["device"].startswith("cuda") and info["device_name"] == torch.cuda.get_device_name(e.core.device)
         out = await asyncio.gather(*(e.translate(t) for t in TEXTS))
     finally:
         e.stop()
@@ -170,7 +172,7 @@ async def test_half_precision_matches_float32_on_most_tokens(dtype, rate, traine
     texts = [en for en, _ in pairs[:40]] if model_dir == trained_checkpoint else [*TEXTS, *(en for en, _ in pairs[:32])]
     outputs = {}
     for dt in ("float32", dtype):
-        e = Engine.from_settings(Settings(model_dir=model_dir, device="cuda", dtype=dt))
+        e = load_engine(Settings(model_dir=model_dir, device="cuda", dtype=dt))
         await e.start()
         try:
             assert e.info()["dtype"] == dt

@@ -38,14 +38,14 @@ def waiting(metrics: str) -> float:
 async def test_a_one_sentence_request_is_answered_while_a_big_one_still_waits_for_rows(few_rows, monkeypatch):
     app, client = few_rows
     (alone,) = (await client.post("/translate", json={"text": SENTENCE})).json()["translations"]
-    gate = StepGate(app.state.engine.model, monkeypatch)
+    gate = StepGate(app.state.engine.core.model, monkeypatch)
     gate.hold(lambda sizes: True)  # the big request's first rows, at their first step
     answered = threading.Event()
     try:
         big = asyncio.create_task(client.post("/translate", json=dogs(64)))
         await until(gate.paused.is_set)
         small = asyncio.create_task(client.post("/translate", json={"text": SENTENCE}))
-        await until(lambda: app.state.engine.batcher.load == 65)
+        await until(lambda: app.state.engine.core.batcher.load == 65)
         gate.hold(lambda sizes: answered.is_set())  # stop the worker at its first step once the small one is back
         gate.release()
         r = await small
@@ -67,13 +67,13 @@ async def test_a_request_holds_at_most_its_share_of_the_queue_and_a_second_clien
     assert r.status_code == 413, r.text
     error = r.json()["error"]
     assert "65 sentences" in error and "at most 64" in error and "NMT_MAX_REQUEST_SEQUENCES" in error
-    gate = StepGate(app.state.engine.model, monkeypatch)
+    gate = StepGate(app.state.engine.core.model, monkeypatch)
     gate.hold(lambda sizes: True)
     try:
         first = asyncio.create_task(client.post("/translate", json=dogs(QUEUE // 2)))
         await until(gate.paused.is_set)
         second = asyncio.create_task(client.post("/translate", json=dogs(QUEUE // 2)))  # another client, same size
-        await until(lambda: app.state.engine.batcher.load == QUEUE)
+        await until(lambda: app.state.engine.core.batcher.load == QUEUE)
     finally:
         gate.release()
     assert [(await first).status_code, (await second).status_code] == [200, 200]

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import torch
 
-from app.engine import Engine
+from app import models
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import StepGate, failing_on_step, serve
@@ -132,13 +132,13 @@ async def test_api_key_guards_everything_but_health_and_ready(settings):
 
 
 async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monkeypatch):
-    release, real = threading.Event(), Engine.from_settings
+    release, real = threading.Event(), models.load_engine
 
     def slow_load(s, *args, **kwargs):
         release.wait(30)
         return real(s, *args, **kwargs)
 
-    monkeypatch.setattr(Engine, "from_settings", staticmethod(slow_load))
+    monkeypatch.setattr(models, "load_engine", slow_load)
     app = create_app(settings)
     transport = httpx.ASGITransport(app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://nmt") as client:
@@ -158,7 +158,7 @@ async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monke
 async def test_what_startup_loaded_is_frozen_out_of_the_cyclic_collector(settings):
     gc.unfreeze()
     async with serve(settings) as (app, client):
-        model = app.state.engine.model
+        model = app.state.engine.core.model
         collected = {id(o) for o in gc.get_objects()}  # every generation but the permanent (frozen) one
         assert gc.is_tracked(model) and id(model) not in collected
         assert gc.get_freeze_count() > 10_000  # torch, the model, the tokenizer
@@ -181,7 +181,7 @@ async def test_a_checkpoint_that_fails_to_load_is_reported(tmp_path, settings):
 
 
 async def test_a_failing_step_fails_only_its_requests_and_the_next_one_succeeds(client, app, monkeypatch):
-    model = app.state.engine.model
+    model = app.state.engine.core.model
     monkeypatch.setattr(model, "decode_greedy", failing_on_step(model.decode_greedy, 1))
     r = await client.post("/translate", json={"text": ["A dog.", "A cat."]})
     assert_error(r, 500, "model_error", "injected fault", "other requests were not affected")
@@ -203,9 +203,9 @@ LONG = {"text": "Two girls are playing in the park.", "max_new_tokens": 40}
 
 
 async def test_a_full_queue_answers_429_with_retry_after(client, app, monkeypatch):
-    batcher = app.state.engine.batcher
+    batcher = app.state.engine.core.batcher
     monkeypatch.setattr(batcher, "max_queue", 3)
-    gate = StepGate(app.state.engine.model, monkeypatch)
+    gate = StepGate(app.state.engine.core.model, monkeypatch)
     gate.hold(lambda sizes: True)
     first = asyncio.create_task(client.post("/translate", json={**LONG, "text": ["A dog.", "A cat."]}))
     try:
@@ -227,14 +227,14 @@ async def test_a_full_queue_answers_429_with_retry_after(client, app, monkeypatc
 async def test_a_request_past_its_timeout_gets_504_and_leaves_the_batch(client, app, monkeypatch):
     engine = app.state.engine
     monkeypatch.setattr(engine, "request_timeout_s", 0.2)
-    gate = StepGate(engine.model, monkeypatch)
+    gate = StepGate(engine.core.model, monkeypatch)
     gate.hold(lambda sizes: len(sizes) == 3)
     try:
         r = await client.post("/translate", json=LONG)
         assert_error(r, 504, "timeout", "not answered within 0.2 s", "NMT_REQUEST_TIMEOUT_S")
     finally:
         gate.release()
-    await until(lambda: engine.batcher.cache.n == 0)
+    await until(lambda: engine.core.batcher.cache.n == 0)
     assert gate.sizes == [1, 1, 1]  # dropped before the step after the one it was waiting on
     gate.hold(lambda sizes: len(sizes) == 6)  # a stream times out after it started: its last event says so
     try:
@@ -273,19 +273,19 @@ async def asgi_request(app, body: dict, gone: asyncio.Event) -> list[dict]:
 
 
 def running(app) -> float:
-    return app.state.engine.batcher.metrics.sample("nmt_running_batch_size")
+    return app.state.engine.core.batcher.metrics.sample("nmt_running_batch_size")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, app, monkeypatch, stream):
-    gate, gone = StepGate(app.state.engine.model, monkeypatch), asyncio.Event()
+    gate, gone = StepGate(app.state.engine.core.model, monkeypatch), asyncio.Event()
     gate.hold(lambda sizes: len(sizes) == 3)
     request = asyncio.create_task(asgi_request(app, {**LONG, "stream": stream}, gone))
     try:
         await until(gate.paused.is_set)
         assert running(app) == 1
         gone.set()
-        await until(lambda: app.state.engine.batcher.load == 0)  # the caller gave up
+        await until(lambda: app.state.engine.core.batcher.load == 0)  # the caller gave up
     finally:
         gate.release()
     messages = await request
@@ -300,7 +300,7 @@ async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, 
 
 
 async def test_a_failing_step_ends_a_stream_with_an_error_event_and_the_next_one_succeeds(client, app, monkeypatch):
-    model = app.state.engine.model
+    model = app.state.engine.core.model
     monkeypatch.setattr(model, "decode_greedy", failing_on_step(model.decode_greedy, 3))
     events = sse(await client.post("/translate", json={**LONG, "stream": True}))
     assert [e.get("index") for e in events[:-1]] == [0, 1]
@@ -312,7 +312,7 @@ async def test_device_memory_that_never_suffices_is_a_503_and_the_worker_keeps_s
     def add(model, src):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
 
-    monkeypatch.setattr(app.state.engine.batcher.cache, "add", add)
+    monkeypatch.setattr(app.state.engine.core.batcher.cache, "add", add)
     r = await client.post("/translate", json={"text": "A dog."})
     assert_error(r, 503, "out_of_memory", "ran out of memory", "smaller batch", "retry later")
     monkeypatch.undo()

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from app.engine import Engine
 from app.engine.memory import LIBRARY_RESERVE, MAX_GPU_ROWS, decoder_rows, gpu_rows, prefill_bytes, row_bytes
+from app.loading import load_engine
 from app.settings import Settings
 from model.decoding import KVCache
 from model.transformer import Transformer, TransformerConfig
@@ -61,9 +61,9 @@ def test_the_setting_wins_and_a_cpu_gets_its_default(tiny_model):
 
 
 def test_info_reports_the_rows_and_bytes_chosen(tiny_checkpoint):
-    e = Engine.from_settings(Settings(model_dir=tiny_checkpoint, device="cpu", max_new_tokens=40, compile="off"))
+    e = load_engine(Settings(model_dir=tiny_checkpoint, device="cpu", max_new_tokens=40, compile="off"))
     memory = e.info()["memory"]
-    c = e.model.config
+    c = e.core.model.config
     kv = 2 * c.n_decoder_layers * (32 + 1) * c.d_model * ((40 + 1) + (256 + 1)) * 4 + (32 + 1) * (256 + 1)
     assert memory == {"rows": 32, "max_len": 40, "max_src_len": 256, "kv_cache_bytes": kv, "rows_from": "cpu",
                       "gpu_memory_fraction": None}  # fmt: skip
@@ -71,6 +71,6 @@ def test_info_reports_the_rows_and_bytes_chosen(tiny_checkpoint):
 
 
 def test_the_queue_grows_with_the_rows(tiny_checkpoint):
-    e = Engine.from_settings(Settings(model_dir=tiny_checkpoint, device="cpu", max_batch_size=300, compile="off"))
-    assert (e.batcher.cache.max_batch, e.batcher.max_queue) == (300, 300)
-    assert isinstance(e.model, Transformer)
+    e = load_engine(Settings(model_dir=tiny_checkpoint, device="cpu", max_batch_size=300, compile="off"))
+    assert (e.core.batcher.cache.max_batch, e.core.batcher.max_queue) == (300, 300)
+    assert isinstance(e.core.model, Transformer)

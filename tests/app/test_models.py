@@ -109,7 +109,7 @@ async def test_models_ready_and_info_describe_each_model(app, client):
 async def test_the_cores_are_shared_out_among_the_models_unless_nmt_threads_says(app):
     models = app.state.models
     expected = max(1, models.cores // 2)
-    assert [e.batcher.threads for e in models.engines.values()] == [expected, expected]
+    assert [e.core.batcher.threads for e in models.engines.values()] == [expected, expected]
 
 
 async def test_metrics_are_per_model(client):
@@ -124,7 +124,7 @@ async def test_metrics_are_per_model(client):
 
 async def test_a_busy_model_does_not_hold_up_another(app, client, monkeypatch):
     """en-de's worker is held in the middle of a decoder step with a full batch waiting; en-fr still answers."""
-    gate = StepGate(app.state.models.engines["en-de"].model, monkeypatch)
+    gate = StepGate(app.state.models.engines["en-de"].core.model, monkeypatch)
     gate.hold(lambda sizes: len(sizes) == 2)
     busy = [asyncio.create_task(client.post("/translate", json={"text": f"{TEXT} {i}"})) for i in range(8)]
     try:

@@ -59,13 +59,13 @@ def client(served):
 async def test_three_directions_at_once_give_generates_tokens_and_text_in_one_running_batch(served, client, hf, dirs):
     app, _ = served
     engine = app.state.engine
-    engine.batcher.peak_rows = 0
+    engine.core.batcher.peak_rows = 0
     cases = [(src, tgt, held_out_sentences(lang)[:PER_DIRECTION]) for src, _, tgt, _, lang in DIRECTIONS]
     answers = await asyncio.gather(*(
         client.post("/translate", json={"text": texts, "source": src, "target": tgt, "return_tokens": True})
         for src, tgt, texts in cases
     ))  # fmt: skip
-    assert engine.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
+    assert engine.core.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
     for (_, src, _, tgt, _), (_, _, texts), r in zip(DIRECTIONS, cases, answers):
         assert r.status_code == 200, r.text
         ids, wanted = generate(hf, dirs, src, tgt, texts, num_beams=1)

@@ -45,14 +45,14 @@ async def test_three_directions_at_once_give_generates_tokens_and_text(served, c
     sources, _ = dirs
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(sources["mbart50"]).eval()
     engine = served[0].state.models.engines["mbart"]
-    engine.batcher.peak_rows = 0
+    engine.core.batcher.peak_rows = 0
     cases = [(src, tgt, held_out_sentences(lang)[:PER_DIRECTION]) for src, _, tgt, _, lang in DIRECTIONS]
     answers = await asyncio.gather(*(
         client.post("/translate", json={"text": texts, "source": src, "target": tgt, "model": "mbart",
                                         "return_tokens": True})
         for src, tgt, texts in cases
     ))  # fmt: skip
-    assert engine.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
+    assert engine.core.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
     for (_, src, _, tgt, _), (_, _, texts), r in zip(DIRECTIONS, cases, answers):
         assert r.status_code == 200, r.text
         ids, wanted = generate(hf, (sources["mbart50"],), src, tgt, texts, num_beams=1)

@@ -81,13 +81,13 @@ def test_nmt_compile_refuses_other_values(monkeypatch):
 
 
 def test_a_compile_cache_directory_becomes_inductors(monkeypatch, tmp_path, tiny_checkpoint):
-    from app.engine import Engine
+    from app.loading import load_engine
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "before"))  # restored after the test
     s = Settings(model_dir=tiny_checkpoint, compile="off", compile_cache_dir=tmp_path / "graphs")
-    Engine.from_settings(s)
+    load_engine(s)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "before"), "off compiles nothing"
-    Engine.from_settings(s.model_copy(update={"compile": "background"}))  # not started: compiles nothing yet
+    load_engine(s.model_copy(update={"compile": "background"}))  # not started: compiles nothing yet
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "graphs")
     assert (tmp_path / "graphs").is_dir()
 

@@ -91,7 +91,7 @@ async def after(served, normal):
         r = await client.post("/translate", json=NORMAL)
         assert (r.status_code, r.json()) == (200, normal)
         for engine in app.state.models.engines.values():
-            assert (engine.batcher.load, engine.batcher.running, len(engine.batcher.batch)) == (0, 0, 0)
+            assert (engine.core.batcher.load, engine.core.batcher.running, len(engine.core.batcher.batch)) == (0, 0, 0)
 
     return check
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.checkpoint import load_checkpoint
-from model.evaluate import max_new_tokens_for
+from model.decoding import max_new_tokens_for
 from tests.importers.marian_fixture import held_out_sentences
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"

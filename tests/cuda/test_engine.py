@@ -8,7 +8,7 @@ from contextlib import nullcontext
 
 import pytest
 
-from app.engine import Engine
+from app.loading import load_engine
 from app.settings import Settings
 from model.tokenizer import read_lines
 from tests.app.helpers import TEXTS
@@ -40,21 +40,21 @@ def texts() -> list[str]:
 )
 async def test_alone_and_together_give_the_same_translations(dtype, compile, texts, bundled, report):
     settings = Settings(model_dir=bundled, device=DEVICE, dtype=dtype, compile=compile, max_batch_size=32)
-    engine = await asyncio.to_thread(Engine.from_settings, settings)
+    engine = await asyncio.to_thread(load_engine, settings)
     await engine.start()
     try:
         if compile != "off":
-            assert engine.compiled, engine.compiler.info()
+            assert engine.compiled, engine.core.compiler.info()
         with float32_without_tf32() if dtype == "float32" and ON_CUDA else nullcontext():
             alone = [(await engine.translate(t))[0] for t in texts]
-            engine.batcher.peak_rows = 0
+            engine.core.batcher.peak_rows = 0
 
             async def arriving(i: int, text: str):
                 await asyncio.sleep(0.002 * (i % 7))  # some arrive while others are mid-sequence
                 return (await engine.translate(text))[0]
 
             together = await asyncio.wait_for(asyncio.gather(*(arriving(i, t) for i, t in enumerate(texts))), 120)
-        peak = engine.batcher.peak_rows
+        peak = engine.core.batcher.peak_rows
     finally:
         await asyncio.to_thread(engine.stop)
     differ = [(t, a.text, b.text) for t, a, b in zip(texts, alone, together) if a.token_ids != b.token_ids]

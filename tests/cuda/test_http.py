@@ -11,7 +11,7 @@ import pytest
 import torch
 from asgi_lifespan import LifespanManager
 
-from app.engine import Engine
+from app import models
 from app.main import create_app
 from app.settings import Settings
 from model.cuda_graphs import FAMILIES, graph_name, row_buckets, window_buckets
@@ -35,16 +35,16 @@ async def served(bundled):
     before /ready on CUDA (eager on the CPU), and how long its start took: (app, client, seconds)."""
     settings = Settings(model_dir=bundled, device=DEVICE, compile="blocking" if ON_CUDA else "off")
     seconds: dict[str, float] = {}
-    load = Engine.from_settings.__func__
+    load = models.load_engine
 
-    def timed(cls, s, metrics=None, **where):  # where: Models.load's model_dir, name, threads, gpu_memory_fraction
+    def timed(s, metrics=None, **where):  # where: Models.load's model_dir, name, threads, gpu_memory_fraction
         t0 = time.perf_counter()
-        engine = load(cls, s, metrics, **where)
+        engine = load(s, metrics, **where)
         seconds["load"] = time.perf_counter() - t0
         return engine
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Engine, "from_settings", classmethod(timed))
+        patch.setattr(models, "load_engine", timed)
         t0 = time.perf_counter()
         app = create_app(settings)
         async with LifespanManager(app, startup_timeout=60, shutdown_timeout=60):
@@ -68,7 +68,7 @@ async def test_start_up_captures_the_graphs_before_ready(served, report):
     app, client, seconds = served
     assert (await client.get("/ready")).json()["status"] == "ready"
     info = (await client.get("/info")).json()
-    cache, memory = app.state.engine.batcher.cache, info["memory"]
+    cache, memory = app.state.engine.core.batcher.cache, info["memory"]
     report(load_s=round(seconds["load"], 2), capture_s=info["compile"]["seconds"], ready_s=round(seconds["ready"], 2),
            graphs=len(info["compile"]["serving"]), rows=memory["rows"], kv_cache_bytes=memory["kv_cache_bytes"],
            device_name=info["device_name"])  # fmt: skip
@@ -109,7 +109,7 @@ async def test_in_the_background_the_graphs_serve_once_captured(bundled, report)
             assert r.status_code == 200, r.text
             served_while_capturing += 1
         later = [(await client.post("/translate", json={"text": t})).json()["translations"][0]["text"] for t in texts]
-        cache = app.state.engine.batcher.cache
+        cache = app.state.engine.core.batcher.cache
     report(capture_s=info["compile"]["seconds"], served_while_capturing=served_while_capturing)
     graphs = (
         len(FAMILIES) * len(row_buckets(cache.max_batch)) * len(window_buckets(max(cache.max_len, cache.max_src_len)))
@@ -149,7 +149,7 @@ async def test_tokenize_gives_the_tokenizers_ids_and_offsets(served):
 async def test_attention_has_a_row_per_query_that_sums_to_one(served):
     app, client, _ = served
     engine = app.state.engine
-    await assert_attention_of_the_served_translation(client, engine.model.config, engine.tokenizer, SENTENCES[0])
+    await assert_attention_of_the_served_translation(client, engine.core.model.config, engine.tokenizer, SENTENCES[0])
 
 
 async def test_what_the_viewer_loads(served):

@@ -47,7 +47,7 @@ def memory_cap(engine: Engine, headroom: int):
     """Let this process hold on the GPU only what it has reserved now plus `headroom` bytes, lifted after; yields
     the cap's figures. On the CPU: out-of-memory errors for the steps and admissions over the emulated sizes."""
     if not ON_CUDA:
-        model, cache = engine.model, engine.batcher.cache
+        model, cache = engine.core.model, engine.core.batcher.cache
         step, add = model.decode_greedy, cache.add
 
         def decode_greedy(tokens, cache_):
@@ -65,7 +65,7 @@ def memory_cap(engine: Engine, headroom: int):
             patch.setattr(cache, "add", admit)
             yield {"emulated_rows": EMULATED_ROWS, "emulated_admission": EMULATED_ADMISSION}
         return
-    device = engine.device
+    device = engine.core.device
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(device).total_memory
@@ -86,7 +86,7 @@ async def test_more_than_fits_gets_translations_or_clean_503s_and_the_server_rec
     texts = long_texts(REQUESTS, SENTENCES_PER_TEXT)
     async with serve(settings, startup_timeout=120) as (app, client):
         engine = app.state.engine
-        metrics = engine.batcher.metrics
+        metrics = engine.core.batcher.metrics
         before = (await client.post("/translate", json={"text": SHORT})).json()
         t0 = time.perf_counter()
         with memory_cap(engine, HEADROOM) as cap:
@@ -103,7 +103,7 @@ async def test_more_than_fits_gets_translations_or_clean_503s_and_the_server_rec
         retries = metrics.sample("nmt_oom_retries_total") or 0
         report(
             requests=len(tasks), translated=statuses[200], out_of_memory=statuses[503], statuses=dict(statuses),
-            oom_retries=retries, seconds=round(seconds, 1), peak_rows=engine.batcher.peak_rows, **cap,
+            oom_retries=retries, seconds=round(seconds, 1), peak_rows=engine.core.batcher.peak_rows, **cap,
         )  # fmt: skip
         assert set(statuses) <= {200, 503}, [r.text for r in responses if r.status_code not in (200, 503)][:3]
         for r in responses:
@@ -114,7 +114,7 @@ async def test_more_than_fits_gets_translations_or_clean_503s_and_the_server_rec
                 assert body["type"] == "out_of_memory" and "ran out of memory" in body["error"], body
         assert retries >= 1, "nothing ran out of memory: lower NMT_TEST_OOM_HEADROOM_MB"
         assert statuses[200] >= 1, "nothing was translated under the cap: raise NMT_TEST_OOM_HEADROOM_MB"
-        await until(lambda: engine.batcher.load == 0 and engine.batcher.cache.n == 0)
+        await until(lambda: engine.core.batcher.load == 0 and engine.core.batcher.cache.n == 0)
         after = await client.post("/translate", json={"text": SHORT})
         assert after.status_code == 200 and after.json() == before
         again = await client.post("/translate", json={"text": texts[0], **body})

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from app.device import DTYPES
+from app.engine.device import DTYPES
 from model.batch import decode
 from model.checkpoint import load_checkpoint
 from model.compile import uncompile
 from model.cuda_graphs import capture_model
-from model.decoding import KVCache
-from model.evaluate import max_new_tokens_for, score
+from model.decoding import KVCache, max_new_tokens_for
+from model.evaluate import score
 from model.search import GREEDY
 from tests.cuda.conftest import CUDA, DEVICE, ON_CUDA, cuda_only, float32_without_tf32, synchronize
 

@@ -12,7 +12,7 @@ import crossplane
 import jsonschema
 import pytest
 
-from app.device import resolve_device
+from app.engine.device import resolve_device
 from app.main import FORM_BYTES
 from app.settings import BUNDLED_MODEL_DIR, MAX_BODY_BYTES, Settings
 from tests.deploy.repo import (

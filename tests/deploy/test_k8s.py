@@ -19,7 +19,7 @@ from asgi_lifespan import LifespanManager
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.cli import STOP_GRACE_S
-from app.device import resolve_device
+from app.engine.device import resolve_device
 from app.main import create_app
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from tests.deploy.repo import ROOT, dockerfile, instructions

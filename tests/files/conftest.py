@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.engine import Engine
 from app.files import FORMATS, FileLimits, Unit
 from app.files.translate import translate_units
+from app.loading import load_engine
 from app.settings import Settings
 
 BUNDLED = Path(__file__).resolve().parents[2] / "checkpoints" / "multi30k-en-de"
@@ -29,7 +29,7 @@ async def identity(units: list[Unit]) -> list[str]:
 @pytest.fixture(scope="module")
 async def bundled() -> Translator:
     """The bundled en->de model's engine as a translator of units (eager, greedy)."""
-    engine = Engine.from_settings(Settings(model_dir=BUNDLED, compile="off", max_new_tokens=128))
+    engine = load_engine(Settings(model_dir=BUNDLED, compile="off", max_new_tokens=128))
     await engine.start()
     try:
 

@@ -114,7 +114,7 @@ async def test_the_engine_translates_as_transformers_batched_and_alone(marian, c
     if compiled and layout == "separate":
         pytest.skip("compiling is checked on one layout: the step is the same code")
     sentences = held_out_sentences("en")[:200]
-    engine = Engine(
+    engine = Engine.local(
         model, tok, max_input_tokens=128, max_new_tokens=64, max_batch_texts=200,
         max_batch_size=1 if compiled else 32,  # compiled: the one-row graphs (tests/model/test_compile.py has more)
         compile="blocking" if compiled else "off", compile_mode="default", screen_logits=True,
@@ -139,7 +139,7 @@ async def test_the_engine_translates_as_transformers_batched_and_alone(marian, c
 
 
 async def _translate_once(model, tok, text, budget):
-    engine = Engine(model, tok, max_input_tokens=128, max_new_tokens=64)
+    engine = Engine.local(model, tok, max_input_tokens=128, max_new_tokens=64)
     await engine.start()
     try:
         return await engine.translate(text, max_new_tokens=budget)
@@ -283,9 +283,9 @@ def test_the_command_line_imports_and_will_not_overwrite(marian_models, tmp_path
 def test_serving_an_imported_model_never_imports_transformers_or_sentencepiece(marian_models):
     probe = (
         "import sys, asyncio\n"
-        "from app.engine import Engine\n"
+        "from app.loading import load_engine\n"
         "from app.settings import Settings\n"
-        f"engine = Engine.from_settings(Settings(model_dir={str(marian_models['shared'][1])!r}, compile=False))\n"
+        f"engine = load_engine(Settings(model_dir={str(marian_models['shared'][1])!r}, compile=False))\n"
         "async def run():\n"
         "    await engine.start()\n"
         "    print((await engine.translate('A dog runs.'))[0].text != None)\n"

@@ -11,9 +11,9 @@ import torch
 
 from model.batch import decode
 from model.checkpoint import load_checkpoint, save_checkpoint
+from model.decoding import max_new_tokens_for
 from model.ensemble import Ensemble
 from model.evaluate import main as eval_main
-from model.evaluate import max_new_tokens_for
 from model.search import DecodingOptions
 from model.transformer import Transformer
 from tests.conftest import write_corpus

@@ -11,7 +11,8 @@ import sacrebleu
 
 from model.batch import decode
 from model.checkpoint import load_checkpoint
-from model.evaluate import closest_to_reference, max_new_tokens_for, score, translate_corpus
+from model.decoding import max_new_tokens_for
+from model.evaluate import closest_to_reference, score, translate_corpus
 from model.evaluate import main as eval_main
 from model.search import DecodingOptions, beam_search_reference
 from tests.conftest import write_corpus
