@@ -33,6 +33,7 @@ def parse_args(argv: list[str] | None) -> dict:
     p.add_argument("--dtype", choices=get_args(Dtype), help="float32 (default); half types need CUDA")
     p.add_argument("--log-level", choices=get_args(LogLevel), help="default info")
     p.add_argument("--workers", type=int, help="server processes sharing the port (default 1; Linux)")
+    p.add_argument("--frontends", type=int, help="HTTP front-end processes apart from one engine process (Linux)")
     p.add_argument(
         "--precompile", action="store_true",
         help="compile the graphs these settings serve with into NMT_COMPILE_CACHE_DIR (or load them to check), then "
@@ -52,6 +53,10 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings)
     if precompile:
         sys.exit(run_precompile(settings))
+    if settings.frontends:
+        from app.frontends import serve_frontends
+
+        sys.exit(serve_frontends(settings))
     if settings.workers > 1:
         sys.exit(serve_workers(settings))
     sys.exit(serve(settings))

@@ -8,14 +8,16 @@ from typing import Any
 
 import torch
 
+from app.engine.core import EngineCore
 from app.engine.device import resolve_device
 from app.engine.engine import DEFAULT_QUEUE, START_TOKENS, Engine
 from app.engine.memory import decoder_rows
 from app.metrics import Metrics
 from app.settings import Settings
-from model.checkpoint import load_checkpoint
+from model.checkpoint import load_checkpoint, read_metadata
 from model.confidence import Calibration
 from model.multilingual_tokenizer import MultilingualTokenizer
+from model.tokenizer import load_tokenizer
 
 
 def load_engine(
@@ -47,6 +49,20 @@ def load_engine(
         threads=threads, waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
         screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
         quantize=s.quantize, calibration=calibration, **limits(s),
+    )  # fmt: skip
+
+
+def front_engine(s: Settings, core: EngineCore, model_dir: Path, name: str, metrics: Metrics) -> Engine:
+    """A front-end's engine for a model the engine process serves through `core`: its tokenizer, metadata and
+    calibration read from `model_dir` (not its weights), its limits from the settings, as `load_engine`'s."""
+    tokenizer = load_tokenizer(model_dir)
+    own = limits(s)
+    if s.max_request_sequences is None:  # half of this front-end's share of the queue, as a single server's is of all
+        share = core.max_queue // max(1, s.frontends)
+        own["max_request_sequences"] = min(core.max_queue, max(s.max_batch_texts, share // 2))
+    return Engine(
+        core, tokenizer, name=name, metadata=read_metadata(model_dir), calibration=Calibration.load(model_dir),
+        metrics=metrics.engine(name), **own,
     )  # fmt: skip
 
 

@@ -55,16 +55,20 @@ class Models:
     async def load(self) -> None:
         """Load and start every model in turn, off the event loop; a model that fails is recorded, the rest load."""
         n = len(self.dirs)
+        served = await self._connect() if self.settings.engine_address else {}
         for k, (name, directory) in enumerate(list(self.dirs.items())):
             t0 = time.perf_counter()
             try:
-                # On a GPU each model sizes its KV cache from its share of NMT_GPU_MEMORY_FRACTION: the k-th may fill
-                # up to k/n of it, the models before it holding the rest.
-                engine = await asyncio.to_thread(
-                    load_engine, self.settings, self.metrics, model_dir=directory,
-                    name=name if self.named else None, threads=self.threads(),
-                    gpu_memory_fraction=self.settings.gpu_memory_fraction * (k + 1) / n,
-                )  # fmt: skip
+                if self.settings.engine_address:
+                    engine = await self._front(name, directory, served)
+                else:
+                    # On a GPU each model sizes its KV cache from its share of NMT_GPU_MEMORY_FRACTION: the k-th may
+                    # fill up to k/n of it, the models before it holding the rest.
+                    engine = await asyncio.to_thread(
+                        load_engine, self.settings, self.metrics, model_dir=directory,
+                        name=name if self.named else None, threads=self.threads(),
+                        gpu_memory_fraction=self.settings.gpu_memory_fraction * (k + 1) / n,
+                    )  # fmt: skip
                 if not self.named and engine.name != name:  # one model: named by its checkpoint's metadata
                     self.dirs = {engine.name: directory}
                     name = engine.name
@@ -83,9 +87,42 @@ class Models:
                 info["device"], info["dtype"], time.perf_counter() - t0,
             )  # fmt: skip
 
+    async def _connect(self) -> dict[str, Any]:
+        """A front-end (NMT_FRONTENDS): connect to the engine process and wait until it serves its models."""
+        from app.engine.remote import Connection
+
+        self.connection, self.loop = Connection(self.settings.engine_address), asyncio.get_running_loop()
+        self.connection.start("models")
+        return await self.connection.refresh()
+
+    async def _front(self, name: str, directory: Path, served: dict[str, Any]) -> Engine:
+        """A front-end's engine for a model of the engine process: its text side here, its core there."""
+        from app.engine.remote import RemoteCore
+        from app.loading import front_engine
+
+        if not self.named and len(served) == 1:  # one model: the engine process named it from its checkpoint
+            name = next(iter(served))
+            self.dirs = {name: directory}
+        if name not in served:
+            raise ValueError(f"the engine process does not serve {name!r} (it serves {sorted(served)})")
+        core = RemoteCore(self.connection, name, frontends=self.settings.frontends)
+        return await asyncio.to_thread(front_engine, self.settings, core, directory, name, self.metrics)
+
     def stop(self) -> None:
+        """Stop every engine (blocking, from any thread); a front-end's, on the event loop its connection runs on."""
+        if self.settings.engine_address and hasattr(self, "connection"):
+            if _running_loop() is self.loop:
+                self._stop()
+            else:
+                self.loop.call_soon_threadsafe(self._stop)
+            return
+        self._stop()
+
+    def _stop(self) -> None:
         for engine in self.engines.values():
             engine.stop()
+        if self.settings.engine_address and hasattr(self, "connection"):
+            self.connection.stop("models")  # the last user: it says bye to the engine process
 
     def state(self, name: str) -> State:
         engine = self.engines.get(name)
@@ -178,3 +215,10 @@ class Models:
             if engine.codes:  # a many-to-many model: each language by its own code and its short name
                 out["languages"] = [{"code": c, "name": n} for c, n in engine.codes.names.items()]
         return out
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BUNDLED_MODEL_DIR = Path(__file__).resolve().parent.parent / "checkpoints" / "multi30k-en-de"
@@ -174,6 +174,20 @@ class Settings(BaseSettings):
         "process cannot keep busy with one-sentence requests; `/ready` is 200 once every worker has loaded, `/info` "
         "and `/metrics` are the answering worker's",
     )
+    frontends: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="HTTP front-end processes sharing the port, apart from one engine process that owns every model, "
+        "KV cache, running batch and compiled graph and speaks only token ids with them (app/frontends.py); each "
+        "front-end does a request's text work (validation, tokenizing, sentences, HTML, detokenizing). `0`: one "
+        "process does both, as before. Excludes `workers`; Linux",
+    )
+    engine_address: str | None = Field(
+        None,
+        description="set by nmt-serve for its front-ends (`frontends`): the engine process's socket, `ipc://PATH` "
+        "in a directory only the server's user may enter",
+    )
     api_key: SecretStr | None = Field(
         None,
         description="when set, every endpoint except `/health`, `/ready`, `/docs`, `/openapi.json` and the "
@@ -251,6 +265,15 @@ class Settings(BaseSettings):
         if v is not None and v.strip():
             model_dirs(v)  # raises ValueError saying what is wrong
         return v or None
+
+    @model_validator(mode="after")
+    def _one_way_to_share(self):
+        if self.frontends and self.workers > 1:
+            raise ValueError(
+                "frontends and workers are two ways to use more than one process: set one. frontends keeps one copy "
+                "of the models in an engine process; workers give each process its own"
+            )
+        return self
 
     def model_dirs(self) -> dict[str, Path]:
         """The models to serve, by name: NMT_MODELS, else NMT_MODEL_DIR under its checkpoint's name (None: the

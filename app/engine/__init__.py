@@ -1,6 +1,9 @@
 """The engine: requests in, translations out, the model run by one scheduling loop.
 
-- `engine.py`     Engine: validates and tokenizes requests, hands them to the scheduler, formats the results
+- `engine.py`     Engine: validates and tokenizes requests, hands them to its core in token ids, formats the results
+- `core.py`       EngineCore: the model, its KV cache, the batcher and the compiled graphs, in token ids
+- `remote.py`     RemoteCore: an EngineCore in the engine process, for a front-end (NMT_FRONTENDS); `wire.py` their
+                  messages; `core_server.py` the engine process's side
 - `limits.py`     Limits: what a request may ask for, and the 4xx messages that say so
 - `sequence.py`   the state of a submitted sequence or call, and the stream of a streaming one
 - `scheduler.py`  Batcher: the worker thread's loop (admission, one decoder step for every live row, faults)

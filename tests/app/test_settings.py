@@ -113,3 +113,11 @@ def test_cors_origins_are_a_list_star_for_any_and_empty_for_none(monkeypatch):
     assert Settings().origins() == ["https://a.example", "https://b.example:8443"]
     monkeypatch.setenv("NMT_CORS_ORIGINS", "")
     assert Settings().origins() == []
+
+
+def test_front_ends_and_workers_are_two_ways_to_use_processes_and_exclude_each_other(monkeypatch):
+    monkeypatch.setenv("NMT_FRONTENDS", "2")
+    assert Settings().frontends == 2
+    monkeypatch.setenv("NMT_WORKERS", "2")
+    with pytest.raises(ValidationError, match="frontends and workers"):
+        Settings()

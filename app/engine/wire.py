@@ -1,0 +1,122 @@
+"""The messages between an HTTP front-end process and the engine process, and how they travel.
+
+A front-end sends `Request`s on a ZeroMQ DEALER socket: its own id for the request, the kind (an EngineCore method,
+"stream", "cancel", "status" or "bye"), the model's name and the arguments, in token ids. The engine process answers
+on its ROUTER socket with a list of `Reply`s per message, all it has for that front-end at one wake-up: "tokens" (a
+stream's new ids), "ok" (the result: hypotheses, a stream's final hypothesis), "error" (an app/engine/errors.py
+class's name and message), "status" (every model's facts and load) or "reset" (the engine cancelled this front-end's
+requests before that id: see app/engine/remote.py).
+
+The encoding is pickle (protocol 5): both ends are this project's own processes on one machine, over an ipc:// socket
+in a folder only the server's user can reach (`check_private` refuses anything else), so nothing from a stranger is
+ever unpickled; pickle carries Hypothesis, DecodingOptions (its `glued` tensor) and AttentionWeights as they are, with
+no schema to keep in step. A socket others could reach (tcp://) would need an encoding that cannot run code instead.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from app.engine.errors import (
+    EngineFailure,
+    EngineUnavailable,
+    InputTooLong,
+    InvalidRequest,
+    OutOfMemory,
+    QueueFull,
+    RequestTimeout,
+)  # fmt: skip
+
+# Messages queued per peer, each way, before a send would have to wait: a stream's tokens travel many to a message,
+# so a front-end that reads at all never comes near it; one that stops reading is cut off (app/engine/remote.py).
+HWM = 10_000
+ERRORS = {e.__name__: e for e in (EngineUnavailable, EngineFailure, QueueFull, OutOfMemory, InvalidRequest,
+                                  InputTooLong, RequestTimeout)}  # fmt: skip
+
+
+@dataclass
+class Request:
+    """Front-end to engine."""
+
+    id: int  # the front-end's own number for the request: its replies and its "cancel" carry it
+    kind: str  # "generate", "search", "align", "attention", "stream", "cancel", "status" or "bye"
+    core: str = ""  # the model's name, for the kinds that are an EngineCore method
+    args: tuple = ()  # the method's positional arguments
+
+
+@dataclass
+class Reply:
+    """Engine to front-end."""
+
+    id: int  # the request's id
+    kind: str  # "ok", "error", "tokens", "status" or "reset"
+    payload: Any = None  # the result; (class name, message); new token ids; {model: facts}; nothing
+
+
+def encode(message: Any) -> bytes:
+    return pickle.dumps(message, protocol=5)
+
+
+def decode(frame: bytes) -> Any:
+    return pickle.loads(frame)  # our own processes only: see the module's docstring
+
+
+def error_reply(request_id: int, error: BaseException) -> Reply:
+    """An engine error as itself; anything else as an EngineFailure with its text."""
+    name = type(error).__name__
+    if ERRORS.get(name) is type(error):
+        return Reply(request_id, "error", (name, str(error)))
+    return Reply(request_id, "error", ("EngineFailure", f"the engine process failed on this request ({name}: {error})"))
+
+
+def raised(payload: tuple[str, str]) -> Exception:
+    """The exception an "error" reply carries, as the class the engine raised."""
+    name, message = payload
+    return ERRORS.get(name, EngineFailure)(message)
+
+
+def check_private(address: str) -> None:
+    """Refuse an address other users could reach: a network one, an abstract socket, a folder open to them."""
+    scheme, _, path = address.partition("://")
+    if scheme == "inproc":
+        return
+    if scheme != "ipc" or path.startswith("@"):
+        raise ValueError(
+            f"{address}: the engine's messages are pickles, which can run code, so its socket must be an ipc:// path "
+            "in a private folder (or inproc://), never a network address or an abstract socket"
+        )
+    st = Path(path).parent.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ValueError(
+            f"{Path(path).parent} (mode {st.st_mode & 0o777:o}) is open to other users; the engine's socket needs a "
+            "folder only its own user can reach (chmod 700)"
+        )
+
+
+def open_socket(kind: int, hwm: int = HWM) -> zmq.asyncio.Socket:
+    """A socket of `kind` with its high-water marks set both ways, which drops what it has not sent when closed."""
+    sock = zmq.asyncio.Context.instance().socket(kind)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    sock.setsockopt(zmq.LINGER, 0)
+    return sock
+
+
+def send_now(sock: zmq.asyncio.Socket, frames: list[bytes]) -> str | None:
+    """Send without waiting, ever: None once queued; otherwise why not, "full" (the peer's queue is at its high-water
+    mark, or a DEALER has no engine connected) or "gone" (a ROUTER_MANDATORY socket knows no such peer)."""
+    error = sock.send_multipart(frames, flags=zmq.NOBLOCK).exception()  # NOBLOCK: the future is already done
+    if error is None:
+        return None
+    if isinstance(error, zmq.Again):
+        return "full"
+    if isinstance(error, zmq.ZMQError) and error.errno == zmq.EHOSTUNREACH:
+        return "gone"
+    raise error

@@ -1,0 +1,145 @@
+"""NMT_FRONTENDS: HTTP front-end processes apart from one engine process, as vLLM's API servers and EngineCore.
+
+The engine process loads every model (app/models.py, as a single server does: warm-up, compiled graphs in the
+background) and serves their cores, in token ids, on a ZeroMQ socket in a directory only the server's user may enter
+(app/engine/remote.py). Each front-end is a whole HTTP server (app/cli.py's serve) on its own SO_REUSEPORT socket of
+the one port (app/workers.py says why), whose engines hold the text side of each model (tokenizer, limits, sentences,
+HTML, detokenizing, confidence) and reach the model through a RemoteCore. Front-ends never load weights.
+
+The parent only supervises, as it does NMT_WORKERS: it starts the engine, then the front-ends; SIGTERM or SIGINT
+drains the front-ends first (each finishes its requests, as a single server does) and then stops the engine; a
+process that dies stops the others and the parent exits non-zero, for the service manager to restart the server.
+While the engine is gone, front-ends answer 503. `/ready` is 200 once every front-end has loaded, which is after the
+engine has."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from app.settings import Settings
+from app.workers import WorkerGroup, die_with_parent, listening_socket
+
+log = logging.getLogger("nmt_serve")
+
+
+def run_engine(settings: Settings, address: str, parent: int) -> None:
+    """The engine process: every model loaded and served on `address` until SIGTERM."""
+    die_with_parent()
+    if os.getppid() != parent:
+        sys.exit(1)
+    from app.cli import configure_logging
+
+    configure_logging(settings)
+    sys.exit(asyncio.run(engine_main(settings, address)))
+
+
+async def engine_main(settings: Settings, address: str) -> int | str:
+    from app.engine.core_server import CoreServer
+    from app.metrics import Metrics
+    from app.models import Models
+
+    models = Models(settings, Metrics())
+    await models.load()
+    if not models.engines:
+        return "nmt-serve: the engine process loaded no model: " + "; ".join(f"{n}: {e}" for n, e in models.errors.items())
+    server = CoreServer({name: engine.core for name, engine in models.engines.items()}, address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    serving = asyncio.create_task(server.serve())
+    log.info("engine process serving %s on %s", ", ".join(models.engines), address)
+    await asyncio.wait([serving, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    serving.cancel()
+    await asyncio.gather(serving, return_exceptions=True)
+    await asyncio.to_thread(models.stop)
+    return 0
+
+
+def run_frontend(settings: Settings, index: int, count: int, flags: Any, port: int, parent: int) -> None:
+    """A front-end process: one HTTP server on its own SO_REUSEPORT socket, its models the engine process's."""
+    die_with_parent()
+    if os.getppid() != parent:
+        sys.exit(1)
+    from app.cli import configure_logging, serve
+
+    configure_logging(settings)
+    sock = listening_socket(settings.host, port)
+    sys.exit(serve(settings, sockets=[sock], group=WorkerGroup(index, count, flags)))
+
+
+def serve_frontends(settings: Settings) -> int:
+    """Start the engine process and the front-ends, pass signals on, and return the exit status once all ended."""
+    try:
+        holder = listening_socket(settings.host, settings.port)  # fails at once if the port is taken
+    except OSError as e:
+        print(f"nmt-serve: cannot bind {settings.host}:{settings.port}: {e}", file=sys.stderr)
+        return 1
+    port = holder.getsockname()[1]
+    private = Path(tempfile.mkdtemp(prefix="nmt-serve-engine-"))  # mode 0700: the socket is this user's alone
+    address = f"ipc://{private / 'engine'}"
+    jobs = None
+    front = settings.model_copy(update={"engine_address": address})
+    if settings.job_dir is None:  # one jobs directory for every front-end (a job is seen by any of them)
+        jobs = Path(tempfile.mkdtemp(prefix="nmt-serve-jobs-"))
+        front = front.model_copy(update={"job_dir": jobs})
+    n = settings.frontends
+    ctx = multiprocessing.get_context("spawn")
+    flags = ctx.Array("b", n, lock=False)
+    engine = ctx.Process(target=run_engine, args=(settings, address, os.getpid()), name="nmt-serve-engine")
+    fronts = [
+        ctx.Process(target=run_frontend, args=(front, i, n, flags, port, os.getpid()), name=f"nmt-serve-frontend-{i}")
+        for i in range(n)
+    ]
+    stopping, failed = False, []
+
+    def signal_all(procs: list) -> None:
+        for p in procs:
+            if p.pid is not None and p.exitcode is None:
+                os.kill(p.pid, signal.SIGTERM)
+
+    def stop(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        if not stopping:  # once: a second SIGTERM to uvicorn would cut the drain short
+            stopping = True
+            signal_all(fronts)  # the engine after them: they finish their requests through it
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        engine.start()
+        for p in fronts:
+            p.start()
+        if stopping:
+            signal_all(fronts)
+        log.info("an engine process (pid %d) and %d front-ends on %s:%d", engine.pid, n, settings.host, port)
+        running = {p.sentinel: p for p in [engine, *fronts]}
+        while running:
+            for sentinel in wait(list(running)):
+                p = running.pop(sentinel)
+                p.join()
+                if not stopping or p.exitcode != 0:
+                    failed.append(f"{p.name} (pid {p.pid}) exited with status {p.exitcode}")
+                stop(signal.SIGTERM, None)  # one process down: the server stops, for its manager to restart it
+            if not any(f.sentinel in running for f in fronts):
+                signal_all([engine])  # the front-ends have drained
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        holder.close()
+        shutil.rmtree(private, ignore_errors=True)
+        if jobs is not None:
+            shutil.rmtree(jobs, ignore_errors=True)
+    if failed:
+        print(f"nmt-serve: {'; '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0

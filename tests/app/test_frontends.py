@@ -1,0 +1,103 @@
+"""NMT_FRONTENDS: HTTP front-ends apart from one engine process (app/frontends.py), started for real over TCP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.app.live import live_server
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
+TEXTS = ["A man is riding a bike.", "Two dogs play in the snow."]
+
+
+@pytest.fixture
+def single(tiny_checkpoint):
+    with live_server(tiny_checkpoint, timeout=120, NMT_COMPILE="off") as pair:
+        yield pair
+
+
+@pytest.fixture
+def split(tiny_checkpoint):
+    with live_server(tiny_checkpoint, timeout=120, NMT_FRONTENDS="2", NMT_COMPILE="off") as pair:
+        yield pair
+
+
+def answers(base: str) -> dict:
+    """What a few requests of each kind answer: plain, many texts, beam n-best, alignment, HTML, a stream."""
+    out = {}
+    with httpx.Client(base_url=base, timeout=60) as client:
+        for key, body in {
+            "plain": {"text": TEXTS[0]},
+            "many": {"text": TEXTS, "return_tokens": True},
+            "beam": {"text": TEXTS[1], "beam_size": 3, "num_hypotheses": 2, "return_scores": True},
+            "aligned": {"text": TEXTS[0], "return_alignment": True},
+            "html": {"text": "<p>A man is <b>riding</b> a bike.</p>", "format": "html"},
+        }.items():
+            r = client.post("/translate", json=body)
+            assert r.status_code == 200, r.text
+            out[key] = r.json()
+        with client.stream("POST", "/translate", json={"text": TEXTS[1], "stream": True}) as r:
+            out["stream"] = [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line]
+        r = client.post("/attention", json={"text": TEXTS[0]})
+        assert r.status_code == 200, r.text
+        out["attention"] = r.json()
+    return out
+
+
+def test_front_ends_answer_every_kind_of_request_as_one_process_does(single, split):
+    assert answers(split[1]) == answers(single[1])
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def children(pid: int) -> list[int]:
+    """The processes the server started, in the order it started them (multiprocessing's own helpers left out)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        pids = sorted(int(p) for p in f.read().split())
+    return [p for p in pids if "spawn_main" in open(f"/proc/{p}/cmdline").read()]
+
+
+def test_sigterm_drains_a_stream_through_the_engine_then_everything_exits_0(split):
+    proc, base = split
+    pids = children(proc.pid)
+    assert len(pids) == 3  # the engine and two front-ends
+    body = {"text": "Two girls are playing in the park.", "stream": True, "max_new_tokens": 250}
+    with httpx.Client(base_url=base, timeout=60) as client, client.stream("POST", "/translate", json=body) as r:
+        lines = (line for line in r.iter_lines() if line)
+        first = next(lines)
+        proc.send_signal(signal.SIGTERM)
+        *tokens, last = [json.loads(line.removeprefix("data: ")) for line in (first, *lines)]
+    assert last["finish_reason"] in ("eos", "length") and last["usage"]["output_tokens"] >= len(tokens)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert all(gone(pid) for pid in pids)
+    assert "an engine process" in out and "2 front-ends" in out
+
+
+def test_a_killed_engine_gets_503s_then_the_server_exits_non_zero(split):
+    proc, base = split
+    engine = children(proc.pid)[0]  # started first
+    os.kill(engine, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    statuses = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            statuses.add(httpx.post(f"{base}/translate", json={"text": TEXTS[0]}, timeout=10).status_code)
+        except httpx.TransportError:  # the front-ends stopped too
+            break
+    out, _ = proc.communicate(timeout=60)
+    assert statuses <= {503}, (statuses, out)
+    assert proc.returncode == 1 and "nmt-serve-engine" in out, out
