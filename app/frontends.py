@@ -22,12 +22,11 @@ import shutil
 import signal
 import sys
 import tempfile
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
-from app.workers import WorkerGroup, die_with_parent, listening_socket
+from app.workers import WorkerGroup, die_with_parent, listening_socket, supervise
 
 log = logging.getLogger("nmt_serve")
 
@@ -101,40 +100,11 @@ def serve_frontends(settings: Settings) -> int:
         ctx.Process(target=run_frontend, args=(front, i, n, flags, port, os.getpid()), name=f"nmt-serve-frontend-{i}")
         for i in range(n)
     ]
-    stopping, failed = False, []
-
-    def signal_all(procs: list) -> None:
-        for p in procs:
-            if p.pid is not None and p.exitcode is None:
-                os.kill(p.pid, signal.SIGTERM)
-
-    def stop(signum: int, _frame: Any) -> None:
-        nonlocal stopping
-        if not stopping:  # once: a second SIGTERM to uvicorn would cut the drain short
-            stopping = True
-            signal_all(fronts)  # the engine after them: they finish their requests through it
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        engine.start()
-        for p in fronts:
-            p.start()
-        if stopping:
-            signal_all(fronts)
-        log.info("an engine process (pid %d) and %d front-ends on %s:%d", engine.pid, n, settings.host, port)
-        running = {p.sentinel: p for p in [engine, *fronts]}
-        while running:
-            for sentinel in wait(list(running)):
-                p = running.pop(sentinel)
-                p.join()
-                if not stopping or p.exitcode != 0:
-                    failed.append(f"{p.name} (pid {p.pid}) exited with status {p.exitcode}")
-                stop(signal.SIGTERM, None)  # one process down: the server stops, for its manager to restart it
-            if not any(f.sentinel in running for f in fronts):
-                signal_all([engine])  # the front-ends have drained
+        failed = supervise([fronts, [engine]], lambda: log.info(
+            "an engine process (pid %d) and %d front-ends on %s:%d", engine.pid, n, settings.host, port
+        ))  # fmt: skip
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         holder.close()
         shutil.rmtree(private, ignore_errors=True)
         if jobs is not None:

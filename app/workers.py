@@ -29,6 +29,7 @@ import signal
 import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -127,38 +128,11 @@ def serve_workers(settings: Settings) -> int:
         ctx.Process(target=run_worker, args=(each, i, n, flags, port, os.getpid()), name=f"nmt-serve-worker-{i}")
         for i in range(n)
     ]
-    stopping = False
-
-    def terminate_all() -> None:
-        for p in procs:
-            if p.pid is not None and p.exitcode is None:
-                os.kill(p.pid, signal.SIGTERM)
-
-    def stop(signum: int, _frame: Any) -> None:
-        nonlocal stopping
-        if not stopping:  # once: a second SIGTERM to uvicorn would cut the drain short
-            stopping = True
-            terminate_all()
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for p in procs:
-            p.start()
-        if stopping:  # a signal came while they started
-            terminate_all()
-        log.info("%d workers on %s:%d (pids %s)", n, settings.host, port, ", ".join(str(p.pid) for p in procs))
-        running = {p.sentinel: p for p in procs}
-        failed: list[str] = []
-        while running:
-            for sentinel in wait(list(running)):
-                p = running.pop(sentinel)
-                p.join()
-                if not stopping or p.exitcode != 0:
-                    failed.append(f"{p.name} (pid {p.pid}) exited with status {p.exitcode}")
-                stop(signal.SIGTERM, None)  # one worker down: the server stops, for its manager to restart it
+        failed = supervise([procs], lambda: log.info(
+            "%d workers on %s:%d (pids %s)", n, settings.host, port, ", ".join(str(p.pid) for p in procs)
+        ))  # fmt: skip
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         holder.close()
         if jobs is not None:
             shutil.rmtree(jobs, ignore_errors=True)
@@ -166,3 +140,50 @@ def serve_workers(settings: Settings) -> int:
         print(f"nmt-serve: {'; '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def supervise(stages: list[list[Any]], started: Callable[[], None] = lambda: None) -> list[str]:
+    """Start the processes of every stage (the last stage first: what the others need), pass SIGTERM and SIGINT on,
+    and return what went wrong once all have ended.
+
+    A signal, or any process that ends, stops the server: the first stage's processes get SIGTERM once (a second
+    one would cut uvicorn's drain short), and each later stage's once every process before it has ended (front-ends
+    drain through the engine before it stops). A process that ended with a non-zero status, or on its own, is a
+    failure: the parent then exits non-zero, for the service manager to restart the whole server."""
+    procs = [p for stage in stages for p in stage]
+    stopping, failed, told = False, [], set()
+
+    def tell_next() -> None:
+        for stage in stages:
+            for p in stage:
+                if p.pid is not None and p.exitcode is None and p.pid not in told:
+                    told.add(p.pid)
+                    os.kill(p.pid, signal.SIGTERM)
+            if any(p.exitcode is None for p in stage):
+                return  # the later stages wait for this one to end
+
+    def stop(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        tell_next()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for stage in reversed(stages):
+            for p in stage:
+                p.start()
+        if stopping:  # a signal came while they started
+            tell_next()
+        started()
+        running = {p.sentinel: p for p in procs}
+        while running:
+            for sentinel in wait(list(running)):
+                p = running.pop(sentinel)
+                p.join()
+                if not stopping or p.exitcode != 0:
+                    failed.append(f"{p.name} (pid {p.pid}) exited with status {p.exitcode}")
+                stop(signal.SIGTERM, None)  # one process down: the server stops
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return failed

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -65,3 +67,14 @@ def live_server(model_dir, timeout: float = 60, **extra_env: str) -> Iterator[tu
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def stream_across_sigterm(proc: subprocess.Popen, base: str) -> tuple[list[dict], dict]:
+    """A long stream's events, the server sent SIGTERM after the first: its token events and its last one."""
+    body = {"text": "Two girls are playing in the park.", "stream": True, "max_new_tokens": 250}
+    with httpx.Client(base_url=base, timeout=60) as client, client.stream("POST", "/translate", json=body) as r:
+        lines = (line for line in r.iter_lines() if line)
+        first = next(lines)
+        proc.send_signal(signal.SIGTERM)
+        *tokens, last = [json.loads(line.removeprefix("data: ")) for line in (first, *lines)]
+    return tokens, last

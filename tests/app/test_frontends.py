@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.app.live import live_server
+from tests.app.live import live_server, stream_across_sigterm
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
 TEXTS = ["A man is riding a bike.", "Two dogs play in the snow."]
@@ -74,12 +74,7 @@ def test_sigterm_drains_a_stream_through_the_engine_then_everything_exits_0(spli
     proc, base = split
     pids = children(proc.pid)
     assert len(pids) == 3  # the engine and two front-ends
-    body = {"text": "Two girls are playing in the park.", "stream": True, "max_new_tokens": 250}
-    with httpx.Client(base_url=base, timeout=60) as client, client.stream("POST", "/translate", json=body) as r:
-        lines = (line for line in r.iter_lines() if line)
-        first = next(lines)
-        proc.send_signal(signal.SIGTERM)
-        *tokens, last = [json.loads(line.removeprefix("data: ")) for line in (first, *lines)]
+    tokens, last = stream_across_sigterm(proc, base)
     assert last["finish_reason"] in ("eos", "length") and last["usage"]["output_tokens"] >= len(tokens)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
@@ -16,7 +15,7 @@ import pytest
 from app.settings import Settings
 from app.workers import WorkerGroup, share
 from tests.app.conftest import serve
-from tests.app.live import env, live_server, nmt_serve
+from tests.app.live import env, live_server, nmt_serve, stream_across_sigterm
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
 
@@ -65,12 +64,7 @@ def test_two_workers_share_the_port_translate_alike_and_drain_together_on_sigter
     assert info["threads"] == 1  # OMP_NUM_THREADS=1 shared out between two: at least one each
 
     # SIGTERM to the parent after a long stream's first event: its worker drains it to the end, then all exit 0
-    body = {"text": "Two girls are playing in the park.", "stream": True, "max_new_tokens": 250}
-    with httpx.Client(base_url=base, timeout=60) as client, client.stream("POST", "/translate", json=body) as r:
-        lines = (line for line in r.iter_lines() if line)
-        first = next(lines)
-        proc.send_signal(signal.SIGTERM)
-        *tokens, last = [json.loads(line.removeprefix("data: ")) for line in (first, *lines)]
+    tokens, last = stream_across_sigterm(proc, base)
     assert last["finish_reason"] in ("eos", "length") and last["usage"]["output_tokens"] >= len(tokens)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
