@@ -54,15 +54,12 @@ def load_engine(
 
 def front_engine(s: Settings, core: EngineCore, model_dir: Path, name: str, metrics: Metrics) -> Engine:
     """A front-end's engine for a model the engine process serves through `core`: its tokenizer, metadata and
-    calibration read from `model_dir` (not its weights), its limits from the settings, as `load_engine`'s."""
-    tokenizer = load_tokenizer(model_dir)
-    own = limits(s)
-    if s.max_request_sequences is None:  # half of this front-end's share of the queue, as a single server's is of all
-        share = core.max_queue // max(1, s.frontends)
-        own["max_request_sequences"] = min(core.max_queue, max(s.max_batch_texts, share // 2))
+    calibration read from `model_dir` (not its weights), its limits from the settings, as `load_engine`'s. The
+    core's `max_queue` is this front-end's share of the engine's queue, so a request's share of it (by default)
+    is half of that."""
     return Engine(
-        core, tokenizer, name=name, metadata=read_metadata(model_dir), calibration=Calibration.load(model_dir),
-        metrics=metrics.engine(name), **own,
+        core, load_tokenizer(model_dir), name=name, metadata=read_metadata(model_dir),
+        calibration=Calibration.load(model_dir), metrics=metrics.engine(name), **limits(s),
     )  # fmt: skip
 
 
