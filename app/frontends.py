@@ -20,13 +20,14 @@ import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
-from app.workers import WorkerGroup, die_with_parent, listening_socket, supervise
+from app.workers import WorkerGroup, die_with_parent, hold_port, listening_socket, supervise
 
 log = logging.getLogger("nmt_serve")
 
@@ -79,11 +80,8 @@ def run_frontend(settings: Settings, index: int, count: int, flags: Any, port: i
 
 def serve_frontends(settings: Settings) -> int:
     """Start the engine process and the front-ends, pass signals on, and return the exit status once all ended."""
-    try:
-        holder = listening_socket(settings.host, settings.port)  # fails at once if the port is taken
-    except OSError as e:
-        print(f"nmt-serve: cannot bind {settings.host}:{settings.port}: {e}", file=sys.stderr)
-        return 1
+    if (holder := hold_port(settings, "NMT_FRONTENDS")) is None:
+        return 1 if hasattr(socket, "SO_REUSEPORT") else 2
     port = holder.getsockname()[1]
     private = Path(tempfile.mkdtemp(prefix="nmt-serve-engine-"))  # mode 0700: the socket is this user's alone
     address = f"ipc://{private / 'engine'}"

@@ -82,6 +82,19 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def hold_port(settings: Settings, what: str) -> socket.socket | None:
+    """The server's port, bound (not listening) by the parent so that a port in use fails at once and port 0 picks
+    one port for every process; None, having said why, where it cannot be (no SO_REUSEPORT, the port taken)."""
+    if not hasattr(socket, "SO_REUSEPORT"):
+        print(f"nmt-serve: {what} needs SO_REUSEPORT (Linux); run one process here", file=sys.stderr)
+        return None
+    try:
+        return listening_socket(settings.host, settings.port)
+    except OSError as e:
+        print(f"nmt-serve: cannot bind {settings.host}:{settings.port}: {e}", file=sys.stderr)
+        return None
+
+
 def die_with_parent() -> None:
     """Linux: SIGTERM to this process when the parent dies, whatever killed it; and out of the terminal's group."""
     os.setpgrp()
@@ -106,14 +119,8 @@ def run_worker(settings: Settings, index: int, count: int, flags: Any, port: int
 def serve_workers(settings: Settings) -> int:
     """NMT_WORKERS > 1: start the workers, pass signals on, and return the exit status when they have all ended."""
     n = settings.workers
-    if not hasattr(socket, "SO_REUSEPORT"):
-        print("nmt-serve: NMT_WORKERS > 1 needs SO_REUSEPORT (Linux); run one worker here", file=sys.stderr)
-        return 2
-    try:
-        holder = listening_socket(settings.host, settings.port)  # fails at once if the port is taken
-    except OSError as e:
-        print(f"nmt-serve: cannot bind {settings.host}:{settings.port}: {e}", file=sys.stderr)
-        return 1
+    if (holder := hold_port(settings, "NMT_WORKERS > 1")) is None:
+        return 1 if hasattr(socket, "SO_REUSEPORT") else 2
     port = holder.getsockname()[1]
     import torch  # the cores the workers share out: the same count a single server would use
 

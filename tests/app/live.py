@@ -78,3 +78,12 @@ def stream_across_sigterm(proc: subprocess.Popen, base: str) -> tuple[list[dict]
         proc.send_signal(signal.SIGTERM)
         *tokens, last = [json.loads(line.removeprefix("data: ")) for line in (first, *lines)]
     return tokens, last
+
+
+def gone(pid: int) -> bool:
+    """Whether the process `pid` has ended (and been reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

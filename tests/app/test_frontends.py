@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.app.live import live_server, stream_across_sigterm
+from tests.app.live import gone, live_server, stream_across_sigterm
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
 TEXTS = ["A man is riding a bike.", "Two dogs play in the snow."]
@@ -53,14 +53,6 @@ def answers(base: str) -> dict:
 
 def test_front_ends_answer_every_kind_of_request_as_one_process_does(single, split):
     assert answers(split[1]) == answers(single[1])
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def children(pid: int) -> list[int]:

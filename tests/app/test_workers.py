@@ -15,7 +15,7 @@ import pytest
 from app.settings import Settings
 from app.workers import WorkerGroup, share
 from tests.app.conftest import serve
-from tests.app.live import env, live_server, nmt_serve, stream_across_sigterm
+from tests.app.live import env, gone, live_server, nmt_serve, stream_across_sigterm
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
 
@@ -28,14 +28,6 @@ def workers_seen(base: str, connections: int = 40) -> dict[int, dict]:
             worker = client.get("/info").json()["worker"]
             seen[worker["index"]] = worker
     return seen
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 @pytest.fixture
