@@ -4,7 +4,8 @@
 
 translates the source file as the server does (the same engine, greedy, one sentence a line), scores each
 translation's chrF against its reference (sacrebleu), and fits model/confidence.py's logistic regression from the
-translation's signals to "chrF is at least --chrf". The flags' thresholds are chosen on the same set (FLAG_RULES).
+translation's signals to "chrF is at least --chrf" (the signals that help chosen by cross-validation on the same
+set: model/confidence.py's `select`). The flags' thresholds are chosen on the same set (FLAG_RULES).
 Writes MODEL_DIR/confidence.json (or --out DIR's), which the server reads at start; prints what it fitted and how
 well the fit ranks and predicts the sentences it was fitted on (held-out figures: bench/confidence.py).
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model.confidence import DEFAULT_THRESHOLDS, Calibration, Signals, fit, length_model
+from model.confidence import DEFAULT_THRESHOLDS, Calibration, Signals, auroc, fit, length_model, ranks, select
 from model.tokenizer import read_lines
 
 CHUNK = 64  # texts per engine call (the engine's max_batch_texts)
@@ -63,29 +64,6 @@ def judged(translations: list, references: list[str]) -> tuple[list[int], list[S
     kept = [i for i, t in enumerate(translations) if t.quality is not None]
     chrf = sentence_chrf([translations[i].text for i in kept], [references[i] for i in kept])
     return kept, [translations[i].quality.signals for i in kept], np.asarray(chrf)
-
-
-def ranks(values: list[float] | np.ndarray) -> np.ndarray:
-    """1-based ranks, ties sharing their average rank."""
-    v = np.asarray(values, dtype=np.float64)
-    order = v.argsort(kind="mergesort")
-    out, sorted_v, i = np.empty(len(v)), v[order], 0
-    while i < len(v):
-        j = i
-        while j + 1 < len(v) and sorted_v[j + 1] == sorted_v[i]:
-            j += 1
-        out[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
-
-
-def auroc(scores: list[float] | np.ndarray, positives: list[bool] | np.ndarray) -> float:
-    """The probability that a positive scores above a negative (ties count half): the area under the ROC curve."""
-    p = np.asarray(positives, dtype=bool)
-    if p.all() or not p.any():
-        return float("nan")
-    n_pos, n_neg = p.sum(), (~p).sum()
-    return float((ranks(scores)[p].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def spearman(a: list[float] | np.ndarray, b: list[float] | np.ndarray) -> float:
@@ -163,11 +141,14 @@ def main(argv: list[str] | None = None) -> None:
     # the length signal was measured against the default length model: measure it again against the fitted one
     for i, r in zip(kept, rows):
         r.length = length.distance(translations[i].input_tokens, translations[i].output_tokens)
-    calibration = fit(rows, list(good), chrf_threshold=args.chrf, length=length)
+    features, tried = select(rows, chrf, args.chrf)
+    calibration = fit(rows, list(good), chrf_threshold=args.chrf, length=length, features=features)
     calibration.thresholds = choose_thresholds(rows, list(chrf))
     probabilities = np.asarray([calibration.probability(r) for r in rows])
-    calibration.fitted_on = {"src": Path(args.src).name, "ref": Path(args.ref).name, "model": engine.name} | report(
-        probabilities, chrf, args.chrf
+    calibration.fitted_on = (
+        {"src": Path(args.src).name, "ref": Path(args.ref).name, "model": engine.name}
+        | report(probabilities, chrf, args.chrf)
+        | {"cross_validated_auroc_worst_10pct": tried}
     )
     path = calibration.save(args.out or args.model_dir)
     print(json.dumps({"wrote": str(path), "meaning": calibration.meaning, **calibration.fitted_on,

@@ -307,6 +307,14 @@ class Signals(BaseModel):
     length: float = Field(description="how far the length ratio lies from the model's typical one, in spreads")
     repetition: float = Field(description="the share of tokens repeating the n-gram before them, less the source's")
     copied: float = Field(description="the share of the translation's words found in the source")
+    attention: float | None = Field(
+        None, description="how far the cross-attention lay from spread evenly over the source, averaged over the steps "
+        "(0 = even; null where the decoding kept none)",
+    )  # fmt: skip
+    coverage: float | None = Field(
+        None, description="the share of the source's tokens no token of the translation aligns to (null: not kept)"
+    )
+    tokens: float = Field(0.0, description="the log of the translation's token count")
 
 
 class WithheldOut(BaseModel):

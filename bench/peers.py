@@ -167,7 +167,7 @@ def judging(model_dir: str, tokenizer, sentences: list[str]) -> Callable:
 
     def sentence(ids: list[int], h) -> Quality:
         target = tokenizer.decode(h.tokens)
-        return judge(ids, h.tokens, h.logprobs, texts[tuple(ids)], target, calibration)
+        return judge(ids, h.tokens, h.logprobs, texts[tuple(ids)], target, calibration, 0, (), h.attention, h.aligned)
 
     return sentence
 

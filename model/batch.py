@@ -70,6 +70,7 @@ class RowBatch:
             self._host = (
                 torch.empty(n, dtype=torch.long, pin_memory=True),
                 torch.empty(n, dtype=torch.float32, pin_memory=True),
+                torch.empty(n, 2, dtype=torch.float32, pin_memory=True),
             )
 
     def __len__(self) -> int:
@@ -110,9 +111,9 @@ class RowBatch:
         forced = self._starts() if self.starting else {}
         if not self.other:
             ids, logprobs = self.model.decode_greedy(self.tokens, self.cache)  # (N,), (N,)
-            ids_host, logprobs_host = self._to_host(ids, logprobs)
-            done = [r for r, ((s, slot), tok, lp) in enumerate(zip(self.rows, ids_host, logprobs_host))
-                    if r not in forced and s.take(slot, tok, lp)]  # fmt: skip
+            ids_host, logprobs_host, facts = self._to_host(ids, logprobs)
+            done = [r for r, ((s, slot), tok, lp, f) in enumerate(zip(self.rows, ids_host, logprobs_host, facts))
+                    if r not in forced and s.take(slot, tok, lp, f)]  # fmt: skip
             if forced:
                 ids = ids.clone()  # a compiled step's output buffer is its own
                 ids[torch.tensor(list(forced), device=self.device)] = torch.tensor(list(forced.values()),
@@ -163,7 +164,7 @@ class RowBatch:
         weight = bias = None
         if hidden is not None and isinstance(w := getattr(self.model, "generator_weight", None), torch.Tensor):
             weight, bias = w, self.model.output_bias  # int8's packed weight is no tensor: StepRow projects whole rows
-        ids_host, logprobs_host = self._to_host(ids, best)
+        ids_host, logprobs_host, facts = self._to_host(ids, best)
         steps = {}  # the rows that pick per row, and their StepRows
         for r, (s, slot) in enumerate(self.rows):
             if s.per_row and r not in forced:
@@ -176,33 +177,35 @@ class RowBatch:
             if r in forced:
                 next_ids[r] = forced[r]
             elif s.greedy:
-                if s.take(slot, ids_host[r], logprobs_host[r]):
+                if s.take(slot, ids_host[r], logprobs_host[r], facts[r]):
                     done.append(r)
             elif s.per_row:
                 row = steps[r]
                 next_ids[r] = token = s.choose(slot, row)
-                if s.take(slot, token, row.logprobs([token])[0]):
+                if s.take(slot, token, row.logprobs([token])[0], facts[r]):
                     done.append(r)
             elif isinstance(s, BeamSearch):
                 beams.setdefault(s.rows, {}).setdefault(s, [0] * s.rows)[slot] = r
             else:
                 sampled.append((s, slot, r))
         if sampled:  # a search draws for its rows in slot order, wherever they sit in the batch
-            self._sample(sorted(sampled, key=lambda x: x[1]), logprobs, ids_host, next_ids, done)
+            self._sample(sorted(sampled, key=lambda x: x[1]), logprobs, ids_host, next_ids, done, facts)
         moves: tuple[list[int], list[int]] = ([], [])
         for k, searches in beams.items():
+            for s, own in searches.items():
+                s.facts = [facts[r] for r in own] if facts[own[0]] is not None else None
             self._beam(k, searches, logprobs, next_ids, done, moves)
         self.cache.reorder(*moves)
         return torch.tensor(next_ids, dtype=torch.long, device=self.device), done
 
-    def _sample(self, sampled, logprobs, argmax, next_ids, done) -> None:
+    def _sample(self, sampled, logprobs, argmax, next_ids, done, facts) -> None:
         rows = self._at[torch.tensor([r for _, _, r in sampled], device=self.device)]
         at = rows.tolist()
         tokens = [s.next_token(slot, logprobs[a], argmax[r]) for (s, slot, r), a in zip(sampled, at)]
         picked = logprobs[rows, torch.tensor(tokens, device=self.device)]
         for (s, slot, r), tok, lp in zip(sampled, tokens, picked.tolist()):
             next_ids[r] = tok
-            if s.take(slot, tok, lp):
+            if s.take(slot, tok, lp, facts[r]):
                 done.append(r)
 
     def _beam(self, k: int, searches: dict[BeamSearch, list[int]], logprobs, next_ids, done, moves) -> None:
@@ -243,16 +246,22 @@ class RowBatch:
         del self.rows[self.cache.n :]
         return ids[: self.cache.n]
 
-    def _to_host(self, ids: torch.Tensor, best: torch.Tensor) -> tuple[list[int], list[float]]:
-        """The step's one device-to-host transfer: each row's greedy token and its log-probability."""
-        if self._host is None:
-            return ids.tolist(), best.tolist()
+    def _to_host(self, ids: torch.Tensor, best: torch.Tensor) -> tuple[list[int], list[float], list]:
+        """The step's one device-to-host transfer: each row's greedy token, its log-probability, and what the step's
+        cross-attention said of the row (KVCache.facts: a (distance, position) pair, or None where the cache
+        kept none)."""
         n = ids.size(0)
-        host_ids, host_best = self._host[0][:n], self._host[1][:n]
+        facts = getattr(self.cache, "facts", None)
+        facts = facts if facts is not None and facts.size(0) == n else None
+        if self._host is None:
+            return ids.tolist(), best.tolist(), [None] * n if facts is None else facts.tolist()
+        host_ids, host_best, host_facts = self._host[0][:n], self._host[1][:n], self._host[2][:n]
         host_ids.copy_(ids, non_blocking=True)
         host_best.copy_(best, non_blocking=True)
+        if facts is not None:
+            host_facts.copy_(facts, non_blocking=True)
         torch.cuda.current_stream(self.device).synchronize()
-        return host_ids.tolist(), host_best.tolist()
+        return host_ids.tolist(), host_best.tolist(), [None] * n if facts is None else host_facts.tolist()
 
 
 @torch.inference_mode()

@@ -12,10 +12,18 @@ texts), so it costs no model call:
   many as the source repeats ("Welt Welt Welt Welt." is 0.6: three of five tokens).
 - `copied`: the share of the translation's words that are words of the source (0 to 1): an untranslated sentence
   is 1, names and numbers are some.
+- `attention`: how far each step's cross-attention (the alignment layer's, averaged over heads) lay from attention
+  spread evenly over the source, averaged over the steps (the Wasserstein-1 distance to uniform of Guerreiro et al.,
+  ACL 2023): attention that rests on one token (the closing `</s>`, say) is what a model that stopped translating
+  the source shows. The decoder step computes it beside the token (model/transformer.py's `attention_facts`).
+- `coverage`: the share of the source's tokens (its closing `</s>` left out) that no token of the translation
+  aligns to (each step's most attended source token): a dropped clause leaves its tokens uncovered.
+- `tokens`: the log of the translation's token count: long sentences are harder.
 
 `Calibration` turns them into a `confidence` in [0, 1]: a logistic regression fitted by `nmt-calibrate` on a
-development set with references, whose meaning it records: the probability that the sentence's chrF against a
-human reference is at least `chrf_threshold` (50 by default). A model without a calibration file gets the raw
+development set with references, on the first five signals (FEATURES) and those of the others (EXTRA_FEATURES) that
+cross-validation there finds to help (`select`), whose meaning it records: the probability that the sentence's chrF
+against a human reference is at least `chrf_threshold` (50 by default). A model without a calibration file gets the raw
 geometric mean of its tokens' probabilities (`exp(mean_logprob)`) with `calibrated: false`. The flags, from a fixed
 vocabulary (FLAGS), use thresholds chosen on the same development set, or DEFAULT_THRESHOLDS.
 """
@@ -33,7 +41,9 @@ from typing import Any
 import numpy as np
 
 CALIBRATION = "confidence.json"  # beside config.json in a checkpoint directory
-FEATURES = ("mean_logprob", "min_logprob", "length", "repetition", "copied")
+FEATURES = ("mean_logprob", "min_logprob", "length", "repetition", "copied")  # every calibration's
+EXTRA_FEATURES = ("attention", "coverage", "tokens")  # a calibration's where they help on its development set
+SIGNALS = FEATURES + EXTRA_FEATURES
 FLAGS = ("repetition", "length", "copy", "hallucination")
 MAX_NGRAM = 4
 DEFAULT_THRESHOLDS = {
@@ -57,13 +67,16 @@ class Signals:
     length: float
     repetition: float
     copied: float
+    attention: float = math.nan  # nan where the decoding kept no attention facts (Hypothesis.attention)
+    coverage: float = math.nan
+    tokens: float = 0.0
     words: int = field(default=0, repr=False)  # words in the translation (copy applies from COPY_MIN_WORDS)
 
-    def vector(self) -> list[float]:
-        return [getattr(self, f) for f in FEATURES]
+    def vector(self, features: tuple[str, ...] = FEATURES) -> list[float]:
+        return [getattr(self, f) for f in features]
 
-    def as_dict(self) -> dict[str, float]:
-        return {f: round(getattr(self, f), 4) for f in FEATURES}
+    def as_dict(self) -> dict[str, float | None]:
+        return {f: None if math.isnan(v := getattr(self, f)) else round(v, 4) for f in SIGNALS}
 
 
 @dataclass
@@ -122,12 +135,14 @@ class LengthModel:
 
 def signals(
     source_ids: list[int], token_ids: list[int], logprobs: list[float], source: str, target: str,
-    length: LengthModel | None = None, forced: int | Collection[int] = 0,
+    length: LengthModel | None = None, forced: int | Collection[int] = 0, attention: list[float] = (),
+    aligned: list[int] = (),
 ) -> Signals:  # fmt: skip
     """A translation's signals. `source_ids`: what the encoder read (`</s>` and any language code included);
     `token_ids` and `logprobs`: what decoding generated (its logprobs count `</s>` too); `forced`: how many of the
     first tokens the caller forced (a target prefix), or the positions of those it forced (a glossary's terms too):
-    their probabilities say nothing of the model's choices."""
+    their probabilities say nothing of the model's choices; `attention` and `aligned`: each generated token's step's
+    attention facts (Hypothesis.attention and .aligned), where the decoding kept them."""
     length = length or LengthModel()
     skip = range(forced) if isinstance(forced, int) else set(forced)
     chosen = [lp for i, lp in enumerate(logprobs) if i not in skip] or logprobs
@@ -135,9 +150,14 @@ def signals(
     low = min(chosen) if chosen else 0.0
     excess = max(0, repeated(token_ids) - repeated(source_ids))  # the source's own repetition is not held against it
     copied, n_words = copied_share(source, target)
+    spread = [a for i, a in enumerate(attention) if i not in skip] or list(attention)
+    covered = len(source_ids) - 1 if len(source_ids) > 1 else len(source_ids)  # the closing </s> left out
+    uncovered = len(set(range(covered)) - set(aligned)) / covered if aligned and covered else math.nan
     return Signals(
         mean_logprob=mean, min_logprob=low, length=length.distance(len(source_ids), len(logprobs)),
-        repetition=excess / len(token_ids) if token_ids else 0.0, copied=copied, words=n_words,
+        repetition=excess / len(token_ids) if token_ids else 0.0, copied=copied,
+        attention=sum(spread) / len(spread) if spread else math.nan, coverage=uncovered,
+        tokens=math.log(max(len(logprobs), 1)), words=n_words,
     )  # fmt: skip
 
 
@@ -157,7 +177,11 @@ class Calibration:
     fitted_on: dict[str, Any] = field(default_factory=dict)  # what it was fitted on and how well it did there
 
     def probability(self, s: Signals) -> float:
-        x = (np.asarray(s.vector()) - np.asarray(self.mean)) / np.asarray(self.scale)
+        """P(chrF >= chrf_threshold) given the signals; a signal the decoding could not give (nan) counts as the
+        development set's mean."""
+        mean = np.asarray(self.mean)
+        x = np.asarray(s.vector(self.features), dtype=np.float64)
+        x = (np.where(np.isnan(x), mean, x) - mean) / np.asarray(self.scale)
         return float(1.0 / (1.0 + math.exp(-float(np.clip(x @ np.asarray(self.weights) + self.bias, -50, 50)))))
 
     def save(self, directory: str | Path) -> Path:
@@ -180,14 +204,15 @@ class Calibration:
         try:
             data = json.loads(path.read_text())
             data.pop("meaning", None)
-            if tuple(data.get("features", FEATURES)) != FEATURES:
-                raise ValueError(f"features {data.get('features')} are not this version's {list(FEATURES)}")
-            data["features"] = FEATURES
+            features = tuple(data.get("features", FEATURES))
+            if unknown := [f for f in features if f not in SIGNALS]:
+                raise ValueError(f"features {unknown} are not among this version's signals {list(SIGNALS)}")
+            data["features"] = features
             data["length"] = LengthModel(**data.get("length", {}))
             data["thresholds"] = DEFAULT_THRESHOLDS | data.get("thresholds", {})
             calibration = cls(**data)
-            if not len(calibration.weights) == len(calibration.mean) == len(calibration.scale) == len(FEATURES):
-                raise ValueError(f"weights, mean and scale need {len(FEATURES)} values each")
+            if not len(calibration.weights) == len(calibration.mean) == len(calibration.scale) == len(features):
+                raise ValueError(f"weights, mean and scale need {len(features)} values each, one a feature")
             return calibration
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"{path}: not a calibration nmt-calibrate wrote ({e})") from e
@@ -213,24 +238,38 @@ def assess(s: Signals, calibration: Calibration | None) -> Quality:
 
 def judge(
     source_ids: list[int], token_ids: list[int], logprobs: list[float], source: str, target: str,
-    calibration: Calibration | None, forced: int = 0, terms: Collection[int] = (),
+    calibration: Calibration | None, forced: int = 0, terms: Collection[int] = (), attention: list[float] = (),
+    aligned: list[int] = (),
 ) -> Quality:  # fmt: skip
     """One translation's signals (against the calibration's length model) and what they come to (`assess`); the
-    `forced` first tokens (a target prefix) and those at the positions `terms` (a glossary's) were the caller's."""
+    `forced` first tokens (a target prefix) and those at the positions `terms` (a glossary's) were the caller's;
+    `attention` and `aligned`: the hypothesis's attention facts (Hypothesis.attention and .aligned)."""
     length = calibration.length if calibration is not None else None
     skip = set(range(forced)) | set(terms) if terms else forced
-    return assess(signals(source_ids, token_ids, logprobs, source, target, length, skip), calibration)
+    found = signals(source_ids, token_ids, logprobs, source, target, length, skip, attention, aligned)
+    return assess(found, calibration)
 
 
 def fit(
     rows: list[Signals], good: list[bool], *, chrf_threshold: float, length: LengthModel, l2: float = 1e-2,
-    iterations: int = 50,
+    iterations: int = 50, features: tuple[str, ...] = FEATURES,
 ) -> Calibration:  # fmt: skip
-    """A logistic regression of `good` (the sentence's chrF cleared chrf_threshold) on the signals, by Newton's
-    method (iteratively reweighted least squares) with a little L2 on the weights."""
-    x = np.asarray([r.vector() for r in rows], dtype=np.float64)
-    y = np.asarray(good, dtype=np.float64)
-    mean, scale = x.mean(0), x.std(0)
+    """A logistic regression of `good` (the sentence's chrF cleared chrf_threshold) on the signals `features`, by
+    Newton's method (iteratively reweighted least squares) with a little L2 on the weights."""
+    x = np.asarray([r.vector(features) for r in rows], dtype=np.float64)
+    mean = np.nanmean(x, 0) if len(x) else np.zeros(len(features))
+    mean = np.where(np.isnan(mean), 0.0, mean)  # a signal no row has
+    x = np.where(np.isnan(x), mean, x)
+    w, scale = _logistic(x, np.asarray(good, dtype=np.float64), mean, l2, iterations)
+    return Calibration(
+        weights=w[:-1].tolist(), bias=float(w[-1]), mean=mean.tolist(), scale=scale.tolist(),
+        chrf_threshold=chrf_threshold, length=length, features=tuple(features),
+    )  # fmt: skip
+
+
+def _logistic(x: np.ndarray, y: np.ndarray, mean: np.ndarray, l2: float, iterations: int) -> tuple:
+    """Weights (the bias last) of a logistic regression on x standardised by `mean` and its spread, and the spread."""
+    scale = x.std(0)
     scale[scale < 1e-9] = 1.0
     z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
     w = np.zeros(z.shape[1])
@@ -243,10 +282,71 @@ def fit(
         w -= step
         if np.abs(step).max() < 1e-8:
             break
-    return Calibration(
-        weights=w[:-1].tolist(), bias=float(w[-1]), mean=mean.tolist(), scale=scale.tolist(),
-        chrf_threshold=chrf_threshold, length=length,
-    )  # fmt: skip
+    return w, scale
+
+
+def ranks(values: list[float] | np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank."""
+    v = np.asarray(values, dtype=np.float64)
+    order = v.argsort(kind="mergesort")
+    out, sorted_v, i = np.empty(len(v)), v[order], 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and sorted_v[j + 1] == sorted_v[i]:
+            j += 1
+        out[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def auroc(scores: list[float] | np.ndarray, positives: list[bool] | np.ndarray) -> float:
+    """The probability that a positive scores above a negative (ties count half): the area under the ROC curve."""
+    p = np.asarray(positives, dtype=bool)
+    if p.all() or not p.any():
+        return float("nan")
+    n_pos, n_neg = p.sum(), (~p).sum()
+    return float((ranks(scores)[p].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+SELECT_FOLDS, SELECT_REPEATS = 10, 5  # `select`'s cross-validation: 10 folds, drawn 5 times
+SELECT_GAIN = 0.005  # an extra signal joins where it raises the cross-validated AUROC by this much
+
+
+def select(rows: list[Signals], chrf: np.ndarray, threshold: float, worst: float = 0.10) -> tuple[tuple, dict]:
+    """The features a calibration uses: FEATURES, and each of EXTRA_FEATURES (greedily, the best first) that raises
+    the cross-validated AUROC at finding the development set's worst `worst` share of sentences by chrF by
+    SELECT_GAIN or more. Returns them and the AUROC of each set tried."""
+    chrf = np.asarray(chrf, dtype=np.float64)
+    good, bad = (chrf >= threshold).astype(np.float64), chrf <= np.quantile(chrf, worst)
+
+    def scored(features: tuple[str, ...]) -> float:
+        x = np.asarray([r.vector(features) for r in rows], dtype=np.float64)
+        x = np.where(np.isnan(x), np.nan_to_num(np.nanmean(x, 0)), x)
+        out = []
+        for repeat in range(SELECT_REPEATS):
+            order, predicted = np.random.default_rng(repeat).permutation(len(x)), np.zeros(len(x))
+            for fold in range(SELECT_FOLDS):
+                held = order[fold::SELECT_FOLDS]
+                train = np.setdiff1d(order, held)
+                mean = x[train].mean(0)
+                w, scale = _logistic(x[train], good[train], mean, 1e-2, 50)
+                predicted[held] = ((x[held] - mean) / scale) @ w[:-1] + w[-1]
+            out.append(auroc(-predicted, bad))
+        return float(np.mean(out))
+
+    chosen, tried = FEATURES, {}
+    best = tried[",".join(chosen)] = round(scored(chosen), 4)
+    left = [f for f in EXTRA_FEATURES if not all(math.isnan(getattr(r, f)) for r in rows)]
+    while left:
+        trials = {f: scored(chosen + (f,)) for f in left}
+        for f, a in trials.items():
+            tried[",".join(chosen + (f,))] = round(a, 4)
+        pick = max(trials, key=trials.get)
+        if trials[pick] < best + SELECT_GAIN:
+            break
+        chosen, best = chosen + (pick,), trials[pick]
+        left.remove(pick)
+    return chosen, tried
 
 
 def length_model(source_lengths: list[int], target_lengths: list[int]) -> LengthModel:

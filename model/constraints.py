@@ -193,8 +193,7 @@ class ConstrainedBeamSearch(BeamSearch):
             return None
         beams, scores, progress, terms = [], [], [], []
         for score, b, token in chosen:
-            tokens, logprobs = self.beams[b]
-            beams.append((tokens + [token], logprobs + [self._logprob(score, b)]))
+            beams.append(self._extend(score, b, token))
             scores.append(score)
             progress.append(K.after(self.progress[b], token))
             terms.append(self._terms(b, token))

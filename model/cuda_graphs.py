@@ -111,7 +111,7 @@ class GraphedSteps:
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            outputs = run(*inputs)  # greedy_step: ids, logprobs (rows,), hidden (rows, D), kv (2, L, rows, H, Dh)
+            outputs = run(*inputs)  # greedy_step: ids, logprobs (rows,), hidden (rows, D), facts (rows, 2), kv
         self.graphs[fn, rows, window] = (graph, pointers, outputs)
 
     def padded(self, fn: str, n: int, longest: int, src_len: int) -> tuple[int, int, int] | None:
@@ -156,9 +156,9 @@ class GraphedStep:
             return self.eager(tokens, positions, past_kv, cross_kv, src_keep)
         outputs = self.steps.replay(self.captured, live, (tokens, positions, past_kv, cross_kv, src_keep))
         if self.fn == "greedy_step":
-            return outputs  # ids, logprobs, hidden, kv
-        hidden, kv = outputs
-        return self.steps.model.generator(hidden).float().log_softmax(-1), kv  # (live, V) float32
+            return outputs  # ids, logprobs, hidden, facts, kv
+        hidden, facts, kv = outputs
+        return self.steps.model.generator(hidden).float().log_softmax(-1), facts, kv  # (live, V) float32
 
 
 FUNCTIONS = {"compiled_step": "greedy_step", "compiled_logprob_step": "logprob_step"}  # what adopt sets on the model

@@ -44,6 +44,7 @@ class KVCache:
         self.positions = torch.zeros(max_batch, dtype=torch.long, device=device)  # next position per row
         self.tokens = torch.zeros(max_batch, dtype=torch.long, device=device)  # a compiled step's input rows
         self.n = 0
+        self.facts = torch.zeros(0, 2, device=device)  # the last step's attention facts of each live row (N, 2)
         # Host-side bookkeeping, so that sizing a step's windows needs no device sync and no per-row work:
         # a row's position is the steps taken since it was added (steps - _start[row]).
         self.steps = 0
@@ -155,9 +156,10 @@ class KVCache:
         """Run the decoder for the live rows, write their new keys/values, advance.
 
         tokens (N,) -> with output="logits" the logits (N, V), with "logprobs" float32 log-probabilities (N, V),
-        with "greedy" the next ids (N,) and their log-probabilities (N,). A compiled step (model/compile.py;
-        greedy and logprobs have one each) sees key and source windows of at least MIN_WINDOW, so that one
-        graph serves every window. With "greedy" and `hidden`, also the rows' final hidden states (N, D).
+        with "greedy" the next ids (N,) and their log-probabilities (N,); `facts` then holds what the step's
+        cross-attention said of each row (N, 2) (model/transformer.py's `attention_facts`). A compiled step
+        (model/compile.py; greedy and logprobs have one each) sees key and source windows of at least MIN_WINDOW,
+        so that one graph serves every window. With "greedy" and `hidden`, also the rows' final hidden states (N, D).
         """
         n = tokens.size(0)
         if n != self.n:
@@ -179,7 +181,7 @@ class KVCache:
             self.tokens[:n] = tokens  # always a view of one buffer: the same strides, the same guards
             tokens = self.tokens[:rows]
         fn = compiled or getattr(model, STEPS[output])
-        *out, kv = fn(
+        *out, facts, kv = fn(
             tokens, self.positions[:rows], self.kv[:, :, :rows, :, :longest],  # (2, L, N, H, T, Dh)
             self.cross_kv[:, :, :rows, :, :src_len], self.src_keep[:rows, :src_len], **live,
         )  # fmt: skip
@@ -190,6 +192,7 @@ class KVCache:
             self.kv[:, :, live, :, self.positions[:n]] = kv.permute(2, 0, 1, 3, 4)  # (N, 2, L, H, Dh)
         self.positions[:n] += 1
         self.steps += 1
+        self.facts = facts[:n]
         if output != "greedy":
             return out[0]
         ids, logprobs, states = out
@@ -223,6 +226,16 @@ class Hypothesis:
     length_penalty: float = 1.0
     start: int = 0  # forced tokens before `tokens` (a target language): counted in the length with log-probability 0
     terms: set[int] = field(default_factory=set)  # positions of tokens a constraint put there (model/constraints.py)
+    # per generated id (</s> included), what its step's cross-attention said (KVCache.facts): how far from
+    # uniform it lay, and the source position the id aligns to; empty where the decoding kept none
+    attention: list[float] = field(default_factory=list)
+    aligned: list[int] = field(default_factory=list)
+
+    def saw(self, facts: tuple[float, float] | None) -> None:
+        """Record a step's attention facts (distance from uniform, aligned source position) for its new token."""
+        if facts is not None:
+            self.attention.append(facts[0])
+            self.aligned.append(int(facts[1]))
 
     @property
     def score(self) -> float:
@@ -258,11 +271,12 @@ def greedy_decode(
     tokens = torch.full((b,), c.bos_id, dtype=torch.long, device=src.device)
     for _ in range(steps):
         ids, best = model.decode_greedy(tokens, cache)
-        ids_host, best_host = ids.tolist(), best.tolist()
+        ids_host, best_host, facts = ids.tolist(), best.tolist(), cache.facts.tolist()
         done = []
-        for r, (tok, lp) in enumerate(zip(ids_host, best_host)):
+        for r, (tok, lp, f) in enumerate(zip(ids_host, best_host, facts)):
             h = hyps[row_to_seq[r]]
             h.logprobs.append(lp)
+            h.saw(f)
             if tok == c.eos_id:
                 h.finish_reason = "eos"
                 done.append(r)

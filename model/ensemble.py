@@ -57,6 +57,11 @@ class EnsembleCache:
         self.max_batch, self.max_len, self.max_src_len = first.max_batch, first.max_len, first.max_src_len
 
     @property
+    def facts(self):
+        """The first member's attention facts of the last step (KVCache.facts): members align alike enough."""
+        return self.caches[0].facts
+
+    @property
     def n(self) -> int:
         return self.caches[0].n
 

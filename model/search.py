@@ -95,10 +95,12 @@ class Search:
         """The hypotheses, best first."""
         raise NotImplementedError
 
-    def _take(self, hyp: Hypothesis, token: int, logprob: float) -> bool:
-        """Append a token to a hypothesis; True once it is finished (</s>, or the budget is spent)."""
+    def _take(self, hyp: Hypothesis, token: int, logprob: float, facts: tuple[float, float] | None = None) -> bool:
+        """Append a token (and its step's attention facts) to a hypothesis; True once it is finished (</s>, or the
+        budget is spent)."""
         hyp.start = len(self.start)
         hyp.logprobs.append(logprob)
+        hyp.saw(facts)
         if token == self.eos:
             hyp.finish_reason = "eos"
             return True
@@ -120,9 +122,9 @@ class Greedy(Search):
         super().__init__(budget, config)
         self.hyp = Hypothesis()
 
-    def take(self, slot: int, token: int, logprob: float) -> bool:
-        """The row's next token and its log-probability; True when the search is done."""
-        self.done = self._take(self.hyp, token, logprob)
+    def take(self, slot: int, token: int, logprob: float, facts: tuple[float, float] | None = None) -> bool:
+        """The row's next token, its log-probability and its step's attention facts; True when the search is done."""
+        self.done = self._take(self.hyp, token, logprob, facts)
         return self.done
 
     def results(self) -> list[Hypothesis]:
@@ -200,9 +202,10 @@ class Sampling(Search):
             return int(ids[torch.multinomial(scores.softmax(-1), 1, generator=self.generator)])
         return int(torch.multinomial(scores.softmax(-1), 1, generator=self.generator))
 
-    def take(self, slot: int, token: int, logprob: float) -> bool:
-        """The row's token and its log-probability under the model; True when that row is finished."""
-        finished = self._take(self.hyps[slot], token, logprob)
+    def take(self, slot: int, token: int, logprob: float, facts: tuple[float, float] | None = None) -> bool:
+        """The row's token, its log-probability under the model and its step's attention facts; True when that row
+        is finished."""
+        finished = self._take(self.hyps[slot], token, logprob, facts)
         if finished:
             self.live -= 1
             self.done = not self.live
@@ -223,7 +226,9 @@ class BeamSearch(Search):
         super().__init__(budget, config)
         self.rows, self.n, self.penalty = options.beam_size, options.num_hypotheses, options.length_penalty
         self.prefix = options.prefix
-        self.beams: list[tuple[list[int], list[float]]] = [([], [])] * self.rows  # tokens, log-probabilities
+        # each beam's tokens, their log-probabilities and their steps' attention facts
+        self.beams: list[tuple[list[int], list[float], list[tuple[float, float]]]] = [([], [], [])] * self.rows
+        self.facts: list[tuple[float, float]] | None = None  # this step's attention facts, a beam's row each
         self.scores = [0.0] + [NEG_INF] * (self.rows - 1)  # summed log-probabilities; the copies start out dead
         self.finished: list[Hypothesis] = []
         self.best_finished = False
@@ -257,25 +262,27 @@ class BeamSearch(Search):
         if last or enough:
             self.done = True
             return None
-        beams = []
-        for score, parent, token in chosen:
-            tokens, logprobs = self.beams[parent]
-            beams.append((tokens + [token], logprobs + [self._logprob(score, parent)]))
-        self.beams, self.scores = beams, [c[0] for c in chosen]
+        self.beams = [self._extend(score, parent, token) for score, parent, token in chosen]
+        self.scores = [c[0] for c in chosen]
         return [c[1] for c in chosen], [c[2] for c in chosen]
 
     def _logprob(self, score: float, parent: int) -> float:
         return score - self.scores[parent] if score > NEG_INF else NEG_INF
 
+    def _extend(self, score: float, parent: int, token: int) -> tuple[list[int], list[float], list]:
+        """The parent beam continued by `token` at summed log-probability `score`."""
+        tokens, logprobs, seen = self.beams[parent]
+        facts = seen + [self.facts[parent]] if self.facts is not None else seen
+        return tokens + [token], logprobs + [self._logprob(score, parent)], facts
+
     def _finish(self, score: float, parent: int, token: int) -> None:
-        tokens, logprobs = self.beams[parent]
+        tokens, logprobs, seen = self._extend(score, parent, token)
         eos = token == self.eos
-        self.finished.append(
-            Hypothesis(
-                tokens if eos else tokens + [token], logprobs + [self._logprob(score, parent)],
-                "eos" if eos else "length", self.penalty, len(self.start),
-            )
-        )  # fmt: skip
+        hyp = Hypothesis(tokens[:-1] if eos else tokens, logprobs, "eos" if eos else "length", self.penalty,
+                         len(self.start))  # fmt: skip
+        for facts in seen:
+            hyp.saw(facts)
+        self.finished.append(hyp)
 
     def results(self) -> list[Hypothesis]:
         if not self.finished:  # not started

@@ -311,13 +311,35 @@ class DecoderLayer(nn.Module):
 
     def step(self, x, past_k, past_v, past_keep, cross_k, cross_v, cross_mask):
         """One new token per row. x (N, 1, D); past_k/v (N, H, T, Dh) with past_keep (N, 1, 1, T);
-        cross_k/v (N, H, S, Dh) with cross_mask (N, 1, 1, S) -> x (N, 1, D), this token's k and v (N, H, Dh)"""
+        cross_k/v (N, H, S, Dh) with cross_mask (N, 1, 1, S) -> x (N, 1, D), this token's k and v (N, H, Dh),
+        the cross-attention weights (N, H, 1, S)"""
         q, k, v = self.self_attn.project_qkv(self.sub_self.pre(x))  # (N, H, 1, Dh)
         x = self.sub_self.post(x, self.self_attn.attend_cached(q, k, v, past_k, past_v, past_keep))
         q = self.cross_attn.project_q(self.sub_cross.pre(x))
-        y, _ = self.cross_attn.attend(q, cross_k, cross_v, cross_mask, fused=False)
+        y, weights = self.cross_attn.attend(q, cross_k, cross_v, cross_mask, fused=False)
         x = self.sub_cross.post(x, y)
-        return self.sub_ffn.post(x, self.ffn(self.sub_ffn.pre(x))), k[:, :, 0], v[:, :, 0]
+        return self.sub_ffn.post(x, self.ffn(self.sub_ffn.pre(x))), k[:, :, 0], v[:, :, 0], weights
+
+
+def attention_facts(weights: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """What one step's cross-attention (the alignment layer's, averaged over heads) says of each row.
+
+    weights (N, S) over the source window, keep (N, S) True = a real source token, padding at the end only ->
+    (N, 2) float32: the Wasserstein-1 distance of the weights from the uniform distribution over the row's tokens,
+    in source lengths (0 = spread evenly, near 1 = all on one end: attention that rests on one token, as it does
+    where the model no longer translates the source; Guerreiro et al., ACL 2023), and the position the weights
+    put most on, the source's closing token left out (attention rests there when nothing else fits): the source
+    token the step's new target token aligns to, as model/search.py's `alignment` finds it by a second pass.
+    """
+    weights, real = weights.float(), keep.float()
+    length = real.sum(-1).clamp(min=1)  # (N,)
+    uniform = real.cumsum(-1) / length[:, None]
+    distance = (weights.cumsum(-1) - uniform).abs().sum(-1) / length  # (N,)
+    at = torch.arange(keep.size(-1), device=keep.device)
+    last = (at * keep).amax(-1)  # (N,) the closing token's position
+    eligible = keep & ((at[None, :] != last[:, None]) | (length[:, None] < 2))
+    position = weights.masked_fill(~eligible, -1.0).argmax(-1).float()
+    return torch.stack([distance, position], -1)
 
 
 class Transformer(nn.Module):
@@ -447,37 +469,48 @@ class Transformer(nn.Module):
 
         tokens, positions (N,); past_kv (2, L, N, H, T, Dh): keys and values of positions < T, of which a row
         attends to those before its own position; cross_kv (2, L, N, H, S, Dh) with src_keep (N, S), True = a
-        real source token -> logits (N, V), this token's keys and values kv (2, L, N, H, Dh)
+        real source token -> logits (N, V), what the step's cross-attention says of each row (N, 2)
+        (`attention_facts`), this token's keys and values kv (2, L, N, H, Dh)
         """
-        hidden, kv = self.step_hidden(tokens, positions, past_kv, cross_kv, src_keep)
-        return self.generator(hidden), kv
+        hidden, facts, kv = self.step_hidden(tokens, positions, past_kv, cross_kv, src_keep)
+        return self.generator(hidden), facts, kv
 
     def step_hidden(self, tokens, positions, past_kv, cross_kv, src_keep):
-        """`step` up to the final norm: -> hidden (N, D), kv (2, L, N, H, Dh)"""
+        """`step` up to the final norm: -> hidden (N, D), facts (N, 2), kv (2, L, N, H, Dh)"""
         x = self.tgt_embed(tokens[:, None], positions[:, None])  # (N, 1, D)
         past_keep = (torch.arange(past_kv.size(4), device=tokens.device)[None, :] < positions[:, None])[:, None, None]
         cross_mask = src_keep[:, None, None, :]  # (N, 1, 1, S)
-        ks, vs = [], []
+        ks, vs, facts = [], [], None
         for i, layer in enumerate(self.decoder_layers):
-            x, k, v = layer.step(x, past_kv[0, i], past_kv[1, i], past_keep, cross_kv[0, i], cross_kv[1, i], cross_mask)
+            x, k, v, weights = layer.step(
+                x, past_kv[0, i], past_kv[1, i], past_keep, cross_kv[0, i], cross_kv[1, i], cross_mask
+            )
             ks.append(k)
             vs.append(v)
-        return self.decoder_norm(x[:, 0]), torch.stack([torch.stack(ks), torch.stack(vs)])
+            if i == self.alignment_layer:
+                facts = attention_facts(weights[:, :, 0].mean(1), src_keep)
+        return self.decoder_norm(x[:, 0]), facts, torch.stack([torch.stack(ks), torch.stack(vs)])
+
+    @property
+    def alignment_layer(self) -> int:
+        """The decoder layer whose cross-attention, averaged over heads, aligns target tokens to source tokens: the
+        penultimate (the last, if there is one)."""
+        return max(0, self.config.n_decoder_layers - 2)
 
     def greedy_step(self, tokens, positions, past_kv, cross_kv, src_keep):
-        """`step`, then each row's most likely token and its log-probability -> ids, logprobs, hidden (N, D), kv.
-        With a screen and enough rows, ids are -1 where the screen could not vouch for the float32 argmax:
-        LogitScreen.confirm settles those (KVCache.step does)."""
-        hidden, kv = self.step_hidden(tokens, positions, past_kv, cross_kv, src_keep)
+        """`step`, then each row's most likely token and its log-probability -> ids, logprobs, hidden (N, D),
+        facts (N, 2), kv. With a screen and enough rows, ids are -1 where the screen could not vouch for the
+        float32 argmax: LogitScreen.confirm settles those (KVCache.step does)."""
+        hidden, facts, kv = self.step_hidden(tokens, positions, past_kv, cross_kv, src_keep)
         if self.screen is not None and hidden.size(0) >= self.screen.min_rows:
-            return *self.screen(hidden, self.generator_weight), hidden, kv
-        return *greedy_pick(self.generator(hidden)), hidden, kv
+            return *self.screen(hidden, self.generator_weight), hidden, facts, kv
+        return *greedy_pick(self.generator(hidden)), hidden, facts, kv
 
     def logprob_step(self, tokens, positions, past_kv, cross_kv, src_keep):
-        """`step` with float32 log-probabilities rather than logits -> logprobs (N, V), kv (what beam search
-        and sampling take, in one compiled graph with the decoder)"""
-        logits, kv = self.step(tokens, positions, past_kv, cross_kv, src_keep)
-        return logits.float().log_softmax(-1), kv
+        """`step` with float32 log-probabilities rather than logits -> logprobs (N, V), facts (N, 2), kv (what beam
+        search and sampling take, in one compiled graph with the decoder)"""
+        logits, facts, kv = self.step(tokens, positions, past_kv, cross_kv, src_keep)
+        return logits.float().log_softmax(-1), facts, kv
 
     def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """Feed one token per live cache row at that row's position. tokens (N,) -> logits (N, V)"""

@@ -555,7 +555,8 @@ class Engine:
             steps = sum(len(h.logprobs) for h in real)
             forced = len(options.prefix)  # a target prefix: the caller's tokens, not the model's choice
             qualities = [
-                None if h is None else judge(src, h.tokens, h.logprobs, piece, translated, self.calibration, forced, h.terms)
+                None if h is None else judge(src, h.tokens, h.logprobs, piece, translated, self.calibration, forced,
+                                             h.terms, h.attention, h.aligned)
                 for src, h, piece, translated in zip(srcs, hyps, pieces, model_texts, strict=True)
             ]  # fmt: skip
             withheld = [i for i, q in enumerate(qualities) if q is not None and q.confidence < min_confidence]

@@ -82,7 +82,8 @@ def translations(
         for j, h in enumerate(hyps[i]):
             text = tokenizer.decode(h.tokens)
             t = Translation(text, h.finish_reason, h.tokens, h.score, len(src), len(h.logprobs), i in truncated, piece)
-            t.quality = judge(src, h.tokens, h.logprobs, texts[i], text, calibration, forced, h.terms)
+            t.quality = judge(src, h.tokens, h.logprobs, texts[i], text, calibration, forced, h.terms, h.attention,
+                              h.aligned)  # fmt: skip
             if words:
                 t.words = word_confidences(tokenizer, h.tokens, h.logprobs, text)
             if alignments is not None:

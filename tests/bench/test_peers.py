@@ -221,4 +221,8 @@ def test_the_judged_engine_decodes_the_same_and_judges_each_sentence_as_the_serv
     assert [ids for _, ids, _ in seen] == batch
     for quality, ids, h in seen:
         source = sentences[encoded.index(ids)]
-        assert quality == assess(signals(ids, h.tokens, h.logprobs, source, tokenizer.decode(h.tokens)), None)
+        target = tokenizer.decode(h.tokens)
+        assert h.attention and len(h.attention) == len(h.aligned) == len(h.logprobs)
+        assert quality == assess(
+            signals(ids, h.tokens, h.logprobs, source, target, None, 0, h.attention, h.aligned), None
+        )

@@ -53,7 +53,14 @@ def assert_greedy_equal(compiled, eager, cache, screen=False):
         for g, w in zip(got, want, strict=True):
             assert (g.tokens, g.finish_reason) == (w.tokens, w.finish_reason)
             assert g.logprobs == pytest.approx(w.logprobs, abs=1e-2 if screen else 1e-4)
+            same_facts(g, w)
         assert cache.n == 0, "greedy_decode hands the cache back empty"
+
+
+def same_facts(got, want) -> None:
+    """The compiled step's attention facts (Hypothesis.attention, .aligned) are the eager step's."""
+    assert len(got.attention) == len(got.logprobs) and got.attention == pytest.approx(want.attention, abs=1e-4)
+    assert got.aligned == want.aligned
 
 
 @pytest.mark.compiles
@@ -93,6 +100,8 @@ def test_compiled_beam_search_and_sampling_equal_eager(trained_checkpoint, large
         for g, w in zip(got, want, strict=True):
             assert [h.tokens for h in g] == [h.tokens for h in w]
             assert [h.score for h in g] == pytest.approx([h.score for h in w], abs=1e-4)
+            for gh, wh in zip(g, w, strict=True):
+                same_facts(gh, wh)
     assert graphs.missed == 0, "a step or a prefill fell back to the eager model"
 
 

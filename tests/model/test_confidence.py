@@ -102,8 +102,11 @@ def test_calibration_file_round_trips_and_bad_files_are_refused_by_name(tmp_path
     assert json.loads(path.read_text())["meaning"].endswith("at least 45")
     assert Calibration.load(tmp_path / "none") is None
     data = json.loads(path.read_text())
+    path.write_text(json.dumps(data | {"features": ["mean_logprob", "sparkle"]}))
+    with pytest.raises(ValueError, match=r"confidence.json.*features \['sparkle'\] are not among"):
+        Calibration.load(tmp_path)
     path.write_text(json.dumps(data | {"features": ["mean_logprob"]}))
-    with pytest.raises(ValueError, match="confidence.json.*features"):
+    with pytest.raises(ValueError, match="need 1 values each, one a feature"):
         Calibration.load(tmp_path)
     path.write_text(json.dumps(data | {"weights": [1.0]}))
     with pytest.raises(ValueError, match="weights, mean and scale"):
