@@ -20,7 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-from model.confidence import DEFAULT_THRESHOLDS, Calibration, Signals, auroc, fit, length_model, ranks, select
+from model.confidence import (
+    COVERAGE_MIN_TOKENS,
+    DEFAULT_THRESHOLDS,
+    Calibration,
+    Signals,
+    auroc,
+    fit,
+    length_model,
+    ranks,
+    select,
+)
 from model.tokenizer import read_lines
 
 CHUNK = 64  # texts per engine call (the engine's max_batch_texts)
@@ -85,9 +95,9 @@ def calibration_error(probabilities: np.ndarray, outcomes: np.ndarray, bins: int
 
 
 def choose_thresholds(rows: list[Signals], chrf: list[float]) -> dict[str, float]:
-    """The flags' thresholds from the development set: `length` at the edge of its worst 0.5% (no nearer than half
-    the default), `hallucination` at its lowest 1% of mean log-probability, so that it fires on one in-domain
-    sentence in a hundred (on bench/hallucinations.py's test2016 sets it then finds 90% and 93% of the
+    """The flags' thresholds from the development set: `length` and `coverage` at the edge of their worst 0.5% (no
+    nearer than half the default), `hallucination` at its lowest 1% of mean log-probability, so that it fires on one
+    in-domain sentence in a hundred (on bench/hallucinations.py's test2016 sets it then finds 90% and 93% of the
     hallucinations of the bundled en-de and en-fr models at precision 0.95 and 0.88; capped at -1.25 as it was, it
     found 8% and 73%); `repetition` and `copy` keep their defaults, which mark the outputs they name whatever the
     data."""
@@ -96,6 +106,9 @@ def choose_thresholds(rows: list[Signals], chrf: list[float]) -> dict[str, float
     means = np.asarray([r.mean_logprob for r in rows])
     thresholds["length"] = round(float(max(np.quantile(lengths, 0.995), DEFAULT_THRESHOLDS["length"] / 2)), 3)
     thresholds["hallucination"] = round(float(np.quantile(means, 0.01)), 3)
+    coverage = [r.coverage for r in rows if r.source_tokens >= COVERAGE_MIN_TOKENS and not np.isnan(r.coverage)]
+    if coverage:
+        thresholds["coverage"] = round(float(max(np.quantile(coverage, 0.995), DEFAULT_THRESHOLDS["coverage"] / 2)), 3)
     return thresholds
 
 

@@ -292,7 +292,7 @@ class SegmentOut(BaseModel):
     withheld: bool = Field(False, description="left out of the translation: its confidence is below min_confidence")
 
 
-Flag = Literal["repetition", "length", "copy", "hallucination"]
+Flag = Literal["repetition", "length", "copy", "coverage", "hallucination"]
 CONFIDENCE = (
     "how far to trust the translation, 0 to 1: with a calibrated model (`calibrated`) the probability that its chrF "
     "against a human reference clears the calibration's threshold; a document's is its least confident sentence's; "

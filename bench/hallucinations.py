@@ -41,7 +41,8 @@ Labelling rule: an output is a hallucination when it is oscillatory or detached 
   "Ein Mann." for "a" are; "Welt!" for "Hello world!" and "1244." for "12345" are not.
 An output with no word (say "...") is an omission, no hallucination. A poor but attached output (a wrong word, a
 phrase missing) is no hallucination either: a flag raised on it counts against the flag's precision. The `hallucination` flag is judged against all hallucinations, `repetition` against the
-oscillatory ones, and the two together ("either") against all.
+oscillatory ones, and the two together ("either") against all; `coverage` (part of the source left out) against all
+hallucinations too, and the three together ("any").
 
 Prints the CPU, then one JSON line a pair: the bounds B, each kind's cases, hallucinations and flags raised on the
 test set, the thresholds (the calibration's, those chosen on val), and the flags' precision and recall on the test
@@ -232,11 +233,14 @@ def scores(judged: list[Judged], thresholds: dict[str, float]) -> dict[str, dict
     raised = [flags(j.signals, thresholds) for j in judged]
     by_hallucination = np.asarray(["hallucination" in r for r in raised])
     by_repetition = np.asarray(["repetition" in r for r in raised])
+    by_coverage = np.asarray(["coverage" in r for r in raised])
     hallucinated = [j.hallucination for j in judged]
     return {
         "hallucination": precision_recall(by_hallucination, hallucinated),
         "repetition": precision_recall(by_repetition, [j.oscillatory for j in judged]),
+        "coverage": precision_recall(by_coverage, hallucinated),
         "either": precision_recall(by_hallucination | by_repetition, hallucinated),
+        "any": precision_recall(by_hallucination | by_repetition | by_coverage, hallucinated),
     }
 
 
@@ -261,7 +265,8 @@ def kinds(judged: list[Judged], thresholds: dict[str, float]) -> dict[str, dict[
         raised = flags(j.signals, thresholds)
         counts = {"cases": True, "hallucinations": j.hallucination is True, "detached": j.detached is True,
                   "oscillatory": j.oscillatory, "unclear": j.hallucination is None,
-                  "flagged_hallucination": "hallucination" in raised, "flagged_repetition": "repetition" in raised}  # fmt: skip
+                  "flagged_hallucination": "hallucination" in raised, "flagged_repetition": "repetition" in raised,
+                  "flagged_coverage": "coverage" in raised}  # fmt: skip
         row = out.setdefault(j.case.kind, dict.fromkeys(counts, 0))
         for key, count in counts.items():
             row[key] += int(count)

@@ -44,15 +44,17 @@ CALIBRATION = "confidence.json"  # beside config.json in a checkpoint directory
 FEATURES = ("mean_logprob", "min_logprob", "length", "repetition", "copied")  # every calibration's
 EXTRA_FEATURES = ("attention", "coverage", "tokens")  # a calibration's where they help on its development set
 SIGNALS = FEATURES + EXTRA_FEATURES
-FLAGS = ("repetition", "length", "copy", "hallucination")
+FLAGS = ("repetition", "length", "copy", "coverage", "hallucination")
 MAX_NGRAM = 4
 DEFAULT_THRESHOLDS = {
     "repetition": 0.25,  # a quarter of the tokens repeat what came just before (beyond the source's own share)
     "length": 4.0,  # the length ratio four spreads from the typical one
     "copy": 0.9,  # nine words of ten taken from the source (sentences of 4 words or more)
+    "coverage": 0.6,  # six source tokens in ten aligned to by no token of the translation (sources of 4 or more)
     "hallucination": -2.5,  # a mean token log-probability below this (a geometric mean probability of 8%)
 }
 COPY_MIN_WORDS = 4
+COVERAGE_MIN_TOKENS = 4  # a shorter source's coverage says little: one token of two is 0.5
 # A confidence is given to three decimals: the fourth would change with the sentences batched beside it (a batch sums
 # in another order) and from one CPU to another
 DIGITS = 3
@@ -71,6 +73,7 @@ class Signals:
     coverage: float = math.nan
     tokens: float = 0.0
     words: int = field(default=0, repr=False)  # words in the translation (copy applies from COPY_MIN_WORDS)
+    source_tokens: int = field(default=0, repr=False)  # source tokens coverage counts (from COVERAGE_MIN_TOKENS)
 
     def vector(self, features: tuple[str, ...] = FEATURES) -> list[float]:
         return [getattr(self, f) for f in features]
@@ -157,7 +160,7 @@ def signals(
         mean_logprob=mean, min_logprob=low, length=length.distance(len(source_ids), len(logprobs)),
         repetition=excess / len(token_ids) if token_ids else 0.0, copied=copied,
         attention=sum(spread) / len(spread) if spread else math.nan, coverage=uncovered,
-        tokens=math.log(max(len(logprobs), 1)), words=n_words,
+        tokens=math.log(max(len(logprobs), 1)), words=n_words, source_tokens=covered,
     )  # fmt: skip
 
 
@@ -224,6 +227,7 @@ def flags(s: Signals, thresholds: dict[str, float]) -> list[str]:
         "repetition": s.repetition >= thresholds["repetition"],
         "length": s.length >= thresholds["length"],
         "copy": s.words >= COPY_MIN_WORDS and s.copied >= thresholds["copy"],
+        "coverage": s.source_tokens >= COVERAGE_MIN_TOKENS and s.coverage >= thresholds["coverage"],  # nan: False
         "hallucination": s.mean_logprob < thresholds["hallucination"],
     }
     return [f for f in FLAGS if raised[f]]

@@ -20,6 +20,7 @@ from model.confidence import (
     flags,
     length_model,
     repeated_share,
+    select,
     signals,
 )
 
@@ -65,6 +66,45 @@ def test_flags_use_the_thresholds():
     assert flags(Signals(**base | {"mean_logprob": -1.0}), DEFAULT_THRESHOLDS | {"hallucination": -0.5}) == [
         "hallucination"
     ]
+
+
+def test_the_attention_signals_come_from_the_steps_facts_and_coverage_flags_a_source_left_out():
+    # a source of six tokens and </s>; the translation's tokens align to 0, 1, 1 and </s> to 5
+    s = signals([10, 11, 12, 13, 14, 15, 2], [7, 8, 9], [-0.1] * 4, "a b c d e f", "x y z",
+                attention=[0.1, 0.2, 0.3, 0.6], aligned=[0, 1, 1, 5])  # fmt: skip
+    assert s.attention == pytest.approx(0.3) and s.coverage == pytest.approx(3 / 6)  # 2, 3 and 4 uncovered
+    assert s.tokens == pytest.approx(math.log(4))
+    prefixed = signals([10, 11, 2], [7, 8], [0.0, -0.1, -0.2], "a b", "x y", forced=1, attention=[0.9, 0.2, 0.4],
+                       aligned=[0, 1, 1])  # fmt: skip
+    assert prefixed.attention == pytest.approx(0.3)  # the forced token's step is the caller's, as its log-probability
+    kept_none = signals([10, 11, 2], [7], [-0.1, -0.1], "a b", "x")
+    assert math.isnan(kept_none.attention) and math.isnan(kept_none.coverage)
+    assert "coverage" in flags(s, DEFAULT_THRESHOLDS | {"coverage": 0.5}) and "coverage" not in flags(
+        s, DEFAULT_THRESHOLDS
+    )
+    short = signals([10, 11, 2], [7], [-0.1, -0.1], "a b", "x", attention=[0.1, 0.1], aligned=[2, 2])
+    assert short.coverage == 1.0 and "coverage" not in flags(short, DEFAULT_THRESHOLDS)  # too short to tell
+    assert flags(kept_none, DEFAULT_THRESHOLDS) == []
+
+
+def test_select_keeps_an_extra_signal_that_finds_bad_sentences_and_leaves_one_that_does_not():
+    rng = np.random.default_rng(1)
+    n = 600
+    mean, spread, noise = rng.uniform(-1.5, 0.0, n), rng.uniform(0, 0.5, n), rng.uniform(0, 1, n)
+    chrf = 60 + 20 * mean - 60 * spread + rng.normal(0, 4, n)  # attention far from even: a worse sentence
+    rows = [Signals(float(m), float(m) - 1, 0.5, 0.0, 0.0, attention=float(a), coverage=float(c), tokens=2.0)
+            for m, a, c in zip(mean, spread, noise)]  # fmt: skip
+    features, tried = select(rows, chrf, 50.0)
+    assert features == ("mean_logprob", "min_logprob", "length", "repetition", "copied", "attention")
+    assert tried["mean_logprob,min_logprob,length,repetition,copied,attention"] > tried[
+        "mean_logprob,min_logprob,length,repetition,copied"] + 0.05  # fmt: skip
+    k = fit(rows, list(chrf >= 50), chrf_threshold=50, length=LengthModel(), features=features)
+    assert k.features == features and k.weights[-1] < 0  # spread attention, less confidence
+    worse = Signals(-0.2, -1.2, 0.5, 0.0, 0.0, attention=0.45)
+    assert k.probability(worse) < k.probability(Signals(-0.2, -1.2, 0.5, 0.0, 0.0, attention=0.05))
+    assert k.probability(Signals(-0.2, -1.2, 0.5, 0.0, 0.0)) == pytest.approx(  # not kept: the set's mean
+        k.probability(Signals(-0.2, -1.2, 0.5, 0.0, 0.0, attention=k.mean[-1]))
+    )
 
 
 def test_uncalibrated_confidence_is_the_geometric_mean_token_probability():
