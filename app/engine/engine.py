@@ -366,7 +366,7 @@ class Engine:
                     )  # fmt: skip
                 hyps = await self.core.search([srcs[i] for i in live], budgets, options)
             if decoding.return_alignment and live:
-                alignments = await self.core.align(
+                alignments = as_decoded(hyps) or await self.core.align(
                     [srcs[i] for i in live], [[h.tokens for h in hs] for hs in hyps], start
                 )
         return await _inline_or_on_thread(
@@ -580,7 +580,7 @@ class Engine:
         """A streamed piece's translation `target` with its spans put back, by its alignment, once it has ended."""
         pairs = []
         if m.groups and m.reads and hyp.tokens:
-            to_source = (await self.core.align([src], [[hyp.tokens]], start))[0][0]
+            to_source = (as_decoded([[hyp]]) or await self.core.align([src], [[hyp.tokens]], start))[0][0]
             tokens = aligned(self.tokenizer, m.reads, target, hyp.tokens, to_source)
             pairs = [(a.target_span, a.source_span) for a in tokens]
         return m.restore(target, pairs)
@@ -678,3 +678,12 @@ async def _inline_or_on_thread(size: int, fn: Callable[..., T], *args: Any) -> T
     if size <= INLINE_CHARS:
         return fn(*args)
     return await asyncio.to_thread(fn, *args)
+
+
+def as_decoded(hyps: list[list[Hypothesis]]) -> list[list[list[int]]] | None:
+    """Each hypothesis's alignment as its decoding found it (Hypothesis.aligned: each step's most attended source
+    token, what a teacher-forced pass over the tokens, model/search.py's `alignments`, finds again), or None where
+    a hypothesis kept none: then that pass it is."""
+    if all(len(h.aligned) >= len(h.tokens) for hs in hyps for h in hs):
+        return [[h.aligned[: len(h.tokens)] for h in hs] for hs in hyps]
+    return None

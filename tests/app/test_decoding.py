@@ -126,6 +126,23 @@ async def test_alignment_spans_lie_inside_both_texts(client):
         assert [a["target_token"] for a in t["alignment"]] == list(range(len(t["alignment"])))
 
 
+async def test_alignments_come_from_the_decoding_without_a_second_pass(client, monkeypatch):
+    """Each step's most attended source token is kept as the hypothesis is decoded: the alignment a teacher-forced
+    pass over the tokens finds, at no pass's cost."""
+    import app.engine.core as core
+    import app.engine.engine as engine
+
+    texts = [*SENTENCES, "A café, 42 years old — naïve!"]
+    body = {"text": texts, "return_alignment": True, "beam_size": 2, "num_hypotheses": 2}
+    passes, real = [], core.alignments
+    monkeypatch.setattr(core, "alignments", lambda *a: passes.append(a) or real(*a))
+    with monkeypatch.context() as m:
+        m.setattr(engine, "as_decoded", lambda hyps: None)  # as if the decoding kept none: the pass
+        by_pass = await post(client, **body)
+    assert len(passes) == 1
+    assert await post(client, **body) == by_pass and len(passes) == 1
+
+
 @pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
 async def test_the_bundled_model_aligns_words_with_their_translations():
     pairs = {
