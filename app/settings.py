@@ -143,7 +143,8 @@ class Settings(BaseSettings):
         "(`docs/performance.md`); a translation can depend on the sentences batched with it (one input scale per "
         "batch); the logit screen is off. The eager model (before the graphs are in, with "
         "`NMT_COMPILE=off`, for `/attention`) computes the same function, slower: for a model of NLLB-600M's size too "
-        "slow to serve (use `NMT_COMPILE=blocking`). `/info` reports it (`quantize`)",
+        "slow to serve (its start-up translation takes minutes; use `NMT_COMPILE=blocking`). `/info` reports it "
+        "(`quantize`)",
     )
     min_confidence: float = Field(
         0.0,

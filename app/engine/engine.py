@@ -102,6 +102,7 @@ class Engine:
         self.request_timeout_s = request_timeout_s
         self.metrics = metrics or core.metrics  # the confidence histogram and withheld counts
         self.byte_ids = tokenizer.byte_ids
+        self._warming = False  # start's warm-up translation: no request deadline
         self._glued: torch.Tensor | None = None  # the core's word_continuations(), once a glossary is first used
         self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
         self.ready = False
@@ -138,7 +139,13 @@ class Engine:
         self.core.start()
         await self.core.before_ready()
         warm_up = self._languages_or_saved(None, None)  # a many-to-many model: its saved pair
-        await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens), decoding=warm_up)
+        # Not a request: it takes what it takes (a large eager int8 model's first steps are slow; a start-up probe
+        # bounds the start), where NMT_REQUEST_TIMEOUT_S would fail the start
+        self._warming = True
+        try:
+            await self.translate(WARM_UP_TEXT, max_new_tokens=min(8, self.max_new_tokens), decoding=warm_up)
+        finally:
+            self._warming = False
         self.ready = True
         self.core.after_ready()
 
@@ -654,6 +661,9 @@ class Engine:
     async def _deadline(self, when: float | None = None):
         """Raise RequestTimeout when NMT_REQUEST_TIMEOUT_S (or the loop time `when`) passes; the awaited work is
         cancelled, which drops its sequences from the batch."""
+        if self._warming and when is None:  # the warm-up (start)
+            yield
+            return
         when = asyncio.get_running_loop().time() + self.request_timeout_s if when is None else when
         try:
             async with asyncio.timeout_at(when):
