@@ -413,8 +413,16 @@ async def delete_glossary(glossary_id: str, glossaries: GlossariesDep) -> Respon
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 async def metrics(request: Request) -> Response:
-    """Prometheus metrics: requests, latency, queue length, running batch size, tokens, time per token."""
-    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    """Prometheus metrics: requests, latency, queue length, running batch size, tokens, time per token. A front-end
+    (NMT_FRONTENDS) gives its own HTTP and confidence series and the engine process's batch and decoder ones."""
+    connection = getattr(request.app.state.models, "connection", None)
+    engine = None
+    if connection is not None:
+        try:
+            engine = await connection.metrics()
+        except (EngineUnavailable, TimeoutError) as e:
+            return error(503, f"the engine process's metrics are out of reach: {e or 'no answer'}", "not_ready")
+    return Response(request.app.state.metrics.exposition(engine), media_type=CONTENT_TYPE_LATEST)
 
 
 # ---- streaming and disconnects ---------------------------------------------------------------------------------

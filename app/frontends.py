@@ -48,11 +48,12 @@ async def engine_main(settings: Settings, address: str) -> int | str:
     from app.metrics import Metrics
     from app.models import Models
 
-    models = Models(settings, Metrics())
+    metrics = Metrics()
+    models = Models(settings, metrics)
     await models.load()
     if not models.engines:
         return "nmt-serve: the engine process loaded no model: " + "; ".join(f"{n}: {e}" for n, e in models.errors.items())
-    server = CoreServer({name: engine.core for name, engine in models.engines.items()}, address)
+    server = CoreServer({name: engine.core for name, engine in models.engines.items()}, address, metrics=metrics)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

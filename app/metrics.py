@@ -90,8 +90,36 @@ class Metrics:
         """The engine series of one model."""
         return EngineMetrics(self, model)
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    def exposition(self, engine: bytes | None = None) -> bytes:
+        """The text format of every series; `engine`: the engine process's exposition of ENGINE_FAMILIES (a
+        front-end's /metrics, NMT_FRONTENDS), given in place of this process's own (which nothing here feeds)."""
+        if engine is None:
+            return generate_latest(self.registry)
+        return generate_latest(_Families(self.registry, lambda name: name not in ENGINE_FAMILIES)) + engine
+
+    def engine_exposition(self) -> bytes:
+        """The text format of the series the batcher and the compiler feed (ENGINE_FAMILIES): what the engine
+        process sends a front-end for its /metrics."""
+        return generate_latest(_Families(self.registry, lambda name: name in ENGINE_FAMILIES))
+
+
+# The families fed where the model runs (the batcher, the compiler): with NMT_FRONTENDS, the engine process's
+ENGINE_FAMILIES = frozenset({
+    "nmt_queue_length", "nmt_running_batch_size", "nmt_generated_tokens", "nmt_time_per_output_token_seconds",
+    "nmt_time_to_first_token_seconds", "nmt_decoder_steps", "nmt_decoder_step_duration_seconds",
+    "nmt_prefill_duration_seconds", "nmt_prefilled_sequences", "nmt_oom_retries", "nmt_compiled",
+    "nmt_compile_duration_seconds",
+})  # fmt: skip
+
+
+class _Families:
+    """A registry's families that `keep` keeps, as generate_latest reads a registry."""
+
+    def __init__(self, registry: CollectorRegistry, keep: Callable[[str], bool]):
+        self.registry, self.keep = registry, keep
+
+    def collect(self):
+        return (family for family in self.registry.collect() if self.keep(family.name))
 
 
 class EngineMetrics:

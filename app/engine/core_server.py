@@ -19,6 +19,7 @@ from app.engine import wire
 from app.engine.core import EngineCore
 from app.engine.errors import EngineUnavailable
 from app.engine.wire import HWM, Reply, Request
+from app.metrics import Metrics
 from model.search import DecodingOptions
 
 log = logging.getLogger("nmt_serve.remote")
@@ -28,9 +29,9 @@ CALLS = ("generate", "search", "align", "attention", "stream")  # the EngineCore
 class CoreServer:
     """The engine process's side: named EngineCores behind a ROUTER socket (see the module's docstring)."""
 
-    def __init__(self, cores: dict[str, EngineCore], address: str, hwm: int = HWM):
+    def __init__(self, cores: dict[str, EngineCore], address: str, hwm: int = HWM, metrics: Metrics | None = None):
         wire.check_private(address)
-        self.cores, self.address, self.hwm = cores, address, hwm
+        self.cores, self.address, self.hwm, self.metrics = cores, address, hwm, metrics
         self._tasks: dict[tuple[bytes, int], asyncio.Task] = {}  # (front-end, request id): its call or stream pump
         self._outbox: dict[bytes, list[Reply]] = {}  # replies for each front-end, sent at the end of this wake-up
         self._tokens: dict[tuple[bytes, int], list[int]] = {}  # each stream's "tokens" reply in the outbox
@@ -72,6 +73,8 @@ class CoreServer:
             self._cancel(who)
         elif req.kind == "status":
             self._post(who, Reply(req.id, "status", {name: facts(core) for name, core in self.cores.items()}))
+        elif req.kind == "metrics":  # the cores' series, for a front-end's /metrics
+            self._post(who, Reply(req.id, "ok", b"" if self.metrics is None else self.metrics.engine_exposition()))
         elif core is None or req.kind not in CALLS:
             error = EngineUnavailable(f"the engine process has no model {req.core!r} (it has {sorted(self.cores)})")
             self._post(who, wire.error_reply(req.id, error))

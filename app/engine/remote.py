@@ -141,6 +141,12 @@ class Connection:
                 await asyncio.sleep(0.01)
         raise EngineUnavailable(f"the engine process at {self.address} did not answer")
 
+    async def metrics(self) -> bytes:
+        """The engine process's exposition of the series its cores feed (app/metrics.py's ENGINE_FAMILIES)."""
+        if self.gone is not None:
+            raise EngineUnavailable(self.gone)
+        return await asyncio.wait_for(self._request(Request(next(self._ids), "metrics")).future, self.timeout_s)
+
     def abandon(self, core: str, error: Exception) -> None:
         """Fail `core`'s requests in flight with `error`, and cancel them in the engine."""
         for request_id, p in list(self._pending.items()):

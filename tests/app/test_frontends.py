@@ -53,6 +53,26 @@ def answers(base: str) -> dict:
 
 def test_front_ends_answer_every_kind_of_request_as_one_process_does(single, split):
     assert answers(split[1]) == answers(single[1])
+    # /metrics through a front-end: its HTTP series, and the engine process's decoder series (which it does not feed)
+    families = metric_families(httpx.get(f"{split[1]}/metrics", timeout=30).text)
+    steps = families["nmt_decoder_steps"]
+    assert steps["nmt_decoder_steps_total"] > 0 and families["nmt_generated_tokens"]["nmt_generated_tokens_total"] > 0
+    assert {"nmt_requests", "nmt_request_duration_seconds", "nmt_sentence_confidence"} <= set(families)  # its own
+    assert families["nmt_decoder_steps"] == metric_families(httpx.get(f"{split[1]}/metrics").text)["nmt_decoder_steps"]
+
+
+def metric_families(text: str) -> dict[str, dict[str, float]]:
+    """Each family of a Prometheus exposition (parsed by prometheus_client; a family twice fails), its samples summed
+    by name."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        assert family.name not in out, f"{family.name} twice"
+        samples = out[family.name] = {}
+        for sample in family.samples:
+            samples[sample.name] = samples.get(sample.name, 0.0) + sample.value
+    return out
 
 
 def children(pid: int) -> list[int]:
@@ -83,6 +103,7 @@ def test_a_killed_engine_gets_503s_then_the_server_exits_non_zero(split):
     while time.monotonic() < deadline and proc.poll() is None:
         try:
             statuses.add(httpx.post(f"{base}/translate", json={"text": TEXTS[0]}, timeout=10).status_code)
+            statuses.add(httpx.get(f"{base}/metrics", timeout=10).status_code)  # the engine's series are gone too
         except httpx.TransportError:  # the front-ends stopped too
             break
     out, _ = proc.communicate(timeout=60)
