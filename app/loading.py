@@ -44,7 +44,7 @@ def load_engine(
     return Engine.local(
         model, tokenizer, name=name or metadata.get("name") or Path(model_dir).name, metadata=metadata,
         max_batch_size=sizing.rows, prefill_tokens=s.prefill_tokens,
-        max_queue=s.max_queue or max(DEFAULT_QUEUE, sizing.rows), sizing=sizing,
+        max_queue=s.max_queue or max(DEFAULT_QUEUE, sizing.rows, s.frontends * s.max_batch_texts), sizing=sizing,
         gpu_memory_fraction=fraction if device.type == "cuda" else None, metrics=metrics, compile=s.compile,
         threads=threads, waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
         screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,

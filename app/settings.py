@@ -87,7 +87,9 @@ class Settings(BaseSettings):
         None,
         ge=1,
         description="sequences waiting or decoding; a request whose texts do not fit gets 429 with "
-        "`Retry-After` (must be ≥ `max_batch_texts`). Unset: 256, or the decoder rows where more fit (a GPU's)",
+        "`Retry-After` (must be ≥ `max_batch_texts`, with `frontends` ≥ `frontends` × `max_batch_texts`: each "
+        "front-end admits its share). Unset: 256, or the decoder rows where more fit (a GPU's), or `frontends` × "
+        "`max_batch_texts` where that is more",
     )
     max_request_sequences: int | None = Field(
         None,
@@ -273,6 +275,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 "frontends and workers are two ways to use more than one process: set one. frontends keeps one copy "
                 "of the models in an engine process; workers give each process its own"
+            )
+        if self.frontends and self.max_queue is not None and self.max_queue < self.frontends * self.max_batch_texts:
+            raise ValueError(
+                f"max_queue={self.max_queue} is shared by frontends={self.frontends}: each front-end's share must fit "
+                f"max_batch_texts={self.max_batch_texts}, so max_queue must be at least "
+                f"{self.frontends * self.max_batch_texts} (or unset: the engine then sizes it)"
             )
         return self
 

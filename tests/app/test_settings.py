@@ -121,3 +121,20 @@ def test_front_ends_and_workers_are_two_ways_to_use_processes_and_exclude_each_o
     monkeypatch.setenv("NMT_WORKERS", "2")
     with pytest.raises(ValidationError, match="frontends and workers"):
         Settings()
+
+
+def test_the_queue_of_several_front_ends_fits_each_ones_largest_request(monkeypatch, tiny_checkpoint):
+    """Each front-end admits max_queue / frontends sequences: a queue set too small for that is refused at start by
+    name; unset, the engine sizes it to fit (else every front-end would fail to load its models)."""
+    from app.loading import load_engine
+
+    monkeypatch.setenv("NMT_FRONTENDS", "8")
+    monkeypatch.setenv("NMT_MAX_QUEUE", "256")
+    with pytest.raises(ValidationError, match=r"max_queue=256 is shared by frontends=8.*at least 512"):
+        Settings()
+    monkeypatch.delenv("NMT_MAX_QUEUE")
+    engine = load_engine(Settings(model_dir=tiny_checkpoint, compile="off"))
+    try:
+        assert engine.core.max_queue == 8 * 64
+    finally:
+        engine.stop()
