@@ -27,6 +27,7 @@ const state = {
   info: null,
   sourceName: "English", // the source language's name, from /info or the language picked; "" when detected
   languages: null, // a many-to-many model's languages, a Map of code -> short name (GET /models); null for a pair one
+  model: null, // the model picked (a server with several); null: the server's default
   run: 0, // the latest translate request; answers to older ones are dropped
   lastError: null,
   attention: null, // the /attention answer
@@ -63,6 +64,7 @@ function readStoredKey() {
 
 async function api(path, body) {
   const headers = { Accept: "application/json" };
+  if (body !== undefined && state.model) body = { model: state.model, ...body }; // every call names the model picked
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (state.key) headers.Authorization = `Bearer ${state.key}`;
   let response;
@@ -88,8 +90,9 @@ async function api(path, body) {
 
 async function loadInfo() {
   try {
-    const info = await api("info");
+    const info = await api(state.model ? `info?model=${encodeURIComponent(state.model)}` : "info");
     state.info = info;
+    showModels(info.models || [], info.model);
     const langs = info.languages || {};
     if (langs.source === "multilingual") {
       await loadLanguages(info.model);
@@ -110,6 +113,24 @@ async function loadInfo() {
     else if (e.status === 503 && e.type !== "load_failed") setTimeout(loadInfo, 2000);
   }
   $("key-button").hidden = !state.key;
+}
+
+/** A server with several models: a picker of them, this one picked. */
+function showModels(names, current) {
+  const select = $("model-select");
+  $("model-picker").hidden = names.length < 2;
+  if (select.options.length !== names.length) {
+    select.replaceChildren(...names.map((name) => new Option(name, name)));
+  }
+  select.value = current;
+}
+
+/** Another model picked: its facts and languages; what was shown was the other model's. */
+function pickModel() {
+  state.model = $("model-select").value;
+  clearResults("Translate a sentence to explore its attention.");
+  setState("idle", "");
+  loadInfo();
 }
 
 /** Names the fields after the languages (codes such as "de", or "" where unknown) and sets the texts' lang. */
@@ -891,6 +912,7 @@ function start() {
   $("key-form").addEventListener("submit", saveKey);
   $("beam-size").addEventListener("change", syncAlternatives);
   for (const id of ["source-language", "target-language"]) $(id).addEventListener("change", showPickedLanguages);
+  $("model-select").addEventListener("change", pickModel);
   syncAlternatives();
   $("output").addEventListener("mouseover", (e) => highlightAlignment(e.target.closest("[data-align]")));
   $("output").addEventListener("mouseleave", () => highlightAlignment(null));

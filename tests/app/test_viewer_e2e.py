@@ -493,19 +493,25 @@ def test_an_imported_model_s_languages_name_the_fields_and_its_translation_shows
         proc.wait()
 
 
-def test_a_many_to_many_model_s_languages_are_picked_and_every_call_names_them(browser, tmp_path_factory):
-    """An imported NLLB-layout model: the page offers its languages (the source detected, the target the saved one
-    at first), and the tokens, translation and attention it shows are the API's for the languages picked."""
+def test_a_many_to_many_model_s_languages_are_picked_and_every_call_names_them(browser, tmp_path_factory,
+                                                                               trained_checkpoint):  # fmt: skip
+    """An imported NLLB-layout model beside a pair model: the page offers its languages (the source detected, the
+    target the saved one at first), and the tokens, translation and attention it shows are the API's for the
+    languages picked; the pair model, picked, is translated with."""
     pytest.importorskip("transformers")
     pytest.importorskip("sentencepiece")
     from tests.importers.multilingual_fixture import import_all, model_directories
 
     sources = model_directories(tmp_path_factory.mktemp("sources"), ("nllb",))
     ckpt = import_all(sources, tmp_path_factory.mktemp("imported"))["nllb"]
-    proc, base = start_server(ckpt, NMT_MAX_NEW_TOKENS="12", NMT_MAX_INPUT_TOKENS="64")
+    proc, base = start_server(ckpt, NMT_MAX_NEW_TOKENS="12", NMT_MAX_INPUT_TOKENS="64",
+                              NMT_MODELS=f"nllb={ckpt},pair={trained_checkpoint}")  # fmt: skip
     try:
         wait_ready(proc, base)
         open_page(browser, base)
+        picker = Select(by_id(browser, "model-select"))
+        assert by_id(browser, "model-picker").is_displayed() and [o.text for o in picker.options] == ["nllb", "pair"]
+        assert picker.first_selected_option.text == "nllb" and by_id(browser, "model-info").text.startswith("nllb")
         assert by_id(browser, "language-controls").is_displayed()
         source, target = Select(by_id(browser, "source-language")), Select(by_id(browser, "target-language"))
         assert source.first_selected_option.get_attribute("value") == "auto"
@@ -543,6 +549,18 @@ def test_a_many_to_many_model_s_languages_are_picked_and_every_call_names_them(b
         translate(browser, "Zwei Hunde spielen im Schnee.")
         assert browser.find_element(By.CSS_SELECTOR, "#source-tokens li").text == "deu_Latn"
         assert by_id(browser, "source-label").text == "Sentence"
+
+        picker.select_by_visible_text("pair")  # the pair model: no language pickers, every call names it
+        WebDriverWait(browser, 15).until(lambda d: by_id(d, "model-info").text.startswith("pair"))
+        assert not by_id(browser, "language-controls").is_displayed()
+        translate(browser, SENTENCE)
+        r = httpx.post(f"{base}/translate", json={"text": SENTENCE, "model": "pair", "return_tokens": True})
+        expected = r.json()["translations"][0]
+        assert by_id(browser, "translation").text == (" ".join(expected["text"].split()) or "(empty)")
+        targets = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#target-tokens li")]
+        assert targets == expected["tokens"] + ["</s>"] * (expected["finish_reason"] == "eos")
+        picker.select_by_visible_text("nllb")
+        WebDriverWait(browser, 15).until(lambda d: by_id(d, "language-controls").is_displayed())
     finally:
         proc.kill()
         proc.wait()
