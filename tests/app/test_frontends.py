@@ -30,7 +30,9 @@ def split(tiny_checkpoint):
 
 
 def answers(base: str) -> dict:
-    """What a few requests of each kind answer: plain, many texts, beam n-best, alignment, HTML, a stream."""
+    """What a few requests of each kind answer: plain, many texts, beam n-best, alignment, HTML, documents with
+    segments and word confidence, glossaries, protected spans, prefixes, sampling, withholding, tokenizing, a stream
+    and attention."""
     out = {}
     with httpx.Client(base_url=base, timeout=60) as client:
         for key, body in {
@@ -39,10 +41,23 @@ def answers(base: str) -> dict:
             "beam": {"text": TEXTS[1], "beam_size": 3, "num_hypotheses": 2, "return_scores": True},
             "aligned": {"text": TEXTS[0], "return_alignment": True},
             "html": {"text": "<p>A man is <b>riding</b> a bike.</p>", "format": "html"},
+            "document": {"text": f"{TEXTS[0]} {TEXTS[1]}\n\n{TEXTS[1]}", "return_segments": True,
+                         "return_signals": True, "return_word_confidence": True},  # fmt: skip
+            "glossary": {"text": TEXTS[0], "glossary": {"bike": "Velo"}},
+            "protected": {"text": "A man {name} is riding a bike.", "protect": True},
+            "prefixed": {"text": TEXTS[1], "target_prefix": "Zwei", "sampling_topk": 4, "seed": 7},
+            "withheld": {"text": TEXTS, "min_confidence": 0.5},
         }.items():
             r = client.post("/translate", json=body)
             assert r.status_code == 200, r.text
             out[key] = r.json()
+        for path, body in {
+            "/tokenize": {"text": TEXTS, "side": "source"},
+            "/detokenize": {"ids": [[5, 6, 7]], "side": "target"},
+        }.items():
+            r = client.post(path, json=body)
+            assert r.status_code == 200, r.text
+            out[path] = r.json()
         with client.stream("POST", "/translate", json={"text": TEXTS[1], "stream": True}) as r:
             out["stream"] = [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line]
         r = client.post("/attention", json={"text": TEXTS[0]})
