@@ -41,8 +41,12 @@ def answers(base: str) -> dict:
             "beam": {"text": TEXTS[1], "beam_size": 3, "num_hypotheses": 2, "return_scores": True},
             "aligned": {"text": TEXTS[0], "return_alignment": True},
             "html": {"text": "<p>A man is <b>riding</b> a bike.</p>", "format": "html"},
-            "document": {"text": f"{TEXTS[0]} {TEXTS[1]}\n\n{TEXTS[1]}", "return_segments": True,
-                         "return_signals": True, "return_word_confidence": True},  # fmt: skip
+            "document": {
+                "text": f"{TEXTS[0]} {TEXTS[1]}\n\n{TEXTS[1]}",
+                "return_segments": True,
+                "return_signals": True,
+                "return_word_confidence": True,
+            },
             "glossary": {"text": TEXTS[0], "glossary": {"bike": "Velo"}},
             "protected": {"text": "A man {name} is riding a bike.", "protect": True},
             "prefixed": {"text": TEXTS[1], "target_prefix": "Zwei", "sampling_topk": 4, "seed": 7},
