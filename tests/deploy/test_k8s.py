@@ -25,7 +25,7 @@ from app.settings import BUNDLED_MODEL_DIR, Settings
 from tests.deploy.repo import ROOT, dockerfile, instructions
 
 K8S = ROOT / "deploy" / "k8s"
-OVERLAYS = ("cpu", "gpu", "checkpoints-volume")
+OVERLAYS = ("cpu", "gpu", "checkpoints-volume", "shared-data")
 KUBECTL = shutil.which("kubectl")
 # The schemas the manifests are checked against: kubectl's minor version here (v1.32, kustomize v5.5). The preStop
 # `sleep` action needs clusters >= 1.30.
@@ -151,7 +151,7 @@ def test_the_schema_check_rejects_a_broken_deployment(break_it):
 def test_overlays_hold_the_service_its_autoscaler_and_its_budget():
     for name in OVERLAYS:
         objects = overlay(name)
-        extra = {"PersistentVolumeClaim"} if name == "checkpoints-volume" else set()
+        extra = {"PersistentVolumeClaim"} if name in ("checkpoints-volume", "shared-data") else set()
         assert (
             set(objects)
             == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"} | extra
@@ -254,6 +254,8 @@ def test_the_writable_paths_are_the_compile_cache_and_tmp(name, monkeypatch):
     spec, c = pod(name)["spec"], server(name)
     empty = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
     writable = {m["mountPath"]: m["name"] for m in c["volumeMounts"] if not m.get("readOnly")}
+    if name == "shared-data":  # its claim: the test below
+        writable.pop(DATA)
     cache_dir = str(settings(name, monkeypatch).compile_cache_dir)
     assert set(writable) == {cache_dir, "/tmp"}, f"writable mounts {writable}, expected the compile cache and /tmp"
     assert set(writable.values()) <= empty
@@ -263,6 +265,28 @@ def test_the_writable_paths_are_the_compile_cache_and_tmp(name, monkeypatch):
     (mount,) = seed["volumeMounts"]
     assert mount["name"] == writable[cache_dir] and seed["image"] == c["image"]
     assert f"'{cache_dir}', '{mount['mountPath']}'" in seed["command"][-1]
+
+
+DATA = "/var/lib/nmt-serve"  # the shared-data overlay's volume
+
+
+def test_shared_data_overlay_gives_every_replica_one_claim_for_glossaries_and_jobs(monkeypatch):
+    """Stored glossaries and jobs in one ReadWriteMany claim mounted where the image's NMT_GLOSSARY_DIR and
+    NMT_JOB_DIR lie, so that any replica reads any glossary and follows any job; the other overlays have none (their
+    read-only root makes storing either a 500, docs/deployment.md says)."""
+    spec, c = pod("shared-data")["spec"], server("shared-data")
+    (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == DATA]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    claim = one(render("overlays/shared-data"), "PersistentVolumeClaim")
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"] and not mount.get("readOnly")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    s = settings("shared-data", monkeypatch)
+    env = dockerfile().envs
+    for directory in (env["NMT_GLOSSARY_DIR"], env["NMT_JOB_DIR"]):
+        assert Path(directory).parent == Path(DATA)
+    assert s.glossary_dir is None and s.job_dir is None  # the image's, not overridden
+    for other in ("cpu", "gpu", "checkpoints-volume"):
+        assert DATA not in {m["mountPath"] for m in server(other)["volumeMounts"]}
 
 
 def test_the_seed_command_copies_an_images_compiled_graphs(tmp_path):
