@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import torch
 
 from app.detokenize import IncrementalText
 from app.engine.compiling import Mode
@@ -27,6 +24,7 @@ from app.engine.documents import (
     withhold,
 )
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
+from app.engine.glossary import Terms
 from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.memory import Sizing
 from app.engine.protected import protect_documents, restored
@@ -34,9 +32,7 @@ from app.engine.results import Attention, Translation, aligned, translations
 from app.languages import Languages, UnknownLanguage
 from app.metrics import EngineMetrics, Metrics
 from app.segment import Segment, Split
-from app.terms import find, rendering_token
 from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration, judge
-from model.constraints import Phrase
 from model.decoding import Hypothesis, max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
 from model.search import GREEDY as SEARCH_GREEDY
@@ -55,8 +51,6 @@ WARM_UP_TEXT = "A man is riding a bike."
 # that takes tens of microseconds, less than a hop to a thread and back, which also passes the GIL to and fro
 # while the batcher's worker needs it. Longer requests are tokenized on a thread.
 INLINE_CHARS = 2_000
-RENDERINGS = 4096  # glossary source terms whose rendering by the model is remembered (app/terms.py)
-RENDERING_TOKENS = 8  # a source term's rendering is decoded to at most this many tokens
 DEFAULT_QUEUE = 256  # NMT_MAX_QUEUE unset: this, or the decoder rows where more fit
 START_TOKENS = 1  # a many-to-many model's target language, fed to the decoder first: a cache position per row
 MULTILINGUAL = "multilingual"  # a many-to-many model's languages, where a pair model's would be
@@ -103,8 +97,7 @@ class Engine:
         self.metrics = metrics or core.metrics  # the confidence histogram and withheld counts
         self.byte_ids = tokenizer.byte_ids
         self._warming = False  # start's warm-up translation: no request deadline
-        self._glued: torch.Tensor | None = None  # the core's word_continuations(), once a glossary is first used
-        self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
+        self.terms = Terms(core, tokenizer, self.limits, max_new_tokens, multilingual=self.codes is not None)
         self.ready = False
 
     @classmethod
@@ -368,7 +361,7 @@ class Engine:
                 options, forced = replace(options, start=start), len(options.prefix)
                 if decoding.glossary:
                     labels = [names[i] if names else "text" if single else f"text[{i}]" for i in live]
-                    options = await self._constrained(
+                    options = await self.terms.constrained(
                         options, budgets, [texts[i] for i in live], decoding, labels, max_new_tokens is not None
                     )  # fmt: skip
                 hyps = await self.core.search([srcs[i] for i in live], budgets, options)
@@ -397,60 +390,6 @@ class Engine:
             min(self.max_new_tokens, max_new_tokens_for(len(s), self.max_new_tokens) + len(prefix)) for s in srcs
         ]
         return options, default
-
-    async def _constrained(
-        self, options: DecodingOptions, budgets: list[int], texts: list[str], decoding: Decoding, names: list[str],
-        fixed: bool,
-    ) -> list[DecodingOptions]:  # fmt: skip
-        """Each text's options, constrained to contain the target terms of the glossary's source terms found in it
-        (app/terms.py); each budget (changed in place) grows by its terms' tokens up to NMT_MAX_NEW_TOKENS unless the
-        request `fixed` it, and a 422 says where the budget leaves no room for them."""
-        found = [find(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
-        if self._glued is None and any(found):
-            pieces = [self.tokenizer.id_to_token(i, "target") for i in range(self.config.tgt_vocab_size)]
-            self._glued = await self.core.word_continuations(pieces)
-        targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}
-        instead = await self._rendered([s for f in found for s, _ in f], decoding, options.start)
-        out = []
-        for i, terms in enumerate(found):
-            if not terms:
-                out.append(options)
-                continue
-            need = sum(len(targets[t]) for t in dict.fromkeys(t for _, t in terms)) + len(options.prefix)
-            if not fixed:  # the default budget has room for the prefix already
-                budgets[i] = min(self.max_new_tokens, budgets[i] + need - len(options.prefix))
-            if need >= budgets[i]:
-                raise InvalidRequest(
-                    f"the glossary's terms found in {names[i]} need {need} tokens"
-                    + (" with target_prefix's" if options.prefix else "")
-                    + f", and max_new_tokens leaves room for {budgets[i] - 1} besides </s>; raise max_new_tokens (at "
-                    f"most {self.max_new_tokens}) or use fewer terms"
-                )
-            phrases = tuple(
-                Phrase(targets[t], frozenset() if instead[s] is None else frozenset({instead[s]})) for s, t in terms
-            )
-            out.append(replace(options, constraints=phrases, glued=self._glued))
-        return out
-
-    async def _rendered(self, terms: list[str], decoding: Decoding, start: tuple[int, ...]) -> dict[str, int | None]:
-        """The token each source term's translation takes the place of (app/terms.py's rendering_token): the model's
-        rendering of the term alone, decoded once and remembered (RENDERINGS of them)."""
-        cache, out = self._renderings, {}
-        for term in dict.fromkeys(terms):
-            if (key := (decoding.source, decoding.target, term)) in cache:
-                cache.move_to_end(key)
-                out[term] = cache[key]
-        todo = [t for t in dict.fromkeys(terms) if t not in out]
-        if todo:
-            more = {} if self.codes is None else {"language": decoding.source}
-            srcs = [ids[-self.limits.max_input_tokens :] for ids in self.tokenizer.encode_batch(todo, "source", **more)]
-            hyps = await self.core.generate(srcs, [RENDERING_TOKENS] * len(srcs), start)
-            for term, hyp in zip(todo, hyps):
-                pieces = [self.tokenizer.id_to_token(i, "target") for i in hyp.tokens]
-                out[term] = cache[decoding.source, decoding.target, term] = rendering_token(term, hyp.tokens, pieces)
-            while len(cache) > RENDERINGS:
-                cache.popitem(last=False)
-        return out
 
     async def translate_stream(
         self, text: str, max_new_tokens: int | None = None, truncate: bool = False, decoding: Decoding = GREEDY,
@@ -499,7 +438,7 @@ class Engine:
             per_piece = [options] * len(srcs)
             if decoding.glossary:
                 labels = names if segments else ["text"]
-                per_piece = await self._constrained(
+                per_piece = await self.terms.constrained(
                     options, budgets, pieces, decoding, labels, max_new_tokens is not None
                 )  # fmt: skip
         if not any(piece.strip() for piece in pieces):  # a blank text, or protected spans alone: no model call

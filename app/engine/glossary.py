@@ -1,0 +1,92 @@
+"""A request's glossary made into decoding constraints: the target terms each text must contain (model/constraints.py),
+with what each replaces and the budget it needs."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from app.engine.errors import InvalidRequest
+from app.engine.limits import Decoding, Limits
+from app.terms import find, rendering_token
+from model.constraints import Phrase
+from model.search import DecodingOptions
+
+if TYPE_CHECKING:
+    import torch
+
+    from app.engine.core import EngineCore
+    from model.spm_tokenizer import SentencePieceTokenizer
+    from model.tokenizer import Tokenizer
+
+RENDERINGS = 4096  # glossary source terms whose rendering by the model is remembered (app/terms.py)
+RENDERING_TOKENS = 8  # a source term's rendering is decoded to at most this many tokens
+
+
+class Terms:
+    """One model's glossary constraints: the tokens that continue a word (none may follow a term), asked of the core
+    once a glossary is first used, and the model's rendering of each source term, decoded once and remembered."""
+
+    def __init__(
+        self, core: EngineCore, tokenizer: Tokenizer | SentencePieceTokenizer, limits: Limits, max_new_tokens: int,
+        multilingual: bool,
+    ):  # fmt: skip
+        self.core, self.tokenizer, self.limits, self.max_new_tokens = core, tokenizer, limits, max_new_tokens
+        self.multilingual = multilingual  # the source terms are encoded in the request's source language
+        self._glued: torch.Tensor | None = None  # the core's word_continuations()
+        self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
+
+    async def constrained(
+        self, options: DecodingOptions, budgets: list[int], texts: list[str], decoding: Decoding, names: list[str],
+        fixed: bool,
+    ) -> list[DecodingOptions]:  # fmt: skip
+        """Each text's options, constrained to contain the target terms of the glossary's source terms found in it
+        (app/terms.py); each budget (changed in place) grows by its terms' tokens up to NMT_MAX_NEW_TOKENS unless the
+        request `fixed` it, and a 422 says where the budget leaves no room for them."""
+        found = [find(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
+        if self._glued is None and any(found):
+            pieces = [self.tokenizer.id_to_token(i, "target") for i in range(self.core.config.tgt_vocab_size)]
+            self._glued = await self.core.word_continuations(pieces)
+        targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}
+        instead = await self._rendered([s for f in found for s, _ in f], decoding, options.start)
+        out = []
+        for i, terms in enumerate(found):
+            if not terms:
+                out.append(options)
+                continue
+            need = sum(len(targets[t]) for t in dict.fromkeys(t for _, t in terms)) + len(options.prefix)
+            if not fixed:  # the default budget has room for the prefix already
+                budgets[i] = min(self.max_new_tokens, budgets[i] + need - len(options.prefix))
+            if need >= budgets[i]:
+                raise InvalidRequest(
+                    f"the glossary's terms found in {names[i]} need {need} tokens"
+                    + (" with target_prefix's" if options.prefix else "")
+                    + f", and max_new_tokens leaves room for {budgets[i] - 1} besides </s>; raise max_new_tokens (at "
+                    f"most {self.max_new_tokens}) or use fewer terms"
+                )
+            phrases = tuple(
+                Phrase(targets[t], frozenset() if instead[s] is None else frozenset({instead[s]})) for s, t in terms
+            )
+            out.append(replace(options, constraints=phrases, glued=self._glued))
+        return out
+
+    async def _rendered(self, terms: list[str], decoding: Decoding, start: tuple[int, ...]) -> dict[str, int | None]:
+        """The token each source term's translation takes the place of (app/terms.py's rendering_token): the model's
+        rendering of the term alone, decoded once and remembered (RENDERINGS of them)."""
+        cache, out = self._renderings, {}
+        for term in dict.fromkeys(terms):
+            if (key := (decoding.source, decoding.target, term)) in cache:
+                cache.move_to_end(key)
+                out[term] = cache[key]
+        todo = [t for t in dict.fromkeys(terms) if t not in out]
+        if todo:
+            more = {"language": decoding.source} if self.multilingual else {}
+            srcs = [ids[-self.limits.max_input_tokens :] for ids in self.tokenizer.encode_batch(todo, "source", **more)]
+            hyps = await self.core.generate(srcs, [RENDERING_TOKENS] * len(srcs), start)
+            for term, hyp in zip(todo, hyps):
+                pieces = [self.tokenizer.id_to_token(i, "target") for i in hyp.tokens]
+                out[term] = cache[decoding.source, decoding.target, term] = rendering_token(term, hyp.tokens, pieces)
+            while len(cache) > RENDERINGS:
+                cache.popitem(last=False)
+        return out
