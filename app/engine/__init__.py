@@ -15,7 +15,7 @@ nmt-eval; this package touches tensors only on the worker thread, and on the com
 cache of its own.
 """
 
-from app.engine.engine import INLINE_CHARS, Attention, Engine, Translation
+from app.engine.engine import Attention, Engine, Translation
 from app.engine.errors import (
     EngineFailure,
     EngineUnavailable,
@@ -25,6 +25,7 @@ from app.engine.errors import (
     QueueFull,
     RequestTimeout,
 )  # fmt: skip
+from app.engine.offload import INLINE_CHARS
 
 __all__ = [
     "INLINE_CHARS", "Attention", "Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "OutOfMemory",

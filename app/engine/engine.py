@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from app.detokenize import IncrementalText
 from app.engine.compiling import Mode
 from app.engine.core import EngineCore
 from app.engine.documents import (
@@ -27,30 +26,26 @@ from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.glossary import Terms
 from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.memory import Sizing
+from app.engine.offload import inline_or_on_thread
 from app.engine.protected import protect_documents, restored
-from app.engine.results import Attention, Translation, aligned, translations
+from app.engine.results import Attention, Translation, as_decoded, translations
+from app.engine.streaming import stream_events
 from app.languages import Languages, UnknownLanguage
 from app.metrics import EngineMetrics, Metrics
-from app.segment import Segment, Split
-from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration, judge
-from model.decoding import Hypothesis, max_new_tokens_for
+from app.segment import Split
+from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration
+from model.decoding import max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
-from model.search import GREEDY as SEARCH_GREEDY
 from model.search import DecodingOptions
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Token, Tokenizer
 from model.transformer import Transformer, TransformerConfig
 
 if TYPE_CHECKING:
-    from app.protect import Masked, Protect, Restored
+    from app.protect import Masked, Protect
 
 log = logging.getLogger("nmt_serve.engine")
-T = TypeVar("T")
 WARM_UP_TEXT = "A man is riding a bike."
-# Requests whose texts have at most this many characters in all are tokenized and detokenized on the event loop:
-# that takes tens of microseconds, less than a hop to a thread and back, which also passes the GIL to and fro
-# while the batcher's worker needs it. Longer requests are tokenized on a thread.
-INLINE_CHARS = 2_000
 DEFAULT_QUEUE = 256  # NMT_MAX_QUEUE unset: this, or the decoder rows where more fit
 START_TOKENS = 1  # a many-to-many model's target language, fed to the decoder first: a cache position per row
 MULTILINGUAL = "multilingual"  # a many-to-many model's languages, where a pair model's would be
@@ -278,7 +273,7 @@ class Engine:
             parts = await self._translate(docs.pieces, False, max_new_tokens, truncate, decoding, names)
         else:
             parts = await self._translate_masked(masks, max_new_tokens, truncate, decoding, names)
-        return await _inline_or_on_thread(sum(map(len, texts)), put_back, docs, withhold(parts, min_confidence))
+        return await inline_or_on_thread(sum(map(len, texts)), put_back, docs, withhold(parts, min_confidence))
 
     async def _translate_masked(
         self, masks: list[Masked], max_new_tokens: int | None, truncate: bool, decoding: Decoding, names: list[str]
@@ -288,7 +283,7 @@ class Engine:
         how = replace(decoding, return_alignment=decoding.return_alignment or any(m.groups for m in masks))
         parts = await self._translate([m.reads for m in masks], False, max_new_tokens, truncate, how, names)
         size = sum(len(m.source) for m in masks)
-        return await _inline_or_on_thread(
+        return await inline_or_on_thread(
             size, restored, masks, parts, decoding.return_alignment, decoding.return_word_confidence
         )
 
@@ -303,7 +298,7 @@ class Engine:
             if getattr(decoding, what):
                 raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')
         size = check_chars(texts, self.max_request_chars)  # the markup counts too
-        pages = await _inline_or_on_thread(size, parse_pages, texts, protect)
+        pages = await inline_or_on_thread(size, parse_pages, texts, protect)
         units = [u.text for page in pages for u in page.units]
         tags = any(u.tags for page in pages for u in page.units)
         if not units:  # markup only
@@ -312,10 +307,10 @@ class Engine:
             units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split, min_confidence,
             protect,
         )  # fmt: skip
-        return await _inline_or_on_thread(size, pages_back, texts, pages, parts)
+        return await inline_or_on_thread(size, pages_back, texts, pages, parts)
 
     async def _split(self, texts: list[str], split: Split, decoding: Decoding) -> Documents:
-        return await _inline_or_on_thread(
+        return await inline_or_on_thread(
             sum(map(len, texts)), split_texts, texts, split, self._split_language(decoding), self.max_request_chars,
             self.max_request_sequences,
         )  # fmt: skip
@@ -325,7 +320,7 @@ class Engine:
     ) -> tuple[Documents, list[Masked]]:
         """The texts split as `_split` does, their protected spans out of the splitter's sight, and each piece masked
         (app/engine/protected.py)."""
-        return await _inline_or_on_thread(
+        return await inline_or_on_thread(
             sum(map(len, texts)), protect_documents, texts, split, self._split_language(decoding),
             self.max_request_chars, self.max_request_sequences, protect,
         )  # fmt: skip
@@ -350,7 +345,7 @@ class Engine:
         size = sum(map(len, texts))
         tokenizer, alignments, start, forced = self.tokenizer, None, self._start(decoding), 0
         async with self._deadline():
-            srcs, truncated = await _inline_or_on_thread(
+            srcs, truncated = await inline_or_on_thread(
                 size, self.limits.sources, tokenizer, texts, truncate, single, names, decoding.source
             )
             if options is None:  # the plain greedy path
@@ -369,7 +364,7 @@ class Engine:
                 alignments = as_decoded(hyps) or await self.core.align(
                     [srcs[i] for i in live], [[h.tokens for h in hs] for hs in hyps], start
                 )
-        return await _inline_or_on_thread(
+        return await inline_or_on_thread(
             size, translations, tokenizer, texts, srcs, truncated, dict(zip(live, hyps)),
             alignments and dict(zip(live, alignments)), self.calibration, decoding.return_word_confidence,
             forced,
@@ -413,123 +408,12 @@ class Engine:
         if segments is not None:
             self._one_sentence_prefix(docs, decoding)
         floor = self.min_confidence if min_confidence is None else min_confidence
-        events = self._stream_events(
-            text, pieces if masks is None else [m.reads for m in masks], segments, max_new_tokens, truncate, decoding,
-            docs.names(True), floor, masks,
+        events = stream_events(
+            self, text, pieces if masks is None else [m.reads for m in masks], segments, max_new_tokens, truncate,
+            decoding, docs.names(True), floor, masks,
         )  # fmt: skip
         await anext(events)  # started, so its `finally` runs however the iterator ends
         return events
-
-    async def _stream_events(
-        self, text: str, pieces: list[str], segments: list[Segment] | None, max_new_tokens: int | None,
-        truncate: bool, decoding: Decoding, names: list[str], min_confidence: float, masks: list[Masked] | None = None,
-    ):  # fmt: skip
-        self.limits.budget(max_new_tokens)
-        options = SEARCH_GREEDY if decoding.greedy else self.limits.decoding(decoding, stream=True)
-        self.core.check_capacity(len(pieces))
-        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
-        async with self._deadline(deadline):
-            srcs, truncated = await _inline_or_on_thread(
-                len(text), self.limits.sources, self.tokenizer, pieces, truncate, True, segments and names,
-                decoding.source,
-            )  # fmt: skip
-            options, budgets = await self._options(options, decoding, max_new_tokens, srcs)
-            options = replace(options, start=self._start(decoding))
-            per_piece = [options] * len(srcs)
-            if decoding.glossary:
-                labels = names if segments else ["text"]
-                per_piece = await self.terms.constrained(
-                    options, budgets, pieces, decoding, labels, max_new_tokens is not None
-                )  # fmt: skip
-        if not any(piece.strip() for piece in pieces):  # a blank text, or protected spans alone: no model call
-            yield None
-            yield {"text": text if text.strip() else "", "finish_reason": "eos",
-                   "usage": {"input_tokens": 0, "output_tokens": 0}, "truncated": False, "quality": [],
-                   "withheld": [], "calibrated": self.calibration is not None}  # fmt: skip
-            return
-        request = object()  # the segments take their turns to be admitted as one request
-        streams = [self.core.stream(src, budget, o, request) if piece.strip() else None  # blank: spans alone
-                   for src, budget, o, piece in zip(srcs, budgets, per_piece, pieces)]  # fmt: skip
-        gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
-            (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
-        ]  # fmt: skip
-        last = max(i for i, tokens in enumerate(streams) if tokens is not None)
-        try:
-            yield None
-            shown, pending, index, hyps, done = "", "", 0, [], []  # sent in events; text not sent yet
-            model_texts = []  # what the model wrote, which its confidence judges
-            for k, ((start, end), tokens) in enumerate(zip(gaps, streams)):
-                pending += text[start:end]
-                if tokens is None:  # protected spans alone: as written, sent with the next token
-                    pending += masks[k].source
-                    hyps.append(None)
-                    done.append((text[start:end], masks[k].source))
-                    model_texts.append("")
-                    continue
-                detok = IncrementalText(self.tokenizer, self.byte_ids)
-                spans = masks is not None and bool(masks[k].groups)  # its tokens wait until the spans are placed
-                tail = text[segments[k].end :] if masks is not None and k == last else ""  # goes with the last token
-                waiting = []  # (token, its text, where it ends in the translation) not sent yet
-                while True:
-                    async with self._deadline(deadline):
-                        token = await anext(tokens, None)
-                    if token is None:
-                        break
-                    waiting.append((token, detok.add(token), len(detok.text)))
-                    while not spans and len(waiting) > bool(tail):  # with a tail, each sent when the next comes
-                        sent, delta, _ = waiting.pop(0)
-                        delta = pending + delta
-                        shown, pending = shown + delta, ""
-                        yield {"index": index, "token": {"id": sent, "text": delta}, "text_so_far": shown}
-                        index += 1
-                hyps.append(await tokens.result())
-                model_texts.append(self.tokenizer.decode(hyps[-1].tokens))
-                translated, deltas = model_texts[-1], [delta for _, delta, _ in waiting]
-                if spans:
-                    async with self._deadline(deadline):
-                        back = await self._restore_stream(masks[k], srcs[k], hyps[-1], detok.text, options.start)
-                    deltas, translated = back.deltas(detok.text, [end for _, _, end in waiting]), back.text
-                if deltas:
-                    deltas[-1] += tail
-                for (token, _, _), delta in zip(waiting, deltas, strict=True):
-                    delta = pending + delta
-                    shown, pending = shown + delta, ""
-                    yield {"index": index, "token": {"id": token, "text": delta}, "text_so_far": shown}
-                    index += 1
-                done.append((text[start:end], translated))
-            real = [h for h in hyps if h is not None]
-            steps = sum(len(h.logprobs) for h in real)
-            forced = len(options.prefix)  # a target prefix: the caller's tokens, not the model's choice
-            qualities = [
-                None if h is None else judge(src, h.tokens, h.logprobs, piece, translated, self.calibration, forced,
-                                             h.terms, h.attention, h.aligned)
-                for src, h, piece, translated in zip(srcs, hyps, pieces, model_texts, strict=True)
-            ]  # fmt: skip
-            withheld = [i for i, q in enumerate(qualities) if q is not None and q.confidence < min_confidence]
-            self.metrics.judged(qualities, len(withheld))
-            yield {
-                "text": "".join(gap + ("" if i in withheld else translated) for i, (gap, translated) in enumerate(done))
-                + (text[gaps[-1][0] :] if segments else ""),
-                "finish_reason": "length" if any(h.finish_reason == "length" for h in real) else "eos",
-                "usage": {"input_tokens": sum(len(s) for s, h in zip(srcs, hyps) if h), "output_tokens": steps},
-                "truncated": bool(truncated), "score": real[0].score if len(real) == 1 else sum(h.score * len(h.logprobs) for h in real) / steps,
-                "quality": qualities, "withheld": withheld, "calibrated": self.calibration is not None,
-            }  # fmt: skip
-        finally:
-            for tokens in streams:
-                if tokens is not None:
-                    tokens.close()
-
-    async def _restore_stream(
-        self, m: Masked, src: list[int], hyp: Hypothesis, target: str, start: tuple[int, ...]
-    ) -> Restored:
-        """A streamed piece's translation `target` with its spans put back, by its alignment, once it has ended."""
-        pairs = []
-        if m.groups and m.reads and hyp.tokens:
-            to_source = (as_decoded([[hyp]]) or await self.core.align([src], [[hyp.tokens]], start))[0][0]
-            tokens = aligned(self.tokenizer, m.reads, target, hyp.tokens, to_source)
-            pairs = [(a.target_span, a.source_span) for a in tokens]
-        return m.restore(target, pairs)
 
     async def tokenize(
         self, text: str | list[str], side: str, add_special_tokens: bool, language: str | None = None
@@ -620,19 +504,3 @@ def _check_positions(c: TransformerConfig, max_input_tokens: int, max_new_tokens
             f"max_input_tokens={max_input_tokens} and max_new_tokens={max_new_tokens} must stay below the "
             f"model's max_positions={c.max_positions}" + (" (less the target language's token)" * bool(start))
         )
-
-
-async def _inline_or_on_thread(size: int, fn: Callable[..., T], *args: Any) -> T:
-    """fn(*args) here when the request is small (`size` characters, at most INLINE_CHARS), else on a thread."""
-    if size <= INLINE_CHARS:
-        return fn(*args)
-    return await asyncio.to_thread(fn, *args)
-
-
-def as_decoded(hyps: list[list[Hypothesis]]) -> list[list[list[int]]] | None:
-    """Each hypothesis's alignment as its decoding found it (Hypothesis.aligned: each step's most attended source
-    token, what a teacher-forced pass over the tokens, model/search.py's `alignments`, finds again), or None where
-    a hypothesis kept none: then that pass it is."""
-    if all(len(h.aligned) >= len(h.tokens) for hs in hyps for h in hs):
-        return [[h.aligned[: len(h.tokens)] for h in hs] for hs in hyps]
-    return None

@@ -135,3 +135,12 @@ def aligned(
         Aligned(t, s, spans[t], (src_tokens[s].start, src_tokens[s].end) if s < len(src_tokens) else (0, 0))
         for t, s in enumerate(to_source)
     ]
+
+
+def as_decoded(hyps: list[list[Hypothesis]]) -> list[list[list[int]]] | None:
+    """Each hypothesis's alignment as its decoding found it (Hypothesis.aligned: each step's most attended source
+    token, what a teacher-forced pass over the tokens, model/search.py's `alignments`, finds again), or None where
+    a hypothesis kept none: then that pass it is."""
+    if all(len(h.aligned) >= len(h.tokens) for hs in hyps for h in hs):
+        return [[h.aligned[: len(h.tokens)] for h in hs] for hs in hyps]
+    return None

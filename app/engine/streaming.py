@@ -1,0 +1,135 @@
+"""A translation streamed token by token (`Engine.translate_stream`'s events): the text's segments decode
+together and send their tokens one segment after another; a segment with protected spans sends its tokens once its
+spans are placed; the last event carries the whole translation, its confidence and what was withheld."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from app.detokenize import IncrementalText
+from app.engine.limits import Decoding
+from app.engine.offload import inline_or_on_thread
+from app.engine.results import aligned, as_decoded
+from app.segment import Segment
+from model.confidence import judge
+from model.decoding import Hypothesis
+from model.search import GREEDY as SEARCH_GREEDY
+
+if TYPE_CHECKING:
+    from app.engine.engine import Engine
+    from app.protect import Masked, Restored
+
+
+async def stream_events(
+    engine: Engine, text: str, pieces: list[str], segments: list[Segment] | None, max_new_tokens: int | None,
+    truncate: bool, decoding: Decoding, names: list[str], min_confidence: float, masks: list[Masked] | None = None,
+):  # fmt: skip
+    engine.limits.budget(max_new_tokens)
+    options = SEARCH_GREEDY if decoding.greedy else engine.limits.decoding(decoding, stream=True)
+    engine.core.check_capacity(len(pieces))
+    deadline = asyncio.get_running_loop().time() + engine.request_timeout_s
+    async with engine._deadline(deadline):
+        srcs, truncated = await inline_or_on_thread(
+            len(text), engine.limits.sources, engine.tokenizer, pieces, truncate, True, segments and names,
+            decoding.source,
+        )  # fmt: skip
+        options, budgets = await engine._options(options, decoding, max_new_tokens, srcs)
+        options = replace(options, start=engine._start(decoding))
+        per_piece = [options] * len(srcs)
+        if decoding.glossary:
+            labels = names if segments else ["text"]
+            per_piece = await engine.terms.constrained(
+                options, budgets, pieces, decoding, labels, max_new_tokens is not None
+            )  # fmt: skip
+    if not any(piece.strip() for piece in pieces):  # a blank text, or protected spans alone: no model call
+        yield None
+        yield {"text": text if text.strip() else "", "finish_reason": "eos",
+               "usage": {"input_tokens": 0, "output_tokens": 0}, "truncated": False, "quality": [],
+               "withheld": [], "calibrated": engine.calibration is not None}  # fmt: skip
+        return
+    request = object()  # the segments take their turns to be admitted as one request
+    streams = [engine.core.stream(src, budget, o, request) if piece.strip() else None  # blank: spans alone
+               for src, budget, o, piece in zip(srcs, budgets, per_piece, pieces)]  # fmt: skip
+    gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
+        (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
+    ]  # fmt: skip
+    last = max(i for i, tokens in enumerate(streams) if tokens is not None)
+    try:
+        yield None
+        shown, pending, index, hyps, done = "", "", 0, [], []  # sent in events; text not sent yet
+        model_texts = []  # what the model wrote, which its confidence judges
+        for k, ((start, end), tokens) in enumerate(zip(gaps, streams)):
+            pending += text[start:end]
+            if tokens is None:  # protected spans alone: as written, sent with the next token
+                pending += masks[k].source
+                hyps.append(None)
+                done.append((text[start:end], masks[k].source))
+                model_texts.append("")
+                continue
+            detok = IncrementalText(engine.tokenizer, engine.byte_ids)
+            spans = masks is not None and bool(masks[k].groups)  # its tokens wait until the spans are placed
+            tail = text[segments[k].end :] if masks is not None and k == last else ""  # goes with the last token
+            waiting = []  # (token, its text, where it ends in the translation) not sent yet
+            while True:
+                async with engine._deadline(deadline):
+                    token = await anext(tokens, None)
+                if token is None:
+                    break
+                waiting.append((token, detok.add(token), len(detok.text)))
+                while not spans and len(waiting) > bool(tail):  # with a tail, each sent when the next comes
+                    sent, delta, _ = waiting.pop(0)
+                    delta = pending + delta
+                    shown, pending = shown + delta, ""
+                    yield {"index": index, "token": {"id": sent, "text": delta}, "text_so_far": shown}
+                    index += 1
+            hyps.append(await tokens.result())
+            model_texts.append(engine.tokenizer.decode(hyps[-1].tokens))
+            translated, deltas = model_texts[-1], [delta for _, delta, _ in waiting]
+            if spans:
+                async with engine._deadline(deadline):
+                    back = await restore_stream(engine, masks[k], srcs[k], hyps[-1], detok.text, options.start)
+                deltas, translated = back.deltas(detok.text, [end for _, _, end in waiting]), back.text
+            if deltas:
+                deltas[-1] += tail
+            for (token, _, _), delta in zip(waiting, deltas, strict=True):
+                delta = pending + delta
+                shown, pending = shown + delta, ""
+                yield {"index": index, "token": {"id": token, "text": delta}, "text_so_far": shown}
+                index += 1
+            done.append((text[start:end], translated))
+        real = [h for h in hyps if h is not None]
+        steps = sum(len(h.logprobs) for h in real)
+        forced = len(options.prefix)  # a target prefix: the caller's tokens, not the model's choice
+        qualities = [
+            None if h is None else judge(src, h.tokens, h.logprobs, piece, translated, engine.calibration, forced,
+                                         h.terms, h.attention, h.aligned)
+            for src, h, piece, translated in zip(srcs, hyps, pieces, model_texts, strict=True)
+        ]  # fmt: skip
+        withheld = [i for i, q in enumerate(qualities) if q is not None and q.confidence < min_confidence]
+        engine.metrics.judged(qualities, len(withheld))
+        yield {
+            "text": "".join(gap + ("" if i in withheld else translated) for i, (gap, translated) in enumerate(done))
+            + (text[gaps[-1][0] :] if segments else ""),
+            "finish_reason": "length" if any(h.finish_reason == "length" for h in real) else "eos",
+            "usage": {"input_tokens": sum(len(s) for s, h in zip(srcs, hyps) if h), "output_tokens": steps},
+            "truncated": bool(truncated), "score": real[0].score if len(real) == 1 else sum(h.score * len(h.logprobs) for h in real) / steps,
+            "quality": qualities, "withheld": withheld, "calibrated": engine.calibration is not None,
+        }  # fmt: skip
+    finally:
+        for tokens in streams:
+            if tokens is not None:
+                tokens.close()
+
+
+async def restore_stream(
+    engine: Engine, m: Masked, src: list[int], hyp: Hypothesis, target: str, start: tuple[int, ...]
+) -> Restored:
+    """A streamed piece's translation `target` with its spans put back, by its alignment, once it has ended."""
+    pairs = []
+    if m.groups and m.reads and hyp.tokens:
+        to_source = (as_decoded([[hyp]]) or await engine.core.align([src], [[hyp.tokens]], start))[0][0]
+        tokens = aligned(engine.tokenizer, m.reads, target, hyp.tokens, to_source)
+        pairs = [(a.target_span, a.source_span) for a in tokens]
+    return m.restore(target, pairs)
