@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import functools
-import logging
-import signal
-import socket
 import sys
-from collections.abc import Callable
 from typing import get_args
 
-import uvicorn
 from pydantic import ValidationError
 
 from app.engine.device import resolve_device
-from app.main import create_app
-from app.protocol import HttpProtocol
+from app.server import STOP_GRACE_S, configure_logging, serve
 from app.settings import Dtype, LogLevel, Settings
-from app.workers import WorkerGroup, serve_workers
+from app.workers import serve_workers
 
-STOP_GRACE_S = 5  # after NMT_SHUTDOWN_TIMEOUT_S, for the last answers to go out before uvicorn cancels what is left
-
+__all__ = ["STOP_GRACE_S", "main", "parse_args", "run_precompile"]
 
 def parse_args(argv: list[str] | None) -> dict:
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__)
@@ -60,67 +51,6 @@ def main(argv: list[str] | None = None) -> None:
     if settings.workers > 1:
         sys.exit(serve_workers(settings))
     sys.exit(serve(settings))
-
-
-def configure_logging(settings: Settings) -> None:
-    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
-    logging.basicConfig(level=level, format="%(levelname)s:     %(name)s: %(message)s")
-
-
-def serve(
-    settings: Settings, sockets: list[socket.socket] | None = None, group: WorkerGroup | None = None
-) -> int | str:
-    """Run one server until it is stopped: 0, or what went wrong. `sockets`/`group`: a worker's (app/workers.py)."""
-    failure: list[str] = []
-    server: uvicorn.Server | None = None
-
-    def stop_on_load_failure(message: str) -> None:
-        failure.append(message)
-        if server is not None:
-            server.should_exit = True  # uvicorn then shuts down as on SIGTERM
-
-    app = create_app(settings, on_load_failure=stop_on_load_failure)
-    app.state.workers = group
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level,
-        timeout_graceful_shutdown=settings.shutdown_timeout_s + STOP_GRACE_S,
-        # uvicorn's httptools protocol with the request head bounded in size and time (app/protocol.py)
-        http=functools.partial(HttpProtocol, head_timeout_s=settings.head_timeout_s),
-    )  # fmt: skip
-    server = Server(config, stop_engines=app.state.models.stop, after=settings.shutdown_timeout_s)
-    # uvicorn handles SIGINT/SIGTERM itself (stop accepting, finish in-flight requests, run the lifespan's
-    # shutdown) and then re-raises the signal to the handler it found; make that one a no-op so a
-    # graceful stop exits with status 0.
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        server.run(sockets=sockets)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if failure:
-        where = f"the models ({settings.models})" if settings.models else f"the model from {settings.model_dir}"
-        return f"nmt-serve: could not load {where}: {failure[0]}"
-    if not server.started:
-        return 1  # uvicorn has said why (e.g. the port is taken)
-    return 0
-
-
-class Server(uvicorn.Server):
-    """uvicorn's server, whose drain after SIGTERM ends by stopping the engines: the requests still running then get
-    their 503 (a stream: an error event) and finish, instead of being cancelled by uvicorn a little later, which
-    answers a plain-text 500 and cuts a stream off without its last event."""
-
-    def __init__(self, config: uvicorn.Config, stop_engines: Callable[[], None], after: float):
-        super().__init__(config)
-        self.stop_engines, self.after = stop_engines, after
-
-    async def shutdown(self, sockets=None) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.call_later(self.after, lambda: loop.run_in_executor(None, self.stop_engines))  # it blocks
-        try:
-            await super().shutdown(sockets)  # stop accepting, wait for the requests in flight, run the lifespan's end
-        finally:
-            deadline.cancel()
 
 
 def run_precompile(settings: Settings) -> int:

@@ -37,7 +37,7 @@ def run_engine(settings: Settings, address: str, parent: int) -> None:
     die_with_parent()
     if os.getppid() != parent:
         sys.exit(1)
-    from app.cli import configure_logging
+    from app.server import configure_logging
 
     configure_logging(settings)
     sys.exit(asyncio.run(engine_main(settings, address)))
@@ -72,7 +72,7 @@ def run_frontend(settings: Settings, index: int, count: int, flags: Any, port: i
     die_with_parent()
     if os.getppid() != parent:
         sys.exit(1)
-    from app.cli import configure_logging, serve
+    from app.server import configure_logging, serve
 
     configure_logging(settings)
     sock = listening_socket(settings.host, port)

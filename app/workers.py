@@ -109,7 +109,7 @@ def run_worker(settings: Settings, index: int, count: int, flags: Any, port: int
     die_with_parent()
     if os.getppid() != parent:  # the parent died before PR_SET_PDEATHSIG was in place
         sys.exit(1)
-    from app.cli import configure_logging, serve
+    from app.server import configure_logging, serve
 
     configure_logging(settings)
     sock = listening_socket(settings.host, port)

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 
+from model.constrained_beam import ConstrainedBeamSearch
 from model.decoding import Hypothesis, KVCache
-from model.search import BeamSearch, DecodingOptions, Sampling, Search
-from model.transformer import Transformer
+from model.search import BeamSearch, DecodingOptions, Greedy, Sampling, Search
+from model.transformer import Transformer, TransformerConfig
+
+
+def new_search(
+    options: DecodingOptions, budget: int, config: TransformerConfig, device: torch.device | str = "cpu"
+) -> Search:
+    """A fresh search of the kind `options` ask for, for one source with `budget` output tokens (</s> included;
+    `options.start` not counted): greedy, sampling (also a target prefix, n samples or a constrained one-row
+    search), beam search, or constrained beam search."""
+    if options.beam_size > 1 and options.constraints:
+        search: Search = ConstrainedBeamSearch(options, budget, config)
+    elif options.beam_size > 1:
+        search = BeamSearch(options, budget, config)
+    elif options.sampling_topk != 1 or options.prefix or options.num_hypotheses > 1 or options.constraints:
+        search = Sampling(options, budget, config, device)
+    else:
+        search = Greedy(budget, config)
+    search.start = options.start
+    search.restart = partial(new_search, options, budget, config, device)
+    return search
 
 
 class StepRow:
@@ -280,7 +302,7 @@ def decode(
     chunk = max(1, max_rows // per)
     for start in range(0, len(order), chunk):
         idx = order[start : start + chunk]
-        searches = [options.search(budgets[i], c, device) for i in idx]
+        searches = [new_search(options, budgets[i], c, device) for i in idx]
         live = [(i, s) for i, s in zip(idx, searches) if not s.done]
         for i, s in zip(idx, searches):
             out[i] = s.results()

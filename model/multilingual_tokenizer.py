@@ -28,7 +28,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from model.importers import CannotImport
 from model.spm_tokenizer import UNKNOWN, SentencePieceTokenizer
-from model.tokenizer import Token
+from model.token import Token
 
 FILE = "multilingual_tokenizer.json"  # in a checkpoint directory, instead of tokenizer.json
 SPM = "sentencepiece.bpe.model"
@@ -159,7 +159,7 @@ def spec_from(directory: str | Path, default_kind: str = "nllb") -> dict:
     """The MultilingualTokenizer spec of a directory that M2M100Tokenizer, NllbTokenizer or MBart50Tokenizer saved (or
     a Hub download): sentencepiece.bpe.model and tokenizer_config.json, with vocab.json (M2M100) or maybe
     tokenizer.json (NLLB, mBART-50). Without a tokenizer_class, vocab.json means M2M100, else `default_kind`."""
-    from model.importers.marian import read_json
+    from model.importers.spm import read_json
 
     source = Path(directory)
     settings = read_json(source / "tokenizer_config.json") if (source / "tokenizer_config.json").is_file() else {}
@@ -217,7 +217,7 @@ def mbart50_spec(source: Path, settings: dict) -> dict:
     their SentencePiece id + 1, then the 52 language codes, then <mask>."""
     from sentencepiece import sentencepiece_model_pb2 as pb
 
-    from model.importers.marian import convert_spm
+    from model.importers.spm import convert_spm
 
     proto = read_spm(source / SPM)
     proto.trainer_spec.model_type = pb.TrainerSpec.UNIGRAM
@@ -245,7 +245,7 @@ def added_languages(
     """The language codes and the other added tokens (<mask>) with their ids: tokenizer.json's where it is saved,
     else fairseq's layout (the codes after the vocabulary, then <mask>). The codes are tokenizer_config.json's,
     else tokenizer.json's added tokens (NLLB), else `known` (mBART-50's fixed list)."""
-    from model.importers.marian import read_json
+    from model.importers.spm import read_json
 
     codes = settings.get("extra_special_tokens") or settings.get("additional_special_tokens") or known or []
     codes = [c for c in codes if isinstance(c, str) and c not in FAIRSEQ_SPECIALS]
@@ -277,7 +277,7 @@ def read_spm(path: Path) -> Any:
 def convert_bpe(path: Path, strip: bool) -> tuple[dict, list[str], list[str], dict]:
     """A SentencePiece BPE model as `tokenizers` JSON, the piece of each of its ids, its control pieces, and the
     scores of its normal pieces; `strip=False` keeps a trailing space, as transformers' NllbTokenizer does."""
-    from model.importers.marian import convert_spm
+    from model.importers.spm import convert_spm
 
     proto = read_spm(path)
     from sentencepiece import sentencepiece_model_pb2 as pb  # read_spm has checked that it is there

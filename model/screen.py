@@ -29,11 +29,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.transformer import greedy_pick
-
 CANDIDATES = 8  # K: float32 logits recomputed per row
 BLOCK = 64  # columns per block in top_k's first round
 MIN_ROWS = 4  # below this a bfloat16 matmul of this shape is no faster on this CPU
+
+
+def greedy_pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's most likely token and its log-probability, without a full log_softmax. (N, V) -> 2 x (N,)"""
+    logits = logits.float()
+    best, ids = logits.max(-1)
+    return ids, best - logits.logsumexp(-1)
 
 
 def supported(weight: torch.Tensor) -> bool:

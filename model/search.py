@@ -22,17 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from model.constraints import Constraints, Phrase, Progress
 from model.decoding import Hypothesis
 
 if TYPE_CHECKING:
     from model.batch import StepRow
-    from model.constraints import Phrase
 from model.transformer import Transformer, TransformerConfig, padding_mask, subsequent_mask
 
 NEG_INF = float("-inf")
@@ -54,22 +53,6 @@ class DecodingOptions:
     constraints: tuple[Phrase, ...] = ()
     constraint_margin: float = 5.0  # one row: a phrase begins where its first token is this close to the pick (nats)
     glued: torch.Tensor | None = None  # (V,) True for tokens that continue a word: none may follow a phrase
-
-    def search(self, budget: int, config: TransformerConfig, device: torch.device | str = "cpu") -> Search:
-        """A fresh search for one source, with `budget` output tokens (</s> included; `start` not counted)."""
-        if self.beam_size > 1 and self.constraints:
-            from model.constraints import ConstrainedBeamSearch  # it builds on this module's BeamSearch
-
-            search = ConstrainedBeamSearch(self, budget, config)
-        elif self.beam_size > 1:
-            search = BeamSearch(self, budget, config)
-        elif self.sampling_topk != 1 or self.prefix or self.num_hypotheses > 1 or self.constraints:
-            search = Sampling(self, budget, config, device)
-        else:
-            search = Greedy(budget, config)
-        search.start = self.start
-        search.restart = partial(self.search, budget, config, device)
-        return search
 
 
 GREEDY = DecodingOptions()
@@ -147,8 +130,6 @@ class Sampling(Search):
         self.constraints, self.margin, self.glued = None, options.constraint_margin, options.glued
         self._glued_host = None
         if options.constraints:
-            from model.constraints import Constraints, Progress
-
             self.constraints, self.progress = Constraints(options.constraints), [Progress()] * self.rows
             self.per_row = True
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from model.tokenizer import Token
+from model.token import Token
 
 FILE = "spm_tokenizer.json"  # in a checkpoint directory, instead of tokenizer.json
 UNKNOWN = "\U0010fffd" * 4 + "<unk>"  # the converted models' unknown piece: no text can match it

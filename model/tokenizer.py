@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
+from model.token import Token as Token  # where its users have always found it
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]  # ids 0..3, in this order
 BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
-
-
-@dataclass
-class Token:
-    id: int
-    text: str
-    start: int  # character offsets into the input; special tokens get an empty span
-    end: int
-    special: bool
 
 
 class Tokenizer:

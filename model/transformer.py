@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from model.screen import LogitScreen, greedy_pick, supported
+
 
 @dataclass
 class TransformerConfig:
@@ -89,13 +91,6 @@ def padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
 def subsequent_mask(size: int, device: torch.device | None = None) -> torch.Tensor:
     """True where query i may see key j (j <= i). -> (1, 1, T, T)"""
     return torch.ones(size, size, dtype=torch.bool, device=device).tril_()[None, None]
-
-
-def greedy_pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's most likely token and its log-probability, without a full log_softmax. (N, V) -> 2 x (N,)"""
-    logits = logits.float()
-    best, ids = logits.max(-1)
-    return ids, best - logits.logsumexp(-1)
 
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
@@ -428,8 +423,6 @@ class Transformer(nn.Module):
     def use_screen(self, on: bool = True) -> bool:
         """Screen greedy_step's output projection in bfloat16 (model/screen.py) where that pays; returns
         whether it is on. Call it before model/compile.py compiles the step."""
-        from model.screen import LogitScreen, supported
-
         on = on and supported(self.generator_weight)
         self.screen = LogitScreen(self.generator_weight, self.output_bias) if on else None
         return self.screen is not None

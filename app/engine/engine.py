@@ -38,7 +38,8 @@ from model.decoding import max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
 from model.search import DecodingOptions
 from model.spm_tokenizer import SentencePieceTokenizer
-from model.tokenizer import Token, Tokenizer
+from model.token import Token
+from model.tokenizer import Tokenizer
 from model.transformer import Transformer, TransformerConfig
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from app.engine.errors import EngineUnavailable, OutOfMemory, QueueFull
 from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, deliver, fail, settle
 from app.engine.waiting import WaitingLine
 from app.metrics import EngineMetrics, Metrics
-from model.batch import RowBatch
+from model.batch import RowBatch, new_search
 from model.decoding import Hypothesis, KVCache
 from model.search import GREEDY, DecodingOptions
 from model.transformer import Transformer
@@ -108,7 +108,7 @@ class Batcher:
         loop, c, request = asyncio.get_running_loop(), self.model.config, object()
         each = options if isinstance(options, list) else [options] * len(srcs)
         seqs = [
-            Sequence(loop.create_future(), loop, s, o.search(b, c, self.device), request=request)
+            Sequence(loop.create_future(), loop, s, new_search(o, b, c, self.device), request=request)
             for s, b, o in zip(srcs, budgets, each, strict=True)
         ]
         self._submit(*seqs)
@@ -126,7 +126,7 @@ class Batcher:
         """Submit one sequence of one row now (raising QueueFull or EngineUnavailable here) and stream its tokens.
         Streams given the same `request` take turns with other requests as one."""
         loop = asyncio.get_running_loop()
-        search = options.search(budget, self.model.config, self.device)
+        search = new_search(options, budget, self.model.config, self.device)
         if search.rows != 1:
             raise ValueError("only a search of one row can stream")
         seq = Sequence(loop.create_future(), loop, src, search, stream=asyncio.Queue(), request=request or object())

@@ -12,7 +12,6 @@ tokenizer_config.json. sentencepiece (with protobuf) reads the .spm files at imp
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,8 @@ import torch
 
 from model.checkpoint import save_checkpoint, unique_state_dict
 from model.importers import CannotImport
-from model.spm_tokenizer import UNKNOWN, SentencePieceTokenizer
+from model.importers.spm import convert_spm, read_json
+from model.spm_tokenizer import SentencePieceTokenizer
 from model.transformer import Transformer, TransformerConfig, sinusoidal_table
 
 # ---- config.json --------------------------------------------------------------------------------------------
@@ -280,64 +280,6 @@ def same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
 # ---- tokenizer ----------------------------------------------------------------------------------------------
 
 
-def convert_spm(path: Path) -> tuple[dict, list[str], list[str]]:
-    """A SentencePiece unigram model as `tokenizers` JSON, the piece of each of its ids, and its control pieces."""
-    try:
-        from sentencepiece import sentencepiece_model_pb2 as pb
-    except ImportError as e:
-        raise CannotImport(
-            f"reading {path.name} needs sentencepiece and protobuf: pip install -e '.[import]' ({e})"
-        ) from e
-    from tokenizers import Regex, normalizers, pre_tokenizers
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers.models import Unigram
-
-    proto = pb.ModelProto()
-    try:
-        proto.ParseFromString(path.read_bytes())
-    except Exception as e:  # noqa: BLE001 - not a SentencePiece model
-        raise CannotImport(f"{path} is not a SentencePiece model ({e})") from e
-    trainer, norm, piece_type = proto.trainer_spec, proto.normalizer_spec, pb.ModelProto.SentencePiece
-    checks = {
-        "model_type": (trainer.model_type, pb.TrainerSpec.UNIGRAM),
-        "byte_fallback": (trainer.byte_fallback, False),
-        "treat_whitespace_as_suffix": (trainer.treat_whitespace_as_suffix, False),
-        "split_by_whitespace": (trainer.split_by_whitespace, True),
-        "escape_whitespaces": (norm.escape_whitespaces, True),
-        "denormalizer rules": (bool(proto.denormalizer_spec.precompiled_charsmap), False),
-    }
-    for what, (value, allowed) in checks.items():
-        if value != allowed:
-            raise CannotImport(f"{path.name}: {what}={value!r} is not supported (needs {allowed!r})")
-    vocab, pieces, control = [], [], []
-    unk = None
-    for p in proto.pieces:
-        if p.type == piece_type.UNKNOWN:
-            unk = len(vocab)
-            vocab.append((UNKNOWN, p.score))
-            pieces.append(p.piece)
-        elif p.type == piece_type.NORMAL:
-            vocab.append((p.piece, p.score))
-            pieces.append(p.piece)
-        elif p.type in (piece_type.CONTROL, piece_type.UNUSED):
-            control.append(p.piece)
-        else:
-            raise CannotImport(
-                f"{path.name}: piece {p.piece!r} has type {p.type} (user-defined or byte); not supported"
-            )
-    if unk is None:
-        raise CannotImport(f"{path.name} has no unknown piece")
-    hf = HFTokenizer(Unigram(vocab, unk_id=unk, byte_fallback=False))
-    steps = [normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap else []
-    if norm.remove_extra_whitespaces:
-        steps += [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]
-    hf.normalizer = normalizers.Sequence(steps)
-    hf.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement="▁", prepend_scheme="always" if norm.add_dummy_prefix else "never", split=True
-    )
-    return json.loads(hf.to_str()), pieces, control
-
-
 def tokenizer_spec(source: Path, config: TransformerConfig, settings: dict) -> dict:
     """The SentencePieceTokenizer spec of a Marian directory (settings: its tokenizer_config.json); the special ids
     must be the config's."""
@@ -429,15 +371,6 @@ def model_card_license(source: Path) -> str | None:
     front = re.match(r"---\n(.*?)\n---", text, re.DOTALL)
     m = re.search(r"^license:\s*(\S+)", front.group(1), re.MULTILINE) if front else None
     return m.group(1).strip("'\"") if m else None
-
-
-def read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise CannotImport(f"{path} is missing")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise CannotImport(f"{path} is not valid JSON ({e})") from e
 
 
 def need_file(source: Path, name: str) -> Path:

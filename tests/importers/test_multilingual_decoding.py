@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.batch import RowBatch, decode
+from model.batch import RowBatch, decode, new_search
 from model.checkpoint import load_checkpoint
 from model.decoding import KVCache
 from model.search import DecodingOptions, alignment
@@ -75,7 +75,7 @@ def test_each_direction_alone_and_all_mixed_in_one_batch_give_generates_tokens(d
     rows = rows[0::3] + rows[1::3] + rows[2::3]
     cache = KVCache(model, len(rows) * beams, BUDGET + 2, max(len(r[0]) for r in rows))
     batch = RowBatch(model, cache)
-    searches = [DecodingOptions(beam_size=beams, start=start).search(BUDGET, model.config) for _, start, _ in rows]
+    searches = [new_search(DecodingOptions(beam_size=beams, start=start), BUDGET, model.config) for _, start, _ in rows]
     with torch.inference_mode():
         for k in range(0, len(rows), 50):  # admitted in waves, some while others decode
             batch.add(searches[k : k + 50], padded([r[0] for r in rows[k : k + 50]], model.config.source_pad_id))
@@ -122,7 +122,7 @@ def test_compiled_graphs_decode_mixed_directions_as_the_eager_model(dirs, tmp_pa
         options = [DecodingOptions(start=r[1]) for r in pair]
         want = [decode(eager, [r[0]], [BUDGET], o)[0][0].tokens for r, o in zip(pair, options)]
         batch = RowBatch(compiled, cache)
-        searches = [o.search(BUDGET, compiled.config) for o in options]
+        searches = [new_search(o, BUDGET, compiled.config) for o in options]
         with torch.inference_mode():
             batch.add(searches, padded([r[0] for r in pair], compiled.config.source_pad_id))
             while len(batch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.batch import RowBatch, decode
+from model.batch import RowBatch, decode, new_search
 from model.decoding import KVCache, greedy_decode
 from model.search import DecodingOptions, alignment
 from model.transformer import attention_facts
@@ -75,7 +75,7 @@ def test_rows_of_every_kind_in_one_batch_keep_their_facts(trained, sources):
     states), and each search still gets its own rows' facts."""
     model, c = trained[0], trained[0].config
     kinds = [DecodingOptions(), *KINDS]
-    searches = [kinds[i % len(kinds)].search(budget(s), c) for i, s in enumerate(sources[:16])]
+    searches = [new_search(kinds[i % len(kinds)], budget(s), c) for i, s in enumerate(sources[:16])]
     rows = sum(s.rows for s in searches)
     batch = RowBatch(model, KVCache(model, rows, 40, max(map(len, sources[:16]))))
     src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in sources[:16]], batch_first=True,

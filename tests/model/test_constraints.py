@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from model.batch import RowBatch, decode
+from model.batch import RowBatch, decode, new_search
 from model.constraints import Constraints, Phrase, Progress
 from model.decoding import KVCache
 from model.search import DecodingOptions
@@ -97,9 +97,11 @@ def test_unconstrained_rows_beside_constrained_ones_decode_as_they_would_alone(t
     cache = KVCache(model, 200, 40, max(map(len, sources)))
     batch, searches = RowBatch(model, cache), []
     for i, src in enumerate(sources):  # each source three times: greedy, beam, and constrained
-        row = [o.search(30, model.config) for o in plain]
+        row = [new_search(o, 30, model.config) for o in plain]
         row.append(
-            DecodingOptions(constraints=random_phrases(rng, model.config.tgt_vocab_size, 4)).search(30, model.config)
+            new_search(
+                DecodingOptions(constraints=random_phrases(rng, model.config.tgt_vocab_size, 4)), 30, model.config
+            )
         )
         searches.append(row)
         batch.add(row, torch.tensor([src] * 3))

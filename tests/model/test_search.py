@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model.batch import RowBatch, decode
+from model.batch import RowBatch, decode, new_search
 from model.decoding import KVCache, greedy_decode
 from model.search import DecodingOptions, alignment, alignments, beam_search_reference
 
@@ -130,7 +130,7 @@ def test_searches_of_every_kind_joining_a_running_batch_equal_their_runs_alone(t
         while pending or len(batch):
             while pending and batch.cache.free >= max(pending[0][1].beam_size, pending[0][1].num_hypotheses):
                 src, options = pending.pop(0)
-                s = options.search(budget(src), c)
+                s = new_search(options, budget(src), c)
                 searches.append(s)
                 batch.add([s], torch.tensor([src]))
                 if len(searches) % 3:
