@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -71,7 +71,6 @@ class Search:
         self.steps = budget - config.force_eos  # decoder steps it may take: a forced </s> is not decoded
         self.eos = config.eos_id
         self.done = self.steps <= 0
-        self.owner: Any = None  # whoever submitted it (the scheduler's sequence)
         self.restart: Callable[[], Search]  # a fresh search of the same kind for the same source (set by search())
 
     def results(self) -> list[Hypothesis]:

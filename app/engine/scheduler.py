@@ -37,7 +37,7 @@ from app.engine.waiting import WaitingLine
 from app.metrics import EngineMetrics, Metrics
 from model.batch import RowBatch, new_search
 from model.decoding import Hypothesis, KVCache
-from model.search import GREEDY, DecodingOptions
+from model.search import GREEDY, DecodingOptions, Search
 from model.transformer import Transformer
 
 log = logging.getLogger("nmt_serve.batcher")
@@ -72,6 +72,7 @@ class Batcher:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._waiting = WaitingLine()  # submitted, not yet in the cache
         self._fresh: list[Sequence] = []  # admitted since the last step: their next token is their first
+        self._owner: dict[Search, Sequence] = {}  # each search holding rows, and the sequence it decodes
         self._streaming: list[Sequence] = []  # admitted streaming sequences
         self._purge = False
         self._clean_steps = 0
@@ -208,14 +209,16 @@ class Batcher:
         """Free the rows and places in line of sequences whose callers gave up."""
         self._purge = False
         self._waiting.drop_cancelled()
-        gone = {s for s, _ in self.batch.rows if s.owner.future.cancelled()}
+        gone = {s for s, _ in self.batch.rows if self._owner[s].future.cancelled()}
         if gone:
             self.batch.drop(gone)
-            self._left([s.owner for s in gone])
+            self._left([self._owner[s] for s in gone])
 
     def _left(self, seqs: list[Sequence]) -> None:
         """These sequences no longer hold rows."""
         self.running -= len(seqs)
+        for seq in seqs:
+            self._owner.pop(seq.search, None)
         if self._streaming:
             self._streaming = [s for s in self._streaming if s not in seqs]
 
@@ -263,6 +266,7 @@ class Batcher:
             fail(batch, e)
             return
         self.running += len(batch)
+        self._owner.update((s.search, s) for s in batch)
         self._fresh += batch
         self._streaming += [s for s in batch if s.stream is not None]
 
@@ -274,13 +278,13 @@ class Batcher:
             finished = self.batch.step()
             now = time.perf_counter()
         except torch.cuda.OutOfMemoryError as e:  # the rows' cache state is unknown: restart them, fewer at a time
-            evicted = [s.owner for s in self.batch.clear()]
+            evicted = [self._owner[s] for s in self.batch.clear()]
             self._left(evicted)
             self._fresh = []
             self._retry_smaller(evicted, e, running=0)
             return
         except Exception as e:  # noqa: BLE001 - fail this step's sequences only; the loop keeps serving
-            failed = [s.owner for s in self.batch.clear()]
+            failed = [self._owner[s] for s in self.batch.clear()]
             self._left(failed)
             self._fresh = []
             fail(failed, e)
@@ -301,7 +305,7 @@ class Batcher:
             if self._clean_steps % REGROW_STEPS == 0:
                 self.row_cap += 1
         if finished:
-            seqs = [s.owner for s in finished]
+            seqs = [self._owner[s] for s in finished]
             self._left(seqs)
             for seq in seqs:  # the rows are already free: an answered client sees them gone
                 hyps = seq.search.results()
@@ -325,7 +329,6 @@ class Batcher:
             (fail if seq.ooms > MAX_OOM_RETRIES or gave_out_tokens else retry).append(seq)
         for seq in reversed(retry):
             seq.search = seq.search.restart()
-            seq.search.owner = seq
             self._waiting.appendleft(seq)
         failure = OutOfMemory(
             f"the device ran out of memory for this request even in a smaller batch ({error}); retry later "
@@ -336,7 +339,7 @@ class Batcher:
 
     def _shutdown(self) -> None:
         error = EngineUnavailable("the server is shutting down")
-        jobs = [*(s.owner for s in self.batch.clear()), *self._waiting]
+        jobs = [*(self._owner[s] for s in self.batch.clear()), *self._waiting]
         while not self._inbox.empty():
             job = self._inbox.get()
             if job is not STOP and job is not PURGE:

@@ -38,9 +38,6 @@ class Sequence(Job):
     ooms: int = 0  # times a CUDA out-of-memory error pushed it back to the waiting line
     request: object = field(default_factory=object)  # the request it is part of: requests take turns to be admitted
 
-    def __post_init__(self) -> None:
-        self.search.owner = self
-
 
 @dataclass(eq=False)
 class Call(Job):

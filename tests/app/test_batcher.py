@@ -338,7 +338,8 @@ def admissions(b: Batcher, monkeypatch, names: dict[tuple[int, ...], str]) -> li
     order, real = [], b.batch.add
 
     def add(searches, src):
-        order.extend(names[tuple(s.owner.src)] for s in searches)
+        pad = b.batch.model.config.source_pad_id  # sources are padded at the end
+        order.extend(names[tuple(t for t in row if t != pad)] for row in src.tolist())
         return real(searches, src)
 
     monkeypatch.setattr(b.batch, "add", add)
