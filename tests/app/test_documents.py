@@ -85,7 +85,11 @@ async def test_a_document_reports_its_tokens_scores_alignment_and_hypotheses_acr
     for a in t["alignment"]:  # spans of the document and of its translation
         assert 0 <= a["source_span"][0] <= a["source_span"][1] <= len(text)
         assert 0 <= a["target_span"][0] <= a["target_span"][1] <= len(t["text"])
-        assert t["token_ids"][a["target_token"]] is not None
+    assert [a["target_token"] for a in t["alignment"]] == list(range(len(t["token_ids"])))  # one a token, in order
+    shift = len(parts[0]["text"]) + 1  # the second sentence's translation, after the first's and the line break
+    assert [a["target_span"] for a in t["alignment"]] == [a["target_span"] for a in parts[0]["alignment"]] + [
+        [start + shift, end + shift] for start, end in (a["target_span"] for a in parts[1]["alignment"])
+    ]
     second = [a for a in t["alignment"] if a["target_token"] >= len(parts[0]["token_ids"])]
     assert second and all(a["source_span"][0] >= len(SENTENCES[0]) + 1 for a in second)
 
