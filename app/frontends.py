@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
-from app.workers import WorkerGroup, die_with_parent, hold_port, listening_socket, supervise
+from app.workers import (
+    WorkerGroup,
+    die_with_parent,
+    exit_status,
+    hold_port,
+    listening_socket,
+    shared_jobs,
+    supervise,
+)
 
 log = logging.getLogger("nmt_serve")
 
@@ -86,29 +94,20 @@ def serve_frontends(settings: Settings) -> int:
     port = holder.getsockname()[1]
     private = Path(tempfile.mkdtemp(prefix="nmt-serve-engine-"))  # mode 0700: the socket is this user's alone
     address = f"ipc://{private / 'engine'}"
-    jobs = None
-    front = settings.model_copy(update={"engine_address": address})
-    if settings.job_dir is None:  # one jobs directory for every front-end (a job is seen by any of them)
-        jobs = Path(tempfile.mkdtemp(prefix="nmt-serve-jobs-"))
-        front = front.model_copy(update={"job_dir": jobs})
     n = settings.frontends
     ctx = multiprocessing.get_context("spawn")
     flags = ctx.Array("b", n, lock=False)
-    engine = ctx.Process(target=run_engine, args=(settings, address, os.getpid()), name="nmt-serve-engine")
-    fronts = [
-        ctx.Process(target=run_frontend, args=(front, i, n, flags, port, os.getpid()), name=f"nmt-serve-frontend-{i}")
-        for i in range(n)
-    ]
     try:
-        failed = supervise([fronts, [engine]], lambda: log.info(
-            "an engine process (pid %d) and %d front-ends on %s:%d", engine.pid, n, settings.host, port
-        ))  # fmt: skip
+        with holder, shared_jobs(settings.model_copy(update={"engine_address": address})) as front:
+            engine = ctx.Process(target=run_engine, args=(settings, address, os.getpid()), name="nmt-serve-engine")
+            fronts = [
+                ctx.Process(target=run_frontend, args=(front, i, n, flags, port, os.getpid()),
+                            name=f"nmt-serve-frontend-{i}")
+                for i in range(n)
+            ]  # fmt: skip
+            failed = supervise([fronts, [engine]], lambda: log.info(
+                "an engine process (pid %d) and %d front-ends on %s:%d", engine.pid, n, settings.host, port
+            ))  # fmt: skip
     finally:
-        holder.close()
         shutil.rmtree(private, ignore_errors=True)
-        if jobs is not None:
-            shutil.rmtree(jobs, ignore_errors=True)
-    if failed:
-        print(f"nmt-serve: {'; '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(failed)

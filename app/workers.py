@@ -29,7 +29,8 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -124,25 +125,35 @@ def serve_workers(settings: Settings) -> int:
     port = holder.getsockname()[1]
     import torch  # the cores the workers share out: the same count a single server would use
 
-    each = share(settings, n, torch.get_num_threads())
-    jobs = None
-    if settings.job_dir is None:  # one temporary jobs directory for all the workers (a job is seen by any of them)
-        jobs = Path(tempfile.mkdtemp(prefix="nmt-serve-jobs-"))
-        each = each.model_copy(update={"job_dir": jobs})
     ctx = multiprocessing.get_context("spawn")
     flags = ctx.Array("b", n, lock=False)
-    procs = [
-        ctx.Process(target=run_worker, args=(each, i, n, flags, port, os.getpid()), name=f"nmt-serve-worker-{i}")
-        for i in range(n)
-    ]
-    try:
+    with holder, shared_jobs(share(settings, n, torch.get_num_threads())) as each:
+        procs = [
+            ctx.Process(target=run_worker, args=(each, i, n, flags, port, os.getpid()), name=f"nmt-serve-worker-{i}")
+            for i in range(n)
+        ]
         failed = supervise([procs], lambda: log.info(
             "%d workers on %s:%d (pids %s)", n, settings.host, port, ", ".join(str(p.pid) for p in procs)
         ))  # fmt: skip
+    return exit_status(failed)
+
+
+@contextmanager
+def shared_jobs(settings: Settings) -> Iterator[Settings]:
+    """The settings with one jobs directory for every process of the server (a job is then seen by any of them):
+    NMT_JOB_DIR, else a temporary one, removed when the server ends."""
+    if settings.job_dir is not None:
+        yield settings
+        return
+    jobs = Path(tempfile.mkdtemp(prefix="nmt-serve-jobs-"))
+    try:
+        yield settings.model_copy(update={"job_dir": jobs})
     finally:
-        holder.close()
-        if jobs is not None:
-            shutil.rmtree(jobs, ignore_errors=True)
+        shutil.rmtree(jobs, ignore_errors=True)
+
+
+def exit_status(failed: list[str]) -> int:
+    """The parent's exit status once its processes have ended: 1, saying why, where any failed."""
     if failed:
         print(f"nmt-serve: {'; '.join(failed)}", file=sys.stderr)
         return 1
