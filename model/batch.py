@@ -270,11 +270,10 @@ class RowBatch:
 
     def _to_host(self, ids: torch.Tensor, best: torch.Tensor) -> tuple[list[int], list[float], list]:
         """The step's one device-to-host transfer: each row's greedy token, its log-probability, and what the step's
-        cross-attention said of the row (KVCache.facts: a (distance, position) pair, or None where the cache
-        kept none)."""
+        cross-attention said of the row (KVCache.facts: a (distance, position) pair, or None where this step left
+        none: a stand-in step that did not run the cache's)."""
         n = ids.size(0)
-        facts = getattr(self.cache, "facts", None)
-        facts = facts if facts is not None and facts.size(0) == n else None
+        facts = self.cache.facts if self.cache.facts.size(0) == n else None
         if self._host is None:
             return ids.tolist(), best.tolist(), [None] * n if facts is None else facts.tolist()
         host_ids, host_best, host_facts = self._host[0][:n], self._host[1][:n], self._host[2][:n]
