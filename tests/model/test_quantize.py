@@ -1,0 +1,67 @@
+"""model/quantize.py's int8 layers run eagerly: oneDNN's int8 kernel where it exists, the same function as the
+pattern the compiled graphs are traced from."""
+
+import copy
+
+import pytest
+import torch
+
+from model import quantize
+from model.checkpoint import load_checkpoint
+from model.decoding import greedy_decode
+from model.quantize import ACTIVATION_EPS, ACTIVATION_MAX, Int8Linear, quantize_int8
+from tests.model.helpers import SOURCES, batch
+
+needs_onednn = pytest.mark.skipif(not quantize._ONEDNN_INT8, reason="oneDNN's int8 kernels run the eager layers")
+
+
+def integer_reference(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+    """The layer's function in exact integer arithmetic: (q - zero) @ W_int8^T, then the two scales and the bias."""
+    ops = torch.ops.quantized_decomposed
+    scale, zero = ops.choose_qparams.tensor(x, 0, ACTIVATION_MAX, ACTIVATION_EPS, torch.uint8)
+    q = ops.quantize_per_tensor.tensor(x, scale, zero, 0, ACTIVATION_MAX, torch.uint8).long() - zero
+    acc = (q.reshape(-1, x.size(-1)) @ layer.qweight.long().T).double()  # (M, N), exact
+    y = acc * scale.double() * layer.scale.double() + layer.bias.double()
+    return y.reshape(*x.shape[:-1], -1).float()
+
+
+@needs_onednn
+def test_an_eager_int8_layer_runs_onednns_kernel_and_computes_the_integer_result(monkeypatch):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(1024, 3000)
+    layer = Int8Linear(linear.weight, linear.bias)
+    x = torch.randn(4, 3, 1024) * 3  # (B, T, K): the kernel takes it as a (12, 1024) matrix
+    with torch.inference_mode():
+        got = layer(x)
+    assert layer._onednn is not None, "the eager layer did not pack its weight for oneDNN's kernel"
+    want = integer_reference(layer, x)
+    assert got.shape == (4, 3, 3000)
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+    monkeypatch.setattr(quantize, "_ONEDNN_INT8", False)  # the pattern as written, what torch.export traces
+    pattern = Int8Linear(linear.weight, linear.bias)(x)
+    assert torch.allclose(got, pattern, atol=1e-4, rtol=1e-4)
+
+
+@needs_onednn
+def test_a_copied_int8_layer_packs_its_own_weight():
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(64, 32)
+    layer = Int8Linear(linear.weight, linear.bias)
+    x = torch.randn(5, 64)
+    first = layer(x)
+    copied = copy.deepcopy(layer)  # a packed weight has no storage: the copy leaves it behind
+    assert copied._onednn is None
+    assert torch.equal(copied(x), first) and copied._onednn is not None
+
+
+@needs_onednn
+def test_an_eager_int8_model_decodes_as_the_pattern_does(trained_checkpoint, monkeypatch):
+    fast, pattern = (load_checkpoint(trained_checkpoint)[0] for _ in range(2))
+    quantize_int8(fast), quantize_int8(pattern)
+    src = batch(SOURCES)
+    got = greedy_decode(fast, src, 30)
+    monkeypatch.setattr(quantize, "_ONEDNN_INT8", False)
+    want = greedy_decode(pattern, src, 30)
+    assert [h.tokens for h in got] == [h.tokens for h in want]
+    for g, w in zip(got, want, strict=True):
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
