@@ -22,9 +22,11 @@ from starlette.exceptions import HTTPException
 
 from app import detect
 from app import glossaries as g
-from app.api import ENGINE_ERRORS, RETRY_AFTER_S, ModelsDep, error_kind, unless_disconnected
+from app.deps import ModelsDep
+from app.disconnect import unless_disconnected
 from app.engine import Engine, EngineUnavailable
 from app.engine.limits import GREEDY
+from app.errors import ENGINE_ERRORS, RETRY_AFTER_S, error_kind
 from app.files import FORMATS
 from app.files_api import disposition
 from app.html import ignoring

@@ -19,8 +19,12 @@ from fastapi import FastAPI
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api import ENGINE_ERRORS, engine_error, router, run_translate, translation_response, unless_disconnected
+from app.api import router
+from app.calls import run_translate
+from app.disconnect import unless_disconnected
 from app.engine import Engine
+from app.errors import ENGINE_ERRORS, engine_error
+from app.responses import translation_response
 from app.schemas import TranslateRequest
 from app.settings import MAX_BODY_BYTES
 

@@ -14,8 +14,10 @@ from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFil
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from app import schemas as s
-from app.api import ERRORS, ModelsDep, detect_source
+from app.calls import detect_source
+from app.deps import ModelsDep
 from app.engine import Engine, InvalidRequest
+from app.errors import ERRORS
 from app.files import FORMATS
 from app.glossaries import Glossary, fits
 from app.jobs import Job, JobError, Runner, UnknownJob

@@ -15,10 +15,12 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from app import detect
-from app.api import ENGINE_ERRORS, RETRY_AFTER_S, ClientDisconnected, ModelsDep, error, error_kind, unless_disconnected
+from app.deps import ModelsDep
+from app.disconnect import unless_disconnected
 from app.engine import Engine, EngineUnavailable, Translation
 from app.engine.engine import MULTILINGUAL
 from app.engine.limits import GREEDY, MAX_BEAM, Decoding
+from app.errors import ENGINE_ERRORS, RETRY_AFTER_S, ClientDisconnected, error, error_kind
 from app.files import FORMATS
 from app.files_api import disposition
 from app.jobs import JobError, JobNotDone, UnknownJob

@@ -19,7 +19,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import deepl, files_api, libretranslate
-from app.api import ENGINE_ERRORS, VERSION, engine_error, error, open_routes, require_api_key, router
+from app.api import VERSION, open_routes, router
+from app.deps import require_api_key
+from app.errors import ENGINE_ERRORS, engine_error, error
 from app.fastpath import FastTranslate
 from app.glossaries import GlossaryError, GlossaryStore
 from app.jobs import JobError, Runner

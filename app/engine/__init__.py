@@ -8,7 +8,7 @@
 - `sequence.py`   the state of a submitted sequence or call, and the stream of a streaming one
 - `scheduler.py`  Batcher: the worker thread's loop (admission, one decoder step for every live row, faults)
 - `compiling.py`  Compiler: NMT_COMPILE, compiling before serving or beside it and swapping the graphs in
-- `errors.py`     what the engine raises, each mapped to an HTTP status by app/api.py
+- `errors.py`     what the engine raises, each mapped to an HTTP status by app/errors.py
 
 The decoding strategies (greedy, beam search, sampling) are model-level code in model/search.py, shared with
 nmt-eval; this package touches tensors only on the worker thread, and on the compiling thread, which has a KV

@@ -1,4 +1,4 @@
-"""What the engine raises to its callers; app/api.py maps each to an HTTP status."""
+"""What the engine raises to its callers; app/errors.py maps each to an HTTP status."""
 
 from __future__ import annotations
 

@@ -24,10 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from app import glossaries as g
-from app.api import error_kind
 from app.engine import Engine, EngineUnavailable, InputTooLong, OutOfMemory, QueueFull, RequestTimeout
 from app.engine.engine import MULTILINGUAL
 from app.engine.limits import Decoding
+from app.errors import error_kind
 from app.files import FORMATS, Extracted, FileLimits, Unit
 from app.files.translate import translate_units
 from app.jobs.segments import Segments, chunks, halve, segments, weight

@@ -1,0 +1,72 @@
+"""From a request to its engine call: the decoding fields it asks for, its protected spans, its source language
+detected when it is "auto" (the routes, app/fastpath.py and app/files_api.py share these)."""
+
+from __future__ import annotations
+
+from app import detect
+from app import schemas as s
+from app.engine import Attention, Engine, InvalidRequest, Translation
+from app.engine.limits import Decoding
+from app.glossaries import Glossary, fits, terms
+from app.protect import Protect, protection
+
+
+async def run_translate(engine: Engine, body: s.TranslateRequest, stored: Glossary | None = None) -> list[Translation]:
+    """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py)."""
+    if body.format == "html" and body.return_segments:
+        raise InvalidRequest('return_segments works on plain text only; send it with "format": "text"')
+    how, kept = await decoding(body, engine, stored), protected(body)
+    return await engine.translate(
+        body.text, body.max_new_tokens, body.truncate, how, body.split, body.format, body.min_confidence, kept
+    )
+
+
+async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | None = None) -> Decoding:
+    """The request's decoding fields, for the engine to check against the model and its limits; for a many-to-many
+    model a source left out or "auto" is detected among its languages (or is the stored glossary's). A stored
+    glossary must be of the languages the model translates the request between; its entries follow the inline ones."""
+    source, target = body.source, body.target
+    if stored is not None:
+        source = stored.source_lang if source in (None, "auto") else source
+        target = target or stored.target_lang
+    if engine.codes and source in (None, "auto"):
+        source = await detect_source(engine, [body.text] if isinstance(body.text, str) else body.text)
+    if stored is not None and not fits(stored, engine, source, target):
+        langs = engine.languages if engine.codes is None else {"source": source, "target": target}
+        raise InvalidRequest(
+            f"the glossary {stored.glossary_id} is {stored.source_lang}->{stored.target_lang}, but this request is "
+            f"{langs['source']}->{langs['target']} (model {engine.name!r}); use a glossary of that pair, or leave out "
+            "model, source and target to translate with the glossary's model"
+        )
+    glossary = terms(
+        (body.glossary or {}).items(), stored.entries if stored else (), ignore_case=body.glossary_ignore_case
+    )
+    return Decoding(
+        body.beam_size, body.num_hypotheses, body.length_penalty, body.target_prefix, body.sampling_topk,
+        body.sampling_temperature, body.seed, body.return_alignment, body.return_word_confidence,
+        glossary=glossary, glossary_ignore_case=body.glossary_ignore_case, source=source, target=target,
+    )  # fmt: skip
+
+
+async def detect_source(engine: Engine, texts: list[str]) -> str:
+    """The likeliest of a many-to-many model's languages that the detector knows (by their ISO 639-1 names)."""
+    names = tuple(sorted(set(engine.codes.names.values())))
+    if detect.identifier(names) is None or not any(t.strip() for t in texts):
+        what = "the text is blank" if detect.identifier(names) else "the detector knows none of this model's languages"
+        raise InvalidRequest(f'name the source language: {what}, so "auto" cannot tell; {engine.codes.hint()}')
+    return (await detect.detect(texts, names))[0][0]
+
+
+def protected(body: s.TranslateRequest) -> Protect | None:
+    """The request's protected spans, checked against their limits (app/protect.py); None when it protects none."""
+    return protection(body.protect, body.protect_terms, body.protect_patterns)
+
+
+async def run_attention(engine: Engine, body: s.AttentionRequest) -> Attention:
+    """The engine call for an `/attention` request, its source language detected first when it is "auto"."""
+    source = body.source_language
+    if engine.codes and source == "auto":
+        source = await detect_source(engine, [body.text])
+    return await engine.attention(
+        body.text, body.target, body.layers, body.heads, body.average_heads, source, body.target_language
+    )
