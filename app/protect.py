@@ -74,7 +74,7 @@ _TAG = re.compile(r"<(/?)([A-Za-z][\w:.\-]*)[^<>]*?(/?)>\Z")  # a span that is a
 
 
 def _word(c: str) -> bool:
-    """A character of a word of a script that puts spaces between words (not Thai, CJK, ...), as app/html.py's."""
+    """A character of a word of a script that puts spaces between words (not Thai, CJK, ...), as app/html/place.py's."""
     if not c:
         return False
     return (c.isalnum() or unicodedata.category(c)[0] == "M") and not ("\u0e00" <= c < "\u1100" or c >= "\u2e80")
@@ -196,7 +196,7 @@ class Protect:
             at = best[1]
 
     def cuts(self, text: str) -> list[Cut]:
-        """Where to cut the protected spans out of a text that keeps them aside rather than masking them (app/html.py's
+        """Where to cut the protected spans out of a text that keeps them aside rather than masking them (app.html's
         text runs, whose spans become kept elements)."""
         return cuts(text, self.spans(text))
 
@@ -296,7 +296,7 @@ def _tags(text: str) -> list[tuple[str, bool]]:
 
 @dataclass(frozen=True)
 class Cut:
-    """A group of spans cut out of a text, kept aside and put back as written (app/html.py)."""
+    """A group of spans cut out of a text, kept aside and put back as written (app/html/)."""
 
     start: int  # [start, end) of the text: the group, and the whitespace on one side of it
     end: int

@@ -244,7 +244,7 @@ class Engine:
         """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
         (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
         whitespace (app/engine/documents.py). Blank texts translate to "" without a model call. `format="html"`
-        translates the pages' text (app/html.py) and gives back their markup. Segments whose confidence is below
+        translates the pages' text (app/html/) and gives back their markup. Segments whose confidence is below
         `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`. `protect`'s
         spans are kept out of the model's sight and put back as written (app/protect.py)."""
         texts = self.limits.texts(text, "text")
@@ -294,7 +294,7 @@ class Engine:
     ) -> list[Translation]:  # fmt: skip
         """HTML pages: the text of each page's units translated as documents (with the alignment that puts the
         inline tags back), and each page rendered with the translations. Protected spans in the text between tags
-        are kept aside as elements (app/html.py), those in attributes masked as plain text's."""
+        are kept aside as elements (app/html/flow.py), those in attributes masked as plain text's."""
         for what in ("target_prefix", "return_alignment", "return_word_confidence"):
             if getattr(decoding, what):
                 raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')

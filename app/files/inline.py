@@ -5,7 +5,7 @@ A Fragment is a unit being read: text, and codes in reading order. A code is wha
 paired (a start and an end around text: `<i>..</i>`, `<g>`, `**..**`, a link), empty (a point: `<x/>`, `{\\an8}`, an
 image) or kept (text the model reads that comes back as written: inline code). In the unit each is an element with
 its number, `<span id="c3">..</span>`, `<img id="c4">`, `<code id="c5">..</code>` (and `<br id="c6">` for a line
-break the format marks), which app/html.py puts back around the words aligned to the ones it wrapped, each exactly
+break the format marks), which app/html/place.py puts back around the words aligned to the ones it wrapped, each exactly
 once. A fragment without codes is a plain unit. `back()` reads a unit's translation as text and the codes, in order,
 each exactly once (defensively: one the translation lacks comes at the end, a repeated one is left out).
 

@@ -11,7 +11,7 @@ paragraphs at tabs, breaks, fields, drawings: see their docstrings):
   (the most characters; the first, of equals) is bare text and each other format's runs are wrapped in an inline
   element that names it, `<span id="r2">...</span>`, or `<a id="h3">...</a>` for a link; the text is escaped.
 
-Runs.decode() reads a translation back into runs: app/html.py placed the tags around the words aligned to the
+Runs.decode() reads a translation back into runs: app/html/place.py placed the tags around the words aligned to the
 ones they wrapped and gave them back as written, so each piece of text takes the format its innermost known tag
 names, bare text the dominant one; adjacent pieces of one format are merged and empty ones dropped, and the
 characters XML cannot hold (control characters) are left out.

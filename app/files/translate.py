@@ -1,4 +1,4 @@
-"""A file's units through the engine: plain units as text, markup units as HTML fragments (app/html.py places their
+"""A file's units through the engine: plain units as text, markup units as HTML fragments (app/html/ places their
 inline tags), placeholder units with the built-in placeholder kinds protected (app/protect.py)."""
 
 from __future__ import annotations

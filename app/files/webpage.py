@@ -1,4 +1,4 @@
-"""HTML pages (.html, .htm): a unit per block of text and per translated attribute outside one (app/html.py's
+"""HTML pages (.html, .htm): a unit per block of text and per translated attribute outside one (app.html's
 HtmlDocument.parts), so that a page of any size translates in requests of the engine's size: each block's flow as
 written is a markup unit, which /translate's HTML path translates as it would in the page (its inline tags placed by
 alignment), each attribute (title, alt, ...) a plain one; the rest (tags as written, comments, doctype, entities,

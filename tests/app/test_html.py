@@ -1,4 +1,4 @@
-"""app/html.py: a page's units to translate, and the page rebuilt around their translations."""
+"""app/html/: a page's units to translate, and the page rebuilt around their translations."""
 
 import re
 import sys

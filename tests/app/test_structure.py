@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, event, given
 from hypothesis import strategies as st
 
-from app.html import _CLOSED_BY, parse
+from app.html import parse
+from app.html.reader import _CLOSED_BY
 from app.settings import Settings
 from bench.hostile_shapes import corpus
 from tests.app.conftest import serve

@@ -1,4 +1,4 @@
-"""HTML pages: one markup unit through app/html.py, written back in the page's own encoding."""
+"""HTML pages: one markup unit through app/html/, written back in the page's own encoding."""
 
 from __future__ import annotations
 

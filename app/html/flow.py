@@ -1,0 +1,122 @@
+"""A block's flow, as the reader met it (its text, inline elements and leaves, each with where it is in the page),
+as a unit to translate: its text with entities decoded and without the whitespace at its ends, its inline elements as
+spans of that text, and the markup around the text as the block's prefix and suffix; or as written when it has no text
+to translate. Protected spans in its text become kept empty elements (app/html/reader.py says how)."""
+
+from __future__ import annotations
+
+import html
+import re
+from bisect import bisect_right
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+from app.html.document import Block, InlineTag, Node, Unit
+
+if TYPE_CHECKING:
+    from app.protect import Protect
+
+WHITESPACE = " \t\n\r\f"  # HTML's
+_PIECES = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)|[ \t\n\r\f]+|[^& \t\n\r\f]+|&")
+
+
+def unit_of(tokens: list, protect: Protect | None) -> tuple[list, Block | None]:
+    """One flow's pieces of the page and its unit: the unit's block for both, or the flow as written and None when it
+    has no text to translate."""
+    items, parts, stack, top, leaves, pos = [], [], [], [], [], 0
+    for kind, x, _ in _protected(tokens, protect) if protect else tokens:
+        if kind == "text":
+            for m in _PIECES.finditer(x):
+                parts.append(html.unescape(m[0]) if m[0][0] == "&" else m[0])
+                items.append(("text", m[0], pos, pos + len(parts[-1])))
+                pos += len(parts[-1])
+            continue
+        if kind == "joiner":  # a space the unit reads where a protected span came out from between two words
+            parts.append(" ")
+            items.append(("text", "", pos, pos + 1))
+            pos += 1
+            continue
+        if kind != "close":
+            x.a, x.b = pos, pos + len(x.text)
+            (stack[-1].children if stack else top).append(x)
+        if kind == "open":
+            stack.append(x)
+        elif kind == "close":
+            stack.pop().b = pos
+        else:
+            parts.append(x.text)
+            leaves += [x] if x.text else []
+            pos = x.b
+        items.append((kind, x))
+    text = "".join(parts)
+    if not any(i[0] == "text" and text[i[2] : i[3]].strip(WHITESPACE) for i in items):
+        return [p for i in items for p in _raw(i)], None
+    s, e = len(text) - len(text.lstrip(WHITESPACE)), len(text.rstrip(WHITESPACE))
+    for n in leaves:  # a kept element is not cut
+        s, e = n.a if n.a < s < n.b else s, n.b if n.a < e < n.b else e
+    side, core, roots = {}, [], []
+    todo = [(n, False) for n in reversed(top)]  # outer first, each node's children before its next sibling
+    while todo:  # each node before the unit's text, after it, around it (wrap) or in it (core, spans relative)
+        n, inside = todo.pop()
+        if inside or not (n.b <= s or n.a >= e or n.a <= s and n.b >= e and not n.kept):
+            side[n] = "core"
+            n.a, n.b = min(max(n.a - s, 0), e - s), min(max(n.b - s, 0), e - s)
+            core.append(n)
+            roots.extend([] if inside else [n])
+        else:
+            side[n] = "pre" if n.b <= s else "post" if n.a >= e else "wrap"
+        todo += [(c, side[n] == "core") for c in reversed(n.children)]
+    prefix, suffix = [], []
+    for i in items:
+        where = ("pre" if i[3] <= s else "post" if i[2] >= e else "core") if i[0] == "text" else side[i[1]]
+        if where == "pre" or where == "wrap" and i[0] == "open":
+            prefix += _raw(i)
+        elif where in ("post", "wrap"):
+            suffix += _raw(i)
+    unit = Unit(text[s:e], tuple(InlineTag(n.name, n.a, n.b, n.kept) for n in core))
+    block = Block(unit, tokens[0][2], [p for i in items for p in _raw(i)], prefix, suffix, roots)
+    return [block], block
+
+
+def _protected(tokens: list, protect: Protect) -> list:
+    """The flow with the protected spans of its text as kept empty elements: each group of spans, with the
+    whitespace on one side of it, as written (app/protect.py's cuts), and a space in its place where two words
+    would otherwise meet. A span whose edge falls inside an entity's characters is left in the text."""
+    out = []
+    for kind, x, at in tokens:
+        if kind != "text":
+            out.append((kind, x, at))
+            continue
+        decoded, raw = _decoded(x)
+        done = 0
+        for cut in protect.cuts(decoded):
+            a, b = raw(cut.start), raw(cut.end)
+            if a is None or b is None or a < done:
+                continue
+            out += [("text", x[done:a], at + done)] if done < a else []
+            out.append(("leaf", Node("#protected", [x[a:b]], kept=True, protect=protect,
+                                      forward=cut.forward), at + a))  # fmt: skip
+            out += [("joiner", " ", at + b)] if cut.joiner else []
+            done = b
+        out += [("text", x[done:], at + done)] if done < len(x) else []
+    return out
+
+
+def _raw(item: tuple) -> list:
+    """A flow item's pieces as written."""
+    return [item[1]] if item[0] == "text" else [item[1].end] if item[0] == "close" else item[1].start
+
+
+def _decoded(raw: str):
+    """A run of text with its entities decoded, and the raw offset of any decoded one (None inside an entity)."""
+    pieces = [(m[0], html.unescape(m[0]) if m[0][0] == "&" else m[0]) for m in _PIECES.finditer(raw)]
+    starts = list(accumulate((len(d) for _, d in pieces), initial=0))
+    raw_starts = list(accumulate((len(r) for r, _ in pieces), initial=0))
+
+    def offset(d: int) -> int | None:
+        i = bisect_right(starts, d) - 1
+        if d == starts[i]:
+            return raw_starts[i]
+        return None if pieces[i][0][0] == "&" else raw_starts[i] + d - starts[i]
+
+    return "".join(d for _, d in pieces), offset
