@@ -9,6 +9,7 @@ import torch
 
 from model.constrained_beam import ConstrainedBeamSearch
 from model.decoding import Hypothesis, KVCache
+from model.ensemble import Ensemble
 from model.search import BeamSearch, DecodingOptions, Greedy, Sampling, Search
 from model.transformer import Transformer, TransformerConfig
 
@@ -184,7 +185,7 @@ class RowBatch:
             at = torch.arange(n, device=self.device)
         self._at = at
         weight = bias = None
-        if hidden is not None and isinstance(w := getattr(self.model, "generator_weight", None), torch.Tensor):
+        if hidden is not None and isinstance(w := self.model.generator_weight, torch.Tensor):
             weight, bias = w, self.model.output_bias  # int8's packed weight is no tensor: StepRow projects whole rows
         ids_host, logprobs_host, facts = self._to_host(ids, best)
         steps = {}  # the rows that pick per row, and their StepRows
@@ -313,10 +314,8 @@ def decode(
             src[row, : len(sources[i])] = torch.tensor(sources[i])
         rows, length = len(live) * per, max(budgets[i] for i, _ in live) + 1 + len(options.start)
         if cache is None:  # an Ensemble (model/ensemble.py) makes a cache of its own
-            new_cache = getattr(model, "new_cache", None)
-            batch = RowBatch(
-                model, new_cache(rows, length, width) if new_cache else KVCache(model, rows, length, width)
-            )
+            new = model.new_cache if isinstance(model, Ensemble) else partial(KVCache, model)
+            batch = RowBatch(model, new(rows, length, width))
         elif cache.n or rows > cache.max_batch or length > cache.max_len or width > cache.max_src_len:
             raise ValueError(f"the cache must be empty, with room for {rows} rows, {length} positions, {width} tokens")
         else:
