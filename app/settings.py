@@ -140,13 +140,11 @@ class Settings(BaseSettings):
     quantize: Quantize = Field(
         "none",
         description="`int8`: the linear layers (the output projection too) with int8 weights, one scale per output "
-        "channel, and their inputs quantized per tensor as they come (`model/quantize.py`); compiled, oneDNN's int8 "
-        "kernels run them. CPU and `float32` only; about 86–88% of sentences keep float32's tokens, BLEU within 0.12 "
-        "(`docs/performance.md`); a translation can depend on the sentences batched with it (one input scale per "
-        "batch); the logit screen is off. The eager model (before the graphs are in, with "
-        "`NMT_COMPILE=off`, for `/attention`) computes the same function, slower: for a model of NLLB-600M's size too "
-        "slow to serve (its start-up translation takes minutes; use `NMT_COMPILE=blocking`). `/info` reports it "
-        "(`quantize`)",
+        "channel, and their inputs quantized per tensor as they come (`model/quantize.py`); oneDNN's int8 kernels run "
+        "them, compiled or eager (before the graphs are in, with `NMT_COMPILE=off`, for `/attention`: the same "
+        "kernels on the same inputs). CPU and `float32` only; about 86–88% of sentences keep float32's tokens, BLEU "
+        "within 0.12 (`docs/performance.md`); a translation can depend on the sentences batched with it (one input "
+        "scale per batch); the logit screen is off. `/info` reports it (`quantize`)",
     )
     min_confidence: float = Field(
         0.0,

@@ -128,7 +128,7 @@ class Engine:
         self.core.start()
         await self.core.before_ready()
         warm_up = self._languages_or_saved(None, None)  # a many-to-many model: its saved pair
-        # Not a request: it takes what it takes (a large eager int8 model's first steps are slow; a start-up probe
+        # Not a request: it takes what it takes (a large model on a small or busy CPU is slow to start; a start-up probe
         # bounds the start), where NMT_REQUEST_TIMEOUT_S would fail the start
         self._warming = True
         try:

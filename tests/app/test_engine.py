@@ -141,7 +141,7 @@ async def test_a_request_past_its_timeout_is_dropped_from_the_batch(tiny_model, 
 
 
 async def test_the_warm_up_is_no_request_a_slow_model_starts_past_the_request_timeout(tiny_model, tokenizer):
-    """A model whose first steps are slower than NMT_REQUEST_TIMEOUT_S (a large eager int8 one) still starts; the
+    """A model whose first steps are slower than NMT_REQUEST_TIMEOUT_S (a large one on a busy CPU) still starts; the
     requests after it keep their deadline."""
     e = Engine.local(slow(tiny_model, 0.05), tokenizer, max_new_tokens=200, request_timeout_s=0.1)
     await e.start()  # 8 steps of 0.05 s: past 0.1 s
