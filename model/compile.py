@@ -10,7 +10,7 @@ LARGE_ROWS rows on, tuned at the cache's full row count; the full step (beam sea
 screen's; the prefill one graph padded and one packed.
 
     compiled = compile_graphs(model, cache)   # builds what the package directory lacks, loads the rest
-    adopt(model, compiled)                    # between two decoder steps: KVCache steps with the graphs from now on
+    adopt(model, compiled)                    # between two decoder steps: model.steps runs the graphs from now on
 
 or both at once, `compile_model(model, cache)`. `compile_graphs` leaves `model` and `cache` alone, so it can run on
 another thread while they go on decoding eagerly (the server's background mode).
@@ -45,7 +45,7 @@ import time
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache as memoized
 from pathlib import Path
 
@@ -53,6 +53,7 @@ import torch
 from torch.export import Dim
 
 from model.decoding import MIN_WINDOW, PACK_MAX_TOKENS, KVCache
+from model.steps import StepGraphs, Steps
 from model.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class Cancelled(Exception):
 class Graph:
     """One compiled graph: which function, for `lo`..`hi` rows (sources for the prefill), tuned at `hint` rows."""
 
-    fn: str  # greedy_step, logprob_step, prefill or prefill_packed
+    fn: str  # greedy_step, logprob_step, prefill or prefill_packed: the model's function, and its field of Steps
     lo: int
     hi: int
     hint: int
@@ -111,11 +112,10 @@ def row_ranges(max_rows: int, screen_rows: int | None) -> list[tuple[int, int, i
 def graphs_for(model: Transformer, cache: KVCache, steps: Iterable[str] = ("greedy", "logprobs")) -> list[Graph]:
     """Every graph a cache's steps and admissions run, in the order they are built: the first step's (what most
     requests run), the prefill's, the other steps'. steps: "greedy" (greedy_step), "logprobs" (logprob_step)."""
-    screen = getattr(model, "screen", None)
     per_step = []
     for step in steps:
         fn = {"greedy": "greedy_step", "logprobs": "logprob_step"}[step]
-        screened = screen.min_rows if screen is not None and step == "greedy" else None
+        screened = model.screen.min_rows if model.screen is not None and step == "greedy" else None
         per_step.append([Graph(fn, lo, hi, hint) for lo, hi, hint in row_ranges(cache.max_batch, screened)])
     prefill = [Graph("prefill", 1, 1, 1)]  # one source (a dynamic batch would not take size 1: export specializes it)
     if cache.max_batch > 1:
@@ -243,7 +243,7 @@ def use_cache_dir(path: str | os.PathLike) -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
 
 
-class CompiledStep:
+class CompiledStep(StepGraphs):
     """A decoder step's graphs, each for a range of row counts; called by KVCache.step. A row count no graph
     covers runs the eager step (and is counted in `missed`, unless the graphs are `partial`: still being built)."""
 
@@ -283,8 +283,8 @@ class CompiledPrefill(CompiledStep):
 class Compiled:
     """compile_graphs' result: the compiled functions, and what it took to get them."""
 
-    directory: Path  # where the packages are
-    functions: dict[str, CompiledStep] = field(default_factory=dict)  # by the attribute KVCache looks up
+    directory: Path | None  # where the packages are (None: CUDA graphs, model/cuda_graphs.py)
+    functions: dict[str, StepGraphs] = field(default_factory=dict)  # by the model function (Steps' field) they run
     seconds: float = 0.0
     built: list[str] = field(default_factory=list)  # graphs compiled now
     loaded: list[str] = field(default_factory=list)  # graphs read from packages
@@ -309,13 +309,6 @@ class Compiled:
             functions[name].graphs, functions[name].partial = list(f.graphs), True
         return Compiled(self.directory, functions, time.perf_counter() - self.started, list(self.built),
                         list(self.loaded), self.started, self.order)  # fmt: skip
-
-
-ATTRIBUTE = {
-    "greedy_step": "compiled_step", "logprob_step": "compiled_logprob_step", "prefill": "compiled_prefill",
-    "prefill_packed": "compiled_prefill_packed",
-}  # fmt: skip
-COMPILED = tuple(ATTRIBUTE.values())  # adopt sets them, uncompile removes them
 
 
 _loading = threading.Lock()  # one load at a time in this process: what a load newly maps is its own
@@ -478,7 +471,7 @@ def compile_graphs(
     _remove_leftovers(directory)
     expected = environment(device)  # on a CPU, vector_isa() first mends broken ISA probes: builds stay vectorised
     shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
-    screen = getattr(model, "screen", None)
+    screen = model.screen
     quantized = getattr(model, "quantized", None)  # "int8": model/quantize.py's layers, which Inductor lowers to int8
     graphs = graphs_for(model, cache, steps)
     compiled = Compiled(directory, order=[g.name for g in graphs])
@@ -498,11 +491,10 @@ def compile_graphs(
             if run is None:
                 raise RuntimeError(f"the compiled graph {path} does not load")
         getattr(compiled, how).append(graph.name)
-        attribute = ATTRIBUTE[graph.fn]
-        if attribute not in compiled.functions:
+        if graph.fn not in compiled.functions:
             kind = CompiledPrefill if graph.fn.startswith("prefill") else CompiledStep
-            compiled.functions[attribute] = kind(model, graph.fn)
-        compiled.functions[attribute].graphs.append((graph.lo, graph.hi, run))
+            compiled.functions[graph.fn] = kind(model, graph.fn)
+        compiled.functions[graph.fn].graphs.append((graph.lo, graph.hi, run))
         if log:
             log(f"{how} the {graph.fn} graph for {graph.lo}-{graph.hi} rows ({time.perf_counter() - t0:.0f} s so far)")
         if ready is not None and i < len(graphs) - 1:
@@ -512,10 +504,10 @@ def compile_graphs(
 
 
 def adopt(model: Transformer, compiled: Compiled) -> None:
-    """The model steps with the compiled graphs from its next step on (KVCache looks them up every step; call this
-    between steps). The cache's contents are the same either way, so sequences in flight go on."""
-    for name, fn in compiled.functions.items():
-        setattr(model, name, fn)
+    """The model steps with the compiled graphs from its next step on (KVCache takes model.steps' functions every
+    step; call this between steps): they take their functions' places in model.steps, the others stay as they are.
+    The cache's contents are the same either way, so sequences in flight go on."""
+    model.steps = replace(model.steps, **compiled.functions)
 
 
 def compile_model(model: Transformer, cache: KVCache, **options) -> Compiled:
@@ -527,5 +519,4 @@ def compile_model(model: Transformer, cache: KVCache, **options) -> Compiled:
 
 def uncompile(model: Transformer) -> None:
     """Back to the eager model."""
-    for name in COMPILED:
-        model.__dict__.pop(name, None)
+    model.steps = Steps.eager(model)

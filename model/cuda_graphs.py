@@ -12,7 +12,7 @@ its final norm (`step_hidden`), its log-probabilities computed after the replay 
 graph holds a rows x vocabulary output of its own.
 
     graphs = capture_graphs(model, cache)   # a few seconds; on the thread that steps the cache
-    adopt(model, graphs)                    # model/compile.py's: KVCache.step replays from its next step on
+    adopt(model, graphs)                    # model/compile's: model.steps replays them from the next step on
 
 The prefill (the encoder and the cross-attention keys and values) runs eagerly: its shapes vary with every
 admission, and a batch of sources is tens of kernels, each with real work.
@@ -28,6 +28,7 @@ import torch
 
 from model.compile import Cancelled, Compiled, adopt
 from model.decoding import KVCache
+from model.steps import StepGraphs
 from model.transformer import Transformer
 
 MIN_WINDOW_BUCKET = 32  # the shortest key window captured: shorter windows run the 32-key graph
@@ -139,13 +140,15 @@ class GraphedSteps:
         return [x[:live] for x in rest] + [kv[:, :, :live]]
 
 
-class GraphedStep:
-    """A decoder step (greedy_step or logprob_step) on the graphs: KVCache.step asks `padded` for the shape to hand
-    over, and passes the live row count. Without one (no graph for that shape yet) it runs the eager step."""
+class GraphedStep(StepGraphs):
+    """A decoder step (greedy_step, or logprob_step when not `greedy`) on the graphs: KVCache.step asks `padded` for
+    the shape to hand over, and passes the live row count. Without one (no graph for that shape yet) it runs the
+    eager step."""
 
-    def __init__(self, steps: GraphedSteps, fn: str):
-        self.steps, self.fn, self.eager = steps, fn, getattr(steps.model, fn)
-        self.captured = "greedy_step" if fn == "greedy_step" else "step_hidden"
+    def __init__(self, steps: GraphedSteps, greedy: bool):
+        self.steps, self.greedy = steps, greedy
+        self.eager = steps.model.greedy_step if greedy else steps.model.logprob_step
+        self.captured = "greedy_step" if greedy else "step_hidden"
 
     def padded(self, n: int, longest: int, src_len: int) -> tuple[int, int, int] | None:
         return self.steps.padded(self.captured, n, longest, src_len)
@@ -155,21 +158,19 @@ class GraphedStep:
         if live is None:
             return self.eager(tokens, positions, past_kv, cross_kv, src_keep)
         outputs = self.steps.replay(self.captured, live, (tokens, positions, past_kv, cross_kv, src_keep))
-        if self.fn == "greedy_step":
+        if self.greedy:
             return outputs  # ids, logprobs, hidden, facts, kv
         hidden, facts, kv = outputs
         return self.steps.model.generator(hidden).float().log_softmax(-1), facts, kv  # (live, V) float32
 
 
-FUNCTIONS = {"compiled_step": "greedy_step", "compiled_logprob_step": "logprob_step"}  # what adopt sets on the model
-
-
 def compiled(steps: GraphedSteps, started: float, order: list[str]) -> Compiled:
-    """The graphs captured so far as model/compile.py's Compiled, for `adopt`."""
+    """The graphs captured so far as model/compile's Compiled, for `adopt` (model.steps' greedy_step and
+    logprob_step)."""
+    functions = {"greedy_step": GraphedStep(steps, greedy=True), "logprob_step": GraphedStep(steps, greedy=False)}
     return Compiled(
-        directory=None, functions={name: GraphedStep(steps, fn) for name, fn in FUNCTIONS.items()},
-        seconds=time.perf_counter() - started, built=[graph_name(*key) for key in steps.graphs], started=started,
-        order=order,
+        directory=None, functions=functions, seconds=time.perf_counter() - started,
+        built=[graph_name(*key) for key in steps.graphs], started=started, order=order,
     )  # fmt: skip
 
 
@@ -198,7 +199,7 @@ def capture_graphs(
 def capture_model(
     model: Transformer, cache: KVCache, log: Callable[[str], None] | None = None, emulate: bool = False
 ) -> Compiled:
-    """capture_graphs, then adopt: the model steps on the graphs from now on (model/compile.py's uncompile undoes
+    """capture_graphs, then adopt: the model steps on the graphs from now on (model/compile's uncompile undoes
     it)."""
     graphs = capture_graphs(model, cache, log, emulate=emulate)
     adopt(model, graphs)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from model.steps import StepGraphs
 from model.transformer import Transformer, padding_mask, subsequent_mask
 
-STEPS = {"logits": "step", "logprobs": "logprob_step", "greedy": "greedy_step"}  # KVCache.step's outputs
-COMPILED_STEPS = {"greedy": "compiled_step", "logprobs": "compiled_logprob_step"}  # set by model/compile.py
 MIN_WINDOW = 2  # shortest key window a compiled step sees: lengths 0 and 1 would each need their own graph
 PACK_MAX_TOKENS = 512  # packed prefill attends over all the packed tokens at once: only for small admissions
 MOVE_BY_SLICES = 8  # KVCache.remove moves up to this many rows one by one, more with index tensors
@@ -35,7 +35,7 @@ class KVCache:
             raise ValueError(f"max_len={max_len} exceeds the model's max_positions={c.max_positions}")
         self.max_batch, self.max_len, self.max_src_len = max_batch, max_len, max_src_len
         # One row and one slot more than are ever used: the live rows and a window then never span a whole
-        # dimension, which would make the view contiguous and send a compiled step (model/compile.py) to a
+        # dimension, which would make the view contiguous and send a compiled step (model/compile) to a
         # different graph.
         rows = max_batch + 1
         self.kv = torch.zeros(2, L, rows, H, max_len + 1, Dh, device=device, dtype=dtype)  # keys, values
@@ -74,10 +74,9 @@ class KVCache:
         # Sources of different lengths, padded at the end only: encode them laid end to end (prefill_packed),
         # so that no padding is encoded. Sentences arriving together at a server differ in length by ~30%.
         if 1 < b and real * 10 < b * s * 9 and real <= PACK_MAX_TOKENS and torch.equal(host_lengths, src_len):
-            fn = getattr(model, "compiled_prefill_packed", None) or model.prefill_packed
-            cross_kv = fn(*packed(src, keep, lengths, real))  # (2, L, B, H, S, Dh)
+            cross_kv = model.steps.prefill_packed(*packed(src, keep, lengths, real))  # (2, L, B, H, S, Dh)
         else:
-            cross_kv = (getattr(model, "compiled_prefill", None) or model.prefill)(src)  # (2, L, B, H, S, Dh)
+            cross_kv = model.steps.prefill(src)  # (2, L, B, H, S, Dh)
         rows = range(self.n, self.n + b)
         sl = slice(rows.start, rows.stop)
         self.cross_kv[:, :, sl, :, :s] = cross_kv
@@ -152,14 +151,14 @@ class KVCache:
             :, :, torch.tensor(src, device=device), :, :t_len
         ]
 
-    def step(self, model: Transformer, tokens: torch.Tensor, output: str = "logits", hidden: bool = False):
-        """Run the decoder for the live rows, write their new keys/values, advance.
+    def step(self, fn: Callable[..., Sequence[torch.Tensor]], tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Run the decoder step `fn` for the live rows, write their new keys/values, advance.
 
-        tokens (N,) -> with output="logits" the logits (N, V), with "logprobs" float32 log-probabilities (N, V),
-        with "greedy" the next ids (N,) and their log-probabilities (N,); `facts` then holds what the step's
-        cross-attention said of each row (N, 2) (model/transformer.py's `attention_facts`). A compiled step
-        (model/compile.py; greedy and logprobs have one each) sees key and source windows of at least MIN_WINDOW,
-        so that one graph serves every window. With "greedy" and `hidden`, also the rows' final hidden states (N, D).
+        fn: the model's `step`, or one of its Steps (model/steps.py: greedy_step, logprob_step, eager or on graphs);
+        tokens (N,) -> fn's outputs but the last two (logits (N, V); log-probabilities (N, V); ids (N,), their
+        log-probabilities (N,) and hidden states (N, D)); `facts` then holds what the step's cross-attention said of
+        each row (N, 2) (model/transformer.py's `attention_facts`). A step on graphs (StepGraphs) sees key and source
+        windows of at least MIN_WINDOW, so that one graph serves every window.
         """
         n = tokens.size(0)
         if n != self.n:
@@ -168,19 +167,16 @@ class KVCache:
         if longest >= self.max_len:
             raise ValueError(f"a row reached the cache's max_len={self.max_len}")
         src_len, rows, live = self._longest_src, n, {}
-        compiled = getattr(model, COMPILED_STEPS.get(output, ""), None)
-        if compiled is not None:
+        if isinstance(fn, StepGraphs):
             longest = min(max(longest, MIN_WINDOW), self.max_len)
             src_len = min(max(src_len, MIN_WINDOW), self.max_src_len)
-            padded = getattr(compiled, "padded", None)  # CUDA graphs (model/cuda_graphs.py) run padded shapes
-            shape = padded(n, longest, src_len) if padded is not None else None
+            shape = fn.padded(n, longest, src_len)  # CUDA graphs (model/cuda_graphs.py) run padded shapes
             if shape is not None:
                 (rows, longest, src_len), live = shape, {"live": n}
                 if rows > n:
                     self.positions[n:rows] = 0  # the padding rows' outputs are never read: any valid position
             self.tokens[:n] = tokens  # always a view of one buffer: the same strides, the same guards
             tokens = self.tokens[:rows]
-        fn = compiled or getattr(model, STEPS[output])
         *out, facts, kv = fn(
             tokens, self.positions[:rows], self.kv[:, :, :rows, :, :longest],  # (2, L, N, H, T, Dh)
             self.cross_kv[:, :, :rows, :, :src_len], self.src_keep[:rows, :src_len], **live,
@@ -193,13 +189,7 @@ class KVCache:
         self.positions[:n] += 1
         self.steps += 1
         self.facts = facts[:n]
-        if output != "greedy":
-            return out[0]
-        ids, logprobs, states = out
-        screen = getattr(model, "screen", None)
-        if screen is not None and n >= screen.min_rows:  # greedy_step screened: settle the rows it left at -1
-            ids, logprobs = screen.confirm(ids, logprobs, states, model.generator)
-        return (ids, logprobs, states[:n]) if hidden else (ids, logprobs)
+        return out
 
 
 def packed(src: torch.Tensor, keep: torch.Tensor, lengths: torch.Tensor, total: int) -> tuple[torch.Tensor, ...]:

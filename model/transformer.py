@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from model.screen import LogitScreen, greedy_pick, supported
+from model.steps import Steps
 
 
 @dataclass
@@ -364,6 +365,7 @@ class Transformer(nn.Module):
             mask[c.suppress_ids] = float("-inf")
             self.register_buffer("logits_mask", mask, persistent=False)  # (V,): -inf where never generated
         self.screen = None  # a LogitScreen (model/screen.py) for greedy_step, set by use_screen
+        self.steps = Steps.eager(self)  # what KVCache prefills and steps with: graphs once model/compile adopts them
         for name, p in self.named_parameters():
             if p.dim() > 1 and "embed" not in name:
                 nn.init.xavier_uniform_(p)
@@ -422,7 +424,7 @@ class Transformer(nn.Module):
 
     def use_screen(self, on: bool = True) -> bool:
         """Screen greedy_step's output projection in bfloat16 (model/screen.py) where that pays; returns
-        whether it is on. Call it before model/compile.py compiles the step."""
+        whether it is on. Call it before model/compile compiles the step."""
         on = on and supported(self.generator_weight)
         self.screen = LogitScreen(self.generator_weight, self.output_bias) if on else None
         return self.screen is not None
@@ -493,7 +495,7 @@ class Transformer(nn.Module):
     def greedy_step(self, tokens, positions, past_kv, cross_kv, src_keep):
         """`step`, then each row's most likely token and its log-probability -> ids, logprobs, hidden (N, D),
         facts (N, 2), kv. With a screen and enough rows, ids are -1 where the screen could not vouch for the
-        float32 argmax: LogitScreen.confirm settles those (KVCache.step does)."""
+        float32 argmax: LogitScreen.confirm settles those (decode_greedy does)."""
         hidden, facts, kv = self.step_hidden(tokens, positions, past_kv, cross_kv, src_keep)
         if self.screen is not None and hidden.size(0) >= self.screen.min_rows:
             return *self.screen(hidden, self.generator_weight), hidden, facts, kv
@@ -507,22 +509,30 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: torch.Tensor, cache) -> torch.Tensor:
         """Feed one token per live cache row at that row's position. tokens (N,) -> logits (N, V)"""
-        return cache.step(self, tokens)
+        return cache.step(self.step, tokens)[0]
 
     def decode_logprobs(self, tokens: torch.Tensor, cache) -> torch.Tensor:
-        """logprob_step on the cache's live rows (compiled when model/compile.py compiled it).
+        """logprob_step on the cache's live rows (its graphs once model/compile compiled it).
         tokens (N,) -> log-probabilities (N, V)"""
-        return cache.step(self, tokens, output="logprobs")
+        return cache.step(self.steps.logprob_step, tokens)[0]
 
     def decode_greedy(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
-        """greedy_step on the cache's live rows (compiled when model/compile.py compiled it), screened rows settled.
+        """greedy_step on the cache's live rows (its graphs once model/compile compiled it), screened rows settled.
         tokens (N,) -> next ids (N,), their log-probabilities (N,)"""
-        return cache.step(self, tokens, output="greedy")
+        ids, logprobs, _ = self._greedy(tokens, cache)
+        return ids, logprobs
 
     def decode_greedy_hidden(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """decode_greedy, and the rows' final hidden states (N, D): the generator gives any of them every token's
         logit. tokens (N,) -> next ids (N,), their log-probabilities (N,), hidden (N, D)"""
-        return cache.step(self, tokens, output="greedy", hidden=True)
+        ids, logprobs, hidden = self._greedy(tokens, cache)
+        return ids, logprobs, hidden[: tokens.size(0)]
+
+    def _greedy(self, tokens: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids, logprobs, hidden = cache.step(self.steps.greedy_step, tokens)
+        if self.screen is not None and tokens.size(0) >= self.screen.min_rows:  # settle the rows it left at -1
+            ids, logprobs = self.screen.confirm(ids, logprobs, hidden, self.generator)
+        return ids, logprobs, hidden
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -87,7 +87,7 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         gate.release()
         assert_stream_matches(sse(await stream), plain)
         await engine.core.compiler.done()
-        assert engine.compiled and engine.core.model.compiled_step.missed == 0
+        assert engine.compiled and engine.core.model.steps.greedy_step.missed == 0
         info = (await client.get("/info")).json()
         assert info["compiled"] is True and info["compile"]["state"] == "compiled" and info["compile"]["seconds"] > 0
         assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]

@@ -61,8 +61,8 @@ def translate(bundled, test2016):
         cache, steps = None, None
         if graphs:  # one cache for every batch: the graphs replay on its buffers
             cache = KVCache(model, BATCH, max(budgets) + 1, max(map(len, sources)))
-            compiled = capture_model(model, cache, emulate=not device.startswith("cuda"))
-            steps = compiled.functions["compiled_step"].steps
+            capture_model(model, cache, emulate=not device.startswith("cuda"))
+            steps = model.steps.greedy_step.steps  # the greedy step adopted: its captured graphs
         threads = torch.get_num_threads()
         if device == "cpu":  # the test suite runs single-threaded; the reference takes every core
             torch.set_num_threads(os.cpu_count() or 1)

@@ -125,7 +125,7 @@ async def test_the_engine_translates_as_transformers_batched_and_alone(marian, c
         batched = await engine.translate(sentences, max_new_tokens=BUDGET)
         alone = [(await engine.translate(s, max_new_tokens=BUDGET))[0] for s in sentences[:40]]
         if compiled:
-            assert engine.compiled and model.compiled_step.missed == 0
+            assert engine.compiled and model.steps.greedy_step.missed == 0
     finally:
         engine.stop()
     assert [t.token_ids for t in batched] == expected

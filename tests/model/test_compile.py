@@ -15,10 +15,20 @@ import torch
 import model.compile as model_compile
 from model.batch import decode
 from model.checkpoint import load_checkpoint
-from model.compile import compile_graphs, compile_model, environment, row_ranges, uncompile, weights_digest
+from model.compile import (
+    CompiledPrefill,
+    CompiledStep,
+    compile_graphs,
+    compile_model,
+    environment,
+    row_ranges,
+    uncompile,
+    weights_digest,
+)
 from model.decoding import KVCache, greedy_decode
 from model.screen import LogitScreen
 from model.search import DecodingOptions
+from model.steps import Steps
 from tests.model.helpers import SOURCES, batch
 
 MORE = [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2]]
@@ -80,8 +90,9 @@ def test_compiled_greedy_decoding_equals_eager_for_every_row_count(trained_check
     assert graphs.seconds > 0 and cache.n == 0
     assert_greedy_equal(compiled, eager, cache, screen=True)
     assert graphs.missed == 0, "a step or a prefill fell back to the eager model"
+    assert isinstance(compiled.steps.greedy_step, CompiledStep) and isinstance(compiled.steps.prefill, CompiledPrefill)
     uncompile(compiled)
-    assert not hasattr(compiled, "compiled_step") and not hasattr(compiled, "compiled_prefill")
+    assert compiled.steps == Steps.eager(compiled)
 
 
 @pytest.mark.compiles
@@ -170,16 +181,17 @@ def test_the_graphs_so_far_can_serve_while_the_others_are_built(one_row, trained
                             building=lambda: building.append(1))  # fmt: skip
     assert graphs.loaded == built == ["greedy_step-1-1", "prefill-1-1"] and len(so_far) == 1 and building == []
     (first,) = so_far
-    assert first.loaded == ["greedy_step-1-1"] and list(first.functions) == ["compiled_step"]
-    assert first.functions["compiled_step"].partial and not graphs.functions["compiled_step"].partial
+    assert first.loaded == ["greedy_step-1-1"] and list(first.functions) == ["greedy_step"]
+    assert first.functions["greedy_step"].partial and not graphs.functions["greedy_step"].partial
     eager = load_checkpoint(trained_checkpoint)[0]
     with caplog.at_level(logging.WARNING, logger="model.compile"):
         model_compile.adopt(model, first)  # the greedy step compiled, the prefill still eager
+        assert model.steps.greedy_step is first.functions["greedy_step"] and model.steps.prefill == model.prefill
         for source in SOURCES:
             got, want = greedy_decode(model, batch([source]), 30, cache), greedy_decode(eager, batch([source]), 30)
             assert got[0].tokens == want[0].tokens
     assert first.missed == 0 and not caplog.records
-    assert len(graphs.functions["compiled_step"].graphs) == 1 and graphs.seconds >= first.seconds
+    assert len(graphs.functions["greedy_step"].graphs) == 1 and graphs.seconds >= first.seconds
 
 
 def test_packages_are_found_by_the_weights_and_say_what_they_were_built_for(trained_checkpoint, tiny_model):

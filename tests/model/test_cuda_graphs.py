@@ -55,7 +55,7 @@ def test_padding_rows_never_change_a_real_rows_tokens(models):
     cache = KVCache(graphed, max_batch=6, max_len=61, max_src_len=40)
     graphs = capture_graphs(graphed, cache, emulate=True)
     adopt(graphed, graphs)
-    steps = graphs.functions["compiled_step"].steps
+    steps = graphed.steps.greedy_step.steps  # the greedy step adopted: its captured graphs
     try:
         for rows in ([SOURCES[1]], SOURCES, MORE, SOURCES[:2] + MORE, [MORE[3]] * 5):
             got, want = greedy_decode(graphed, batch(rows), 60, cache), greedy_decode(eager, batch(rows), 60)

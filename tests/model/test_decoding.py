@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -96,7 +98,7 @@ def test_remove_moves_the_last_live_rows_into_the_holes_with_their_state(tiny_mo
         src[torch.arange(6) >= torch.randint(2, 7, (size, 1), generator=gen)] = tiny_model.config.pad_id
         cache.add(tiny_model, src)  # sources of 2 to 6 tokens
         for _ in range(3):
-            cache.step(tiny_model, torch.randint(4, 30, (cache.n,), generator=gen))
+            cache.step(tiny_model.step, torch.randint(4, 30, (cache.n,), generator=gen))
     before = [t.clone() for t in (cache.kv, cache.cross_kv, cache.src_keep, cache.positions)]
     moves = cache.remove(dead)
     live = [r for r in range(20) if r not in dead]
@@ -142,9 +144,9 @@ def test_packed_prefill_equals_padded_prefill_on_every_real_token(eos_model):
 
 @torch.inference_mode()
 def test_the_cache_packs_sources_of_different_lengths_and_only_those(tiny_model, monkeypatch):
-    calls = []
-    real_packed = tiny_model.prefill_packed
-    monkeypatch.setattr(tiny_model, "prefill_packed", lambda *a: calls.append(a[0].numel()) or real_packed(*a))
+    calls, real = [], tiny_model.steps.prefill_packed
+    counted = replace(tiny_model.steps, prefill_packed=lambda *a: calls.append(a[0].numel()) or real(*a))
+    monkeypatch.setattr(tiny_model, "steps", counted)  # what KVCache.add prefills with
     cache = KVCache(tiny_model, 8, 8, 16)
     cache.remove(cache.add(tiny_model, batch(SOURCES)))
     assert calls == [17], "7 + 3 + 5 + 2 real tokens, encoded without the 11 pads"

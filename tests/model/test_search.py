@@ -107,7 +107,7 @@ def test_reorder_gives_each_row_the_state_of_its_parent(tiny_model):
     assert torch.equal(cache.cross_kv[:, :, 2, :, :4], cache.cross_kv[:, :, 0, :, :4])
     assert torch.equal(cache.src_keep[4], cache.src_keep[1])
     for _ in range(3):
-        cache.step(tiny_model, torch.randint(4, 30, (cache.n,)))
+        cache.step(tiny_model.step, torch.randint(4, 30, (cache.n,)))
     before = cache.kv.clone()
     cache.reorder([0, 2, 3], [3, 0, 0])  # rows 0 and 2 swap histories through row 3's old state
     assert torch.equal(cache.kv[:, :, 0, :, :3], before[:, :, 3, :, :3])
