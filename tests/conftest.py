@@ -23,7 +23,7 @@ torch.set_num_threads(1)  # tiny models: threads cost more than they give, and t
 # Servers in tests (in-process and child processes) run the eager model: compiling the graphs takes
 # tens of seconds each time. tests/model/test_compile.py and tests/app/test_compiled.py compile on purpose.
 os.environ["NMT_COMPILE"] = "0"
-# Compiled graphs (model/compile.py) are kept in a directory of this run's own: tests that compile one checkpoint
+# Compiled graphs (model/compile/) are kept in a directory of this run's own: tests that compile one checkpoint
 # with one cache shape share them, and no package from outside the run is ever loaded. Each process (every xdist
 # worker) has its own, removed when it exits: tens of MB a run would otherwise pile up in the temporary directory.
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-serve-tests-inductor-")

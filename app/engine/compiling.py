@@ -1,7 +1,7 @@
 """How an engine gets its compiled graphs (NMT_COMPILE): in the background while it serves, before it serves, or never.
 
 In the background (the default) the eager model answers from the first second. The graphs for the serving cache's
-shape are loaded from the package directory or compiled into it (model/compile.py) on a thread of their own, and the
+shape are loaded from the package directory or compiled into it (model/compile/) on a thread of their own, and the
 worker adopts them one by one as they are ready, between two decoder steps (the greedy steps first; until its graph
 is there, a step runs eagerly). The cache holds the same keys and values either way, so sequences in flight go on,
 and decode the same tokens. A restart finds the packages and is compiled within seconds.

@@ -215,7 +215,7 @@ BROKEN = {
 @pytest.mark.compiles
 def test_every_kind_of_broken_package_is_ignored_with_a_warning(killed_while_compiling, tmp_path, caplog,
                                                                 monkeypatch):  # fmt: skip
-    """What compile_graphs does with each: `_load` gives None (build it again) and says why; a whole copy loads."""
+    """What compile_graphs does with each: `store.load` gives None (build it again) and says why; a whole copy loads."""
     directory = killed_while_compiling["directory"]
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(directory.parent.parent))  # the server's: its CPU checks done
     original = next(p for p in packages(directory) if p.name.startswith("prefill"))
@@ -223,13 +223,13 @@ def test_every_kind_of_broken_package_is_ignored_with_a_warning(killed_while_com
     expected["threads"] = "1"  # what the server (OMP_NUM_THREADS=1) built it with
     whole = tmp_path / original.name
     shutil.copy(original, whole)
-    assert model_compile._load(whole, expected) is not None
+    assert model_compile.store.load(whole, expected) is not None
     for why, breaking in BROKEN.items():
         broken = tmp_path / f"broken-{original.name}"
         broken.write_bytes(breaking(original.read_bytes()))
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="model.compile"):
-            assert model_compile._load(broken, expected) is None, why
+            assert model_compile.store.load(broken, expected) is None, why
         (warning,) = [r.getMessage() for r in caplog.records if r.name == "model.compile"]
         assert "cannot be loaded" in warning and "compiling it again" in warning, (why, warning)
 

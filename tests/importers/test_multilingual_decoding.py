@@ -102,7 +102,7 @@ def test_alignment_after_a_start_is_that_of_the_rows_after_it(dirs):
 
 @pytest.mark.compiles
 def test_compiled_graphs_decode_mixed_directions_as_the_eager_model(dirs, tmp_path):
-    """mBART-50's learned positions and embedding norms in AOTInductor graphs (model/compile.py): greedy rows of
+    """mBART-50's learned positions and embedding norms in AOTInductor graphs (model/compile/): greedy rows of
     three directions, two rows a step, each row with another direction's beside it, give the eager model's tokens
     with no step falling back (the full step's graphs compile the same model code; tests/model/test_compile.py)."""
     from model.compile import compile_model

@@ -53,7 +53,7 @@ def packages_dir(tmp_path_factory):
 def large_rows_from_3(monkeypatch):
     """Steps of 3 rows or more take the large-row graph (tuned at the cache's 4 rows), so that a small cache
     exercises every graph."""
-    monkeypatch.setattr(model_compile, "LARGE_ROWS", 3)
+    monkeypatch.setattr(model_compile.graphs, "LARGE_ROWS", 3)
 
 
 def assert_greedy_equal(compiled, eager, cache, screen=False):
@@ -205,6 +205,14 @@ def test_packages_are_found_by_the_weights_and_say_what_they_were_built_for(trai
     assert built_for["device"].startswith("cpu: ") and built_for["code"]
 
 
+def test_the_code_digest_covers_every_file_of_the_compile_package():
+    """Packages are built again when the code their graphs are traced from and built by changes: every file of
+    model/compile/ is in it."""
+    here = Path(model_compile.__file__).parent
+    assert {f"compile/{p.name}" for p in here.glob("*.py")} <= set(model_compile.SOURCES)
+    assert all((here.parent / f).is_file() for f in model_compile.SOURCES)
+
+
 def packages(directory):
     return sorted(p for p in directory.glob("*/*.pt2") if not p.name.startswith("."))
 
@@ -239,15 +247,15 @@ def test_a_corrupt_or_truncated_package_is_ignored_with_a_warning_and_built_agai
 @pytest.mark.compiles
 def test_a_package_built_by_another_torch_version_is_ignored_with_a_warning(one_row, tmp_path, caplog, monkeypatch):
     model, cache, built = one_row
-    real = model_compile.environment
-    monkeypatch.setattr(model_compile, "environment", lambda device: {**real(device), "torch": "2.0.0 (0123456789ab)"})
+    runtime, real = model_compile.runtime, model_compile.environment  # compile_graphs' module: where it looks them up
+    monkeypatch.setattr(runtime, "environment", lambda device: {**real(device), "torch": "2.0.0 (0123456789ab)"})
     rebuilt = []
 
     def build(model, cache, graph, path, metadata, mode):  # what compile_graphs sends to be built again
         rebuilt.append(graph.name)
         raise Stop
 
-    monkeypatch.setattr(model_compile, "_build", build)
+    monkeypatch.setattr(runtime, "build", build)
     with caplog.at_level(logging.WARNING, logger="model.compile"), pytest.raises(Stop):
         compile_one_row(model, cache, tmp_path)
     assert rebuilt == built[:1], "the first package, of another torch version, is built again rather than loaded"
@@ -264,7 +272,7 @@ import json, logging, sys
 from pathlib import Path
 from torch._inductor import cpu_vec_isa
 from torch._inductor.runtime.cache_dir_utils import cache_dir
-from model.compile import _subclasses, vector_isa
+from model.compile.identity import _subclasses, vector_isa
 
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout)
 first = str(cpu_vec_isa.pick_vec_isa() or "")

@@ -1,0 +1,165 @@
+"""The compiled graphs at run time: loaded or built for a cache (`compile_graphs`), and stepping the model (`adopt`).
+
+A function's graphs each cover a range of row counts (CompiledStep); `adopt` puts them in the model's Steps
+(model/steps.py) in place of its eager functions, `uncompile` puts those back.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from model.compile.graphs import build, graph_mode, graphs_for
+from model.compile.identity import environment, weights_digest
+from model.compile.store import default_dir, load, remove_leftovers
+from model.decoding import KVCache
+from model.steps import StepGraphs, Steps
+from model.transformer import Transformer
+
+log = logging.getLogger("model.compile")  # one logger for the package
+
+
+class Cancelled(Exception):
+    """compile_graphs was asked to stop (the server is shutting down)."""
+
+
+class CompiledStep(StepGraphs):
+    """A decoder step's graphs, each for a range of row counts; called by KVCache.step. A row count no graph
+    covers runs the eager step (and is counted in `missed`, unless the graphs are `partial`: still being built)."""
+
+    rows_input = 0  # the input whose first dimension is the row count
+
+    def __init__(self, model: Transformer, fn: str):
+        self.fn, self.eager, self.graphs, self.missed, self.partial = fn, getattr(model, fn), [], 0, False
+
+    def __call__(self, *inputs: torch.Tensor):
+        n = inputs[self.rows_input].size(0)
+        for lo, hi, run in self.graphs:
+            if lo <= n <= hi:
+                return self.output(run(list(inputs)))
+        if self.partial:
+            return self.eager(*inputs)
+        if not self.missed:
+            log.warning("no compiled %s graph for %d rows; running it eagerly", self.fn, n)
+        self.missed += 1
+        return self.eager(*inputs)
+
+    @staticmethod
+    def output(outputs: list[torch.Tensor]):
+        return outputs  # the step's tensors, as the eager step returns them
+
+
+class CompiledPrefill(CompiledStep):
+    """The padded or packed prefill's graphs, for a range of sources; other batches run eagerly."""
+
+    rows_input = -1  # src (B, S) of the padded prefill, index (B, S) of the packed one
+
+    @staticmethod
+    def output(outputs: list[torch.Tensor]):
+        return outputs[0]  # cross_kv
+
+
+@dataclass
+class Compiled:
+    """compile_graphs' result: the compiled functions, and what it took to get them."""
+
+    directory: Path | None  # where the packages are (None: CUDA graphs, model/cuda_graphs.py)
+    functions: dict[str, StepGraphs] = field(default_factory=dict)  # by the model function (Steps' field) they run
+    seconds: float = 0.0
+    built: list[str] = field(default_factory=list)  # graphs compiled now
+    loaded: list[str] = field(default_factory=list)  # graphs read from packages
+    started: float = field(default_factory=time.perf_counter)
+    order: list[str] = field(default_factory=list)  # every graph's name, in the order they are built or loaded
+
+    @property
+    def missed(self) -> int:
+        return sum(f.missed for f in self.functions.values())
+
+    @property
+    def names(self) -> list[str]:
+        """The graphs built or loaded, in the order compile_graphs took them."""
+        return sorted(self.built + self.loaded, key=self.order.index)
+
+    def so_far(self) -> Compiled:
+        """A copy of the graphs built or loaded so far, to adopt while compile_graphs goes on: the rows and steps
+        they do not cover yet run eagerly, without a warning."""
+        functions = {}
+        for name, f in self.functions.items():
+            functions[name] = copy.copy(f)
+            functions[name].graphs, functions[name].partial = list(f.graphs), True
+        return Compiled(self.directory, functions, time.perf_counter() - self.started, list(self.built),
+                        list(self.loaded), self.started, self.order)  # fmt: skip
+
+
+def compile_graphs(
+    model: Transformer, cache: KVCache, log: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] | None = None, steps: Iterable[str] = ("greedy", "logprobs"),
+    directory: Path | None = None, mode: str = "max-autotune", ready: Callable[[Compiled], None] | None = None,
+    building: Callable[[], None] | None = None,
+) -> Compiled:  # fmt: skip
+    """Every graph the cache's steps (and admissions) run, loaded from `directory` (default_dir()) or built into it;
+    `model` and `cache` are only read. `cancelled` is asked before each graph: True raises Cancelled. `steps`: which
+    steps to compile, the greedy one and the full one (log-probabilities) by default. mode: "max-autotune" (the GEMMs
+    of the small-row steps benchmarked, the results cached: graph_mode) or "default". `ready`, when given, is handed
+    Compiled.so_far() after each graph but the last (the server adopts them one by one); `building` is called before
+    each graph that has to be built rather than loaded."""
+    device = cache.kv.device
+    directory = Path(directory or default_dir()) / weights_digest(model)
+    remove_leftovers(directory)
+    expected = environment(device)  # on a CPU, vector_isa() first mends broken ISA probes: builds stay vectorised
+    shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
+    screen = model.screen
+    quantized = getattr(model, "quantized", None)  # "int8": model/quantize.py's layers, which Inductor lowers to int8
+    graphs = graphs_for(model, cache, steps)
+    compiled = Compiled(directory, order=[g.name for g in graphs])
+    t0 = compiled.started
+    for i, graph in enumerate(graphs):
+        if cancelled is not None and cancelled():
+            raise Cancelled("compiling cancelled")
+        screened = f"-screen{screen.min_rows}" if screen is not None and graph.fn == "greedy_step" else ""
+        built_as = graph_mode(graph, mode) if not quantized else "default"  # max-autotune's GEMM choices are float's
+        path = directory / f"{graph.name}-{shape}{screened}{f'-{quantized}' if quantized else ''}-{built_as}.pt2"
+        run, how = (load(path, expected) if path.exists() else None), "loaded"
+        if run is None:
+            if building is not None:
+                building()
+            build(model, cache, graph, path, {**expected, "graph": path.name}, built_as)
+            run, how = load(path, expected), "built"
+            if run is None:
+                raise RuntimeError(f"the compiled graph {path} does not load")
+        getattr(compiled, how).append(graph.name)
+        if graph.fn not in compiled.functions:
+            kind = CompiledPrefill if graph.fn.startswith("prefill") else CompiledStep
+            compiled.functions[graph.fn] = kind(model, graph.fn)
+        compiled.functions[graph.fn].graphs.append((graph.lo, graph.hi, run))
+        if log:
+            log(f"{how} the {graph.fn} graph for {graph.lo}-{graph.hi} rows ({time.perf_counter() - t0:.0f} s so far)")
+        if ready is not None and i < len(graphs) - 1:
+            ready(compiled.so_far())
+    compiled.seconds = time.perf_counter() - t0
+    return compiled
+
+
+def adopt(model: Transformer, compiled: Compiled) -> None:
+    """The model steps with the compiled graphs from its next step on (KVCache takes model.steps' functions every
+    step; call this between steps): they take their functions' places in model.steps, the others stay as they are.
+    The cache's contents are the same either way, so sequences in flight go on."""
+    model.steps = replace(model.steps, **compiled.functions)
+
+
+def compile_model(model: Transformer, cache: KVCache, **options) -> Compiled:
+    """compile_graphs, then adopt: the model steps compiled from now on."""
+    compiled = compile_graphs(model, cache, **options)
+    adopt(model, compiled)
+    return compiled
+
+
+def uncompile(model: Transformer) -> None:
+    """Back to the eager model."""
+    model.steps = Steps.eager(model)
