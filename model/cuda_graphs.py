@@ -96,6 +96,10 @@ class GraphedSteps:
         return c.tokens[:rows], c.positions[:rows], c.kv[:, :, :rows, :, :t], c.cross_kv[:, :, :rows, :, :s], \
             c.src_keep[:rows, :s]  # fmt: skip
 
+    def function(self, fn: str) -> Callable[..., tuple[torch.Tensor, ...]]:
+        """The model function a family of FAMILIES captures: the greedy step whole, or the full step's decoder."""
+        return self.model.greedy_step if fn == "greedy_step" else self.model.step_hidden
+
     @torch.inference_mode()
     def capture(self, fn: str, rows: int, window: int) -> None:
         """Capture `fn` for `rows` rows and `window` keys. Only reads the cache, so sequences in flight go on."""
@@ -104,7 +108,7 @@ class GraphedSteps:
         if self.emulate:
             self.graphs[fn, rows, window] = (None, pointers, ())
             return
-        run = getattr(self.model, fn)
+        run = self.function(fn)
         stream = torch.cuda.Stream(self.cache.kv.device)
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up off the capture: cuBLAS picks and allocates its workspace
@@ -132,7 +136,7 @@ class GraphedSteps:
         if pointers != tuple(x.data_ptr() for x in inputs):
             raise RuntimeError("a CUDA graph replays only on the cache it was captured on")
         if graph is None:  # emulated
-            outputs = getattr(self.model, fn)(*inputs)
+            outputs = self.function(fn)(*inputs)
         else:
             graph.replay()
         self.replays += 1
