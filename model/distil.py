@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from model.tokenizer import read_lines
-from model.train import language_of
+from model.train.args import language_of
 
 # The bundled model's settings (README, Training): a teacher is T0's command, the student s6's last step.
 TEACHER = ("--d-model 256 --heads 4 --d-ff 1024 --encoder-layers 3 --decoder-layers 3 --dropout 0.2 "

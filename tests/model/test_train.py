@@ -6,12 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import model.train
+import model.train.bpe_dropout
+import model.train.loop
 from model.checkpoint import load_checkpoint
 from model.evaluate import main as eval_main
 from model.evaluate import translate_corpus
-from model.train import batch_loss, dropout_sources, language_of, load_grown, teacher_probs
 from model.train import main as train_main
+from model.train.args import language_of
+from model.train.bpe_dropout import dropout_sources
+from model.train.loss import batch_loss, teacher_probs
+from model.train.state import load_grown
 from model.transformer import Transformer, TransformerConfig
 from tests.conftest import tiny_config, train_args, write_corpus
 
@@ -301,9 +305,9 @@ def test_bpe_dropout_feeds_the_student_cut_sources_the_teacher_the_served_ones_a
         draws.append(a[1])
         return dropout_sources(*a)
 
-    monkeypatch.setattr(model.train, "batch_loss", student_loss)
-    monkeypatch.setattr(model.train, "teacher_probs", teacher)
-    monkeypatch.setattr(model.train, "dropout_sources", draw)
+    monkeypatch.setattr(model.train.loop, "batch_loss", student_loss)  # where the loop looks them up
+    monkeypatch.setattr(model.train.loop, "teacher_probs", teacher)
+    monkeypatch.setattr(model.train.bpe_dropout, "dropout_sources", draw)
     out = tmp_path / "student"
     args = train_args(tmp_path, pairs, out, epochs=2)
     args = [*args, "--teacher", str(trained_checkpoint), "--bpe-dropout", "0.2", "--dropout", "0.1"]

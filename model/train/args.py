@@ -1,0 +1,108 @@
+"""nmt-train: train a Transformer on a parallel corpus; resumable, seeded, keeps the best checkpoint.
+
+Started by torchrun (`torchrun --nproc-per-node N -m model.train ...`), it trains with DistributedDataParallel: each
+global batch of --batch-tokens is cut into N shards of its sentences and the update is the one-process update on
+the whole batch, so the batches, the learning-rate schedule and --resume do not depend on N."""
+
+# The docstring above is nmt-train's --help; this file is its command line: the flags, the checks on them, and the
+# names a corpus file and a checkpoint directory are read by.
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="nmt-train", description=__doc__)
+    a = p.add_argument
+    a("--train-src", required=True)
+    a("--train-tgt", required=True)
+    a("--valid-src", required=True)
+    a("--valid-tgt", required=True)
+    a("--out", required=True, help="checkpoint directory to write (best model + train_state/)")
+    a("--source-language", help="language code in the metadata (default: from --train-src, e.g. train.en.gz -> en)")
+    a("--target-language", help="language code in the metadata (default: from --train-tgt)")
+    a("--init-from", metavar="DIR", help="start from this nmt-train checkpoint's weights, shape and vocabulary (the "
+      "shape and --vocab-size flags are then ignored; dropout and the rest apply): fine-tuning, e.g. on a teacher's "
+      "translations")  # fmt: skip
+    a("--grow-encoder", type=int, default=0, metavar="N", help="with --init-from: add N encoder layers above the "
+      "checkpoint's, each starting as the identity (its attention's and feed-forward's output projections zero), so "
+      "that the grown model first translates exactly as the checkpoint does; the encoder runs once a sentence, so its "
+      "depth costs far less to serve than the decoder's")  # fmt: skip
+    a("--vocab-size", type=int, default=8000, help="joint BPE vocabulary incl. 256 byte tokens")
+    a("--d-model", type=int, default=256)
+    a("--heads", type=int, default=4)
+    a("--encoder-layers", type=int, default=3)
+    a("--decoder-layers", type=int, default=3)
+    a("--d-ff", type=int, default=1024)
+    a("--dropout", type=float, default=0.1)
+    a("--attention-dropout", type=float, default=0.0)
+    a("--activation-dropout", type=float, default=0.0)
+    a("--norm", choices=["pre", "post"], default="pre")
+    a("--activation", choices=["relu", "gelu"], default="relu")
+    a("--label-smoothing", type=float, default=0.1)
+    a("--r-drop", type=float, default=0.0, metavar="ALPHA", help="R-Drop: each sentence runs twice under different "
+      "dropout, and ALPHA weighs the symmetric KL divergence of the two predictions (0 = off; 5 in the paper's "
+      "translation runs); a step then costs about 2.5 times as much")  # fmt: skip
+    a("--teacher", action="append", default=[], metavar="DIR", help="word-level knowledge distillation: this "
+      "checkpoint (repeat for an ensemble, whose probabilities are averaged) predicts every target token beside the "
+      "student, and the student also learns its distribution (see --kd-alpha). Teachers must share the student's "
+      "vocabulary; a student trained from scratch takes the first teacher's. Each costs a forward pass a step")  # fmt: skip
+    a("--bpe-dropout", type=float, default=0.0, metavar="P", help="BPE-dropout (Provilkov et al. 2020) on the "
+      "source side: each epoch encodes the training sources anew, each BPE merge skipped with probability P (0.1 in "
+      "the paper), so that the model reads a word cut in many ways. The targets, the teachers' inputs and validation "
+      "keep the segmentation served (0 = off)")  # fmt: skip
+    a("--kd-alpha", type=float, default=0.5, metavar="A", help="with --teacher: the loss is (1 - A) x the "
+      "label-smoothed cross-entropy on the training targets + A x KL(teachers || student), per target token")  # fmt: skip
+    a("--lr", type=float, default=4e-3, help="peak learning rate after warm-up")
+    a("--warmup", type=int, default=1000, help="warm-up steps; then lr decays as 1/sqrt(step)")
+    a("--weight-decay", type=float, default=0.0)
+    a("--clip", type=float, default=1.0, help="gradient norm clipping")
+    a("--batch-tokens", type=int, default=6000, help="source+target tokens per batch, padding included")
+    a("--max-len", type=int, default=128, help="drop training pairs longer than this (tokens)")
+    a("--epochs", type=int, default=30)
+    a("--max-minutes", type=float, default=0.0, help="stop training after this long (0 = no limit)")
+    a("--max-steps", type=int, default=0, help="stop after this many updates in all (0 = no limit); --resume continues")
+    a("--log-steps", metavar="FILE", help="append one JSON line per update: step, epoch, loss, lr, sentences, tokens")
+    a("--average-last", type=int, default=5, help="also try the average of the last N epoch checkpoints")
+    a("--valid-bleu-sentences", type=int, default=0, help="score BLEU on the first N validation lines (0 = all)")
+    a("--bf16", action="store_true", help="bfloat16 autocast (CPUs with AVX-512 BF16, recent GPUs)")
+    a("--threads", type=int, default=0, help="threads a process (0 = torch's default; the cores / N under torchrun)")
+    a("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="under torchrun: cuda:LOCAL_RANK")
+    a("--seed", type=int, default=1)
+    a("--resume", action="store_true", help="continue from --out/train_state if it exists")
+    return p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, rank: int) -> None:
+    """Exits with what is wrong if the flags ask for what nmt-train cannot do (rank 0 alone looks at the disk)."""
+    init = Path(args.init_from) if args.init_from else None
+    if init and rank == 0 and not written_by_nmt_train(init):
+        sys.exit(
+            f"nmt-train: --init-from {init} is not a checkpoint written by nmt-train (config.json, tokenizer.json)"
+        )
+    for t in args.teacher:
+        if rank == 0 and not written_by_nmt_train(Path(t)):
+            sys.exit(f"nmt-train: --teacher {t} is not a checkpoint written by nmt-train (config.json, tokenizer.json)")
+    if args.grow_encoder and not (init and args.grow_encoder > 0):
+        sys.exit("nmt-train: --grow-encoder takes a positive number of layers and needs --init-from")
+    if not 0 <= args.bpe_dropout < 1:
+        sys.exit(f"nmt-train: --bpe-dropout is a probability below 1, not {args.bpe_dropout}")
+    if args.teacher and not 0 <= args.kd_alpha <= 1:
+        sys.exit(f"nmt-train: --kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
+
+
+def language_of(path: str) -> str:
+    """The language code a corpus file's name ends with (train.fr.gz -> fr), or "unknown"."""
+    name = Path(path).name.removesuffix(".gz")
+    code = name.rsplit(".", 1)[-1] if "." in name else ""
+    return code if code.isalpha() and 2 <= len(code) <= 3 else "unknown"
+
+
+def written_by_nmt_train(dir_: Path) -> bool:
+    """Whether dir_ holds a checkpoint nmt-train wrote (--init-from and --teacher take no other)."""
+    return (dir_ / "config.json").is_file() and (dir_ / "tokenizer.json").is_file()
