@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-from common import cpu_description  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from bench.common import cpu_description
 
 CHILD = r"""
 import asyncio, json, sys, time

@@ -42,12 +42,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from common import DEFAULT_MODEL, cpu_description  # noqa: E402
-
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.transformer import DecoderLayer, Transformer  # noqa: E402
+from bench.common import DEFAULT_MODEL, cpu_description
+from model.checkpoint import load_checkpoint
+from model.transformer import DecoderLayer, Transformer
 
 VARIANTS = ("duplicated", "gathered", "grouped")
 

@@ -55,8 +55,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import DEFAULT_MODEL, cpu_description  # noqa: E402
-from bench.server import HOST, Server  # noqa: E402
+from bench.common import DEFAULT_MODEL, cpu_description
+from bench.server import HOST, Server
 
 TEXT = "A man is riding a bike."
 STREAMED = "Two young men are playing football in a park. A dog runs after the ball."

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
+from model.checkpoint import load_checkpoint
+from model.tokenizer import Tokenizer, read_lines
+from model.transformer import Transformer
 
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.tokenizer import Tokenizer, read_lines  # noqa: E402
-from model.transformer import Transformer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
 
 
 def cpu_description() -> str:

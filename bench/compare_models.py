@@ -15,7 +15,6 @@ shape and parameters, and with --ref each model's BLEU (lowercased). One JSON li
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -23,13 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from common import corpus_arguments, cpu_description  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("peers", ROOT / "bench" / "peers.py")
-peers = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
-_spec.loader.exec_module(peers)
+from bench import peers
+from bench.common import corpus_arguments, cpu_description
 
 ENGINES = ["ours_compiled", "ours_compiled_fp32", "ours_eager", "ours_int8_compiled"]
 

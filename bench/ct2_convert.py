@@ -19,12 +19,12 @@ import torch
 from ctranslate2.specs import common_spec, transformer_spec
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.ct2_translator import BeamTranslator, GreedyTranslator  # noqa: E402, F401 - importable from here too
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.tokenizer import BOS, EOS, UNK, Tokenizer  # noqa: E402
-from model.transformer import MultiHeadAttention, Transformer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.ct2_translator import BeamTranslator, GreedyTranslator  # noqa: F401 - importable from here too
+from model.checkpoint import load_checkpoint
+from model.tokenizer import BOS, EOS, UNK, Tokenizer
+from model.transformer import MultiHeadAttention, Transformer
 
 ACTIVATIONS = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}  # F.gelu is the erf form
 

@@ -9,10 +9,13 @@ the same tokens.
 from __future__ import annotations
 
 import json
+import sys
 import time
+from pathlib import Path
 
-from common import corpus_arguments, load_corpus, pad_batch
-
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.common import corpus_arguments, load_corpus, pad_batch
 from model.decoding import greedy_decode, greedy_decode_reference
 from model.evaluate import max_new_tokens_for
 

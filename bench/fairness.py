@@ -32,9 +32,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import DEFAULT_MODEL, cpu_description  # noqa: E402
-from bench.load import RawConnection, percentile  # noqa: E402
-from bench.server import Server  # noqa: E402
+from bench.common import DEFAULT_MODEL, cpu_description
+from bench.load import RawConnection, percentile
+from bench.server import Server
 
 BIG_SENTENCE = "A dog runs."
 SENTENCES = [

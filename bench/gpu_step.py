@@ -27,15 +27,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from common import DEFAULT_MODEL, pad_batch  # noqa: E402
-from peers import exact_float32, gpu_description, torch_dtype  # noqa: E402
-
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.decoding import KVCache  # noqa: E402
-from model.tokenizer import load_tokenizer, read_lines  # noqa: E402
-from model.transformer import Transformer  # noqa: E402
+from bench.common import DEFAULT_MODEL, pad_batch
+from bench.peers import exact_float32, gpu_description, torch_dtype
+from model.checkpoint import load_checkpoint
+from model.decoding import KVCache
+from model.tokenizer import load_tokenizer, read_lines
+from model.transformer import Transformer
 
 FALLBACK_LENGTHS = [9, 12, 14, 15, 16, 17, 18, 20, 23, 28]  # source tokens, when no --src is given
 # OPUS-MT's en-de as nmt-import reads its config.json (model/importers/marian.py)

@@ -33,8 +33,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import DEFAULT_MODEL, cpu_description  # noqa: E402
-from bench.server import Server  # noqa: E402
+from bench.common import DEFAULT_MODEL, cpu_description
+from bench.server import Server
 
 SIZES = (1, 2, 4)
 SLACK = 1.5  # a ratio over SLACK x the size ratio is flagged superlinear (timing noise stays well under it)

@@ -61,8 +61,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from peers import ISA_LIMITS, keep_to  # noqa: E402
+from bench.peers import ISA_LIMITS, keep_to
 
 DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
 
@@ -355,9 +354,8 @@ def ct2_in_process(args: argparse.Namespace) -> Iterator[tuple[str, Callable[[in
     and returns sentences/s."""
     import tempfile
 
-    from peers import decode_once, start_worker, stop_worker
-
     from bench.ct2_convert import convert
+    from bench.peers import decode_once, start_worker, stop_worker
     from model.checkpoint import load_checkpoint
 
     base = "ct2_int8" if args.quantize == "int8" else "ct2_fp32"

@@ -23,16 +23,14 @@ import sys
 import time
 from pathlib import Path
 
+from asgi_lifespan import LifespanManager
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from asgi_lifespan import LifespanManager  # noqa: E402
-from common import corpus_arguments, read_sentences  # noqa: E402
-
-from app.main import create_app  # noqa: E402
-from app.settings import Settings  # noqa: E402
-from model.decoding import Hypothesis  # noqa: E402
+from app.main import create_app
+from app.settings import Settings
+from bench.common import corpus_arguments, read_sentences
+from model.decoding import Hypothesis
 
 
 async def post(app, path: str, body: bytes) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import cpu_description  # noqa: E402
+from bench.common import cpu_description
 
 DEFAULT_MODELS = f"{ROOT / 'checkpoints' / 'multi30k-en-de'},{ROOT / 'checkpoints' / 'multi30k-en-fr'}"
 

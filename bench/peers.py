@@ -78,11 +78,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from common import corpus_arguments, cpu_description, read_sentences  # noqa: E402
-
-from model.decoding import max_new_tokens_for  # noqa: E402 - imports torch, runs nothing in it
+from bench.common import corpus_arguments, cpu_description, read_sentences
+from model.decoding import max_new_tokens_for  # imports torch, runs nothing in it
 
 ENGINES = [
     "ct2_fp32", "ct2_fp32_dnnl", "ct2_int8", "ct2_int8_dnnl", "ours_compiled", "ours_compiled_fp32", "ours_eager",
@@ -142,8 +139,7 @@ class Unavailable(RuntimeError):
 
 def ours(model, pad_id: int, cache=None, device=None, judge: Callable | None = None) -> Engine:
     """Greedy decoding on the model; `judge(source ids, hypothesis)` is called on each sentence when given."""
-    from common import pad_batch
-
+    from bench.common import pad_batch
     from model.decoding import greedy_decode
 
     def decode(batch: list[list[int]], budget: int) -> list[tuple[list[int], int]]:
@@ -215,8 +211,8 @@ def ct2_engine(name: str, args) -> tuple[Engine, list[list[int]]]:
 
 def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]]:
     import torch
-    from common import load_corpus
 
+    from bench.common import load_corpus
     from model.decoding import KVCache
 
     model, _, encoded = load_corpus(args)
@@ -298,7 +294,8 @@ def hf_generate(model, pad_id: int, forced_eos: int, device) -> Engine:
     """transformers' greedy generate on our source ids (a Marian import's ids are Marian's): max_new_tokens is our
     budget, whose last token transformers forces to </s> as ours does (forced_eos_token_id); counted as ours counts."""
     import torch
-    from common import pad_batch
+
+    from bench.common import pad_batch
 
     eos = model.config.eos_token_id
 

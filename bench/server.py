@@ -15,7 +15,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.load import free_port  # noqa: E402
+from bench.load import free_port
 
 HOST = "127.0.0.1"
 

@@ -34,10 +34,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from common import corpus_arguments, cpu_description, load_corpus, pad_batch
-
+from bench.common import corpus_arguments, cpu_description, load_corpus, pad_batch
 from model.decoding import KVCache, greedy_decode, remove_rows
 from model.transformer import Transformer, TransformerConfig
 

@@ -27,8 +27,9 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.load import DEFAULT_MODEL, ROOT, RawConnection, percentile, running_server
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.load import DEFAULT_MODEL, RawConnection, percentile, running_server
 
 DEFAULT_SRC = ROOT.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en.gz"
 FALLBACK = [

@@ -17,6 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
 HARD_CASES: list[tuple[str, list[str]]] = [
     ("A woman with a red umbrella walks down a busy street. A dog follows her. It is raining.",
      ["A woman with a red umbrella walks down a busy street.", "A dog follows her.", "It is raining."]),
@@ -91,8 +94,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=20, help="the cases joined into one text this many times, timed")
     args = p.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import cpu_description
+    from bench.common import cpu_description
 
     print(f"CPU: {cpu_description()}")
     text = " ".join(t for t, _ in HARD_CASES * args.repeat)

@@ -39,12 +39,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-from common import DEFAULT_MODEL, cpu_description  # noqa: E402
-from load import free_port  # noqa: E402
-
-from model.tokenizer import read_lines  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from bench.common import DEFAULT_MODEL, cpu_description
+from bench.load import free_port
+from model.tokenizer import read_lines
 
 RUNS = {  # name: (NMT_COMPILE, which cache directory)
     "off": ("off", "fresh"),

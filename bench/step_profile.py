@@ -30,8 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from peers import ISA_LIMITS, keep_to  # noqa: E402
+from bench.peers import ISA_LIMITS, keep_to
 
 VARIANTS = {
     "default": {},
@@ -81,9 +80,9 @@ def main() -> None:
 
     import torch
     import torch.nn.functional as F
-    from common import cpu_description
 
     import model.compile as mc
+    from bench.common import cpu_description
     from model.checkpoint import load_checkpoint
     from model.decoding import KVCache
     from model.quantize import Int8Linear

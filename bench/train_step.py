@@ -20,15 +20,13 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from common import cpu_description  # noqa: E402
-
-from model.transformer import Transformer, TransformerConfig  # noqa: E402
+from bench.common import cpu_description
+from model.transformer import Transformer, TransformerConfig
 
 
 def main() -> None:

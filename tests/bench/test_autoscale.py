@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-_spec = importlib.util.spec_from_file_location("autoscale", BENCH / "autoscale.py")
-autoscale = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
-sys.modules["autoscale"] = autoscale  # its dataclasses look their module up there
-_spec.loader.exec_module(autoscale)
+from bench import autoscale
 
 # one replica as bench/load.py measured it (sentences/s by requests in flight): rising with the batch, then flat
 LEVELS = [(1, 100.0), (8, 230.0), (32, 300.0), (64, 300.0)]

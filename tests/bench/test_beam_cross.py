@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-_spec = importlib.util.spec_from_file_location("beam_cross", BENCH / "beam_cross.py")
-beam_cross = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
-_spec.loader.exec_module(beam_cross)
+from bench import beam_cross
 
 
 def test_variants_agree_and_every_figure_is_reported(tiny_model):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -18,10 +15,7 @@ from tests.synthetic import synthetic_pairs
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed: pip install -e '.[test]'")
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-_spec = importlib.util.spec_from_file_location("ct2_convert", BENCH / "ct2_convert.py")
-ct2_convert = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
-_spec.loader.exec_module(ct2_convert)
+from bench import ct2_convert  # after the skip: it imports ctranslate2
 
 
 def padded(rows: list[list[int]], pad: int = 0) -> torch.Tensor:

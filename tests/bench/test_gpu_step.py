@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,13 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench import gpu_step
 from model.decoding import KVCache
 from model.importers.marian import model_config
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-_spec = importlib.util.spec_from_file_location("gpu_step", BENCH / "gpu_step.py")
-gpu_step = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
-_spec.loader.exec_module(gpu_step)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no CUDA device")
@@ -60,8 +57,7 @@ def test_random_sources_have_the_lengths_given_and_no_special_ids_inside(tiny_mo
 
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "emulated-graphs"])
 def test_timed_steps_run_on_eager_and_graphed_steps_and_leave_the_cache_empty(tiny_model, graphs):
-    from common import pad_batch
-
+    from bench.common import pad_batch
     from model.compile import uncompile
     from model.cuda_graphs import capture_model
 

@@ -3,18 +3,12 @@ and --mps's daemon, with a stand-in for NVIDIA's control program."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
 from app.segment import segment
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-_spec = importlib.util.spec_from_file_location("load", BENCH / "load.py")
-load = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
-_spec.loader.exec_module(load)
+from bench import load
 
 SENTENCES = ["A dog runs.", "Two men wearing black in a city", "Is it raining?", "  A child swims!  ", "A cat sits."]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import subprocess
 import sys
@@ -11,14 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench import peers
 from model.checkpoint import load_checkpoint
 from model.decoding import max_new_tokens_for
 from tests.importers.marian_fixture import held_out_sentences
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-_spec = importlib.util.spec_from_file_location("peers", BENCH / "peers.py")
-peers = importlib.util.module_from_spec(_spec)  # bench/ holds scripts, not a package
-_spec.loader.exec_module(peers)
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no CUDA device")
 
