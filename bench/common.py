@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from model.checkpoint import load_checkpoint
+from model.cpu import cpu_info
 from model.tokenizer import Tokenizer, read_lines
 from model.transformer import Transformer
 
@@ -18,16 +19,8 @@ DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
 
 def cpu_description() -> str:
     """The CPU model, its core count and the flags that decide speed here (figures from different CPUs differ)."""
-    model, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
+    cpu = cpu_info()
+    model, flags = cpu.model or "unknown CPU", cpu.flags
     wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
     return f"{model}, {os.cpu_count()} cores, flags: {' '.join(f for f in wanted if f in flags) or 'none of ' + str(wanted)}"
 

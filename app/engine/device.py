@@ -6,6 +6,8 @@ import platform
 
 import torch
 
+from model.cpu import cpu_info
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -32,11 +34,4 @@ def device_name(device: torch.device) -> str:
     """The GPU's name on CUDA, else the CPU's model name."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return cpu_info().model or platform.processor() or platform.machine() or "unknown CPU"
