@@ -12,8 +12,13 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-ASSETS = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
+TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+# The page's files by name, listed once from static/: its stylesheet and its JavaScript modules (main.js, the entry,
+# and what it imports; a module served as anything but JavaScript does not run). Any other name is a 404, so a
+# request reaches no other file.
+ASSETS = {path.name: TYPES[path.suffix] for path in sorted(STATIC_DIR.glob("*")) if path.suffix in TYPES}
 # Everything comes from this server: no CDN, no external fonts, and the page cannot talk to another origin.
+# script-src 'self' lets the entry module and the modules it imports load, all from this origin.
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -33,7 +38,7 @@ async def viewer() -> FileResponse:
 
 @router.get("/static/{name}")
 async def asset(name: str) -> FileResponse:
-    """The page's stylesheet and script."""
+    """The page's stylesheet and its JavaScript modules."""
     if name not in ASSETS:
         raise HTTPException(404)
     return FileResponse(STATIC_DIR / name, media_type=ASSETS[name], headers=HEADERS)
