@@ -16,6 +16,8 @@ from tests.app.conftest import serve
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
+# A module's static imports and re-exports: `import {a, b} from "./x.js"` (over several lines too), `import "./x.js"`
+IMPORT = re.compile(r"""^\s*(?:(?:import|export)\b[^"';]*?\bfrom|import)\s*["']([^"']+)["']""", re.MULTILINE)
 
 
 @pytest.mark.parametrize("path", ["/", "/viewer"])
@@ -27,7 +29,7 @@ async def test_the_page_is_served_at_root_and_viewer(client, path):
              'id="source-language"', 'id="target-language"')  # fmt: skip
     for hook in hooks:
         assert hook in r.text
-    assert 'src="static/viewer.js"' in r.text and 'href="static/viewer.css"' in r.text
+    assert '<script type="module" src="static/main.js"></script>' in r.text and 'href="static/viewer.css"' in r.text
     csp = r.headers["content-security-policy"]
     assert "connect-src 'self'" in csp and "script-src 'self'" in csp and "default-src 'none'" in csp
 
@@ -37,9 +39,32 @@ async def test_the_assets_are_served_with_their_types_and_nothing_else_is(client
         r = await client.get(f"/static/{name}")
         assert r.status_code == 200 and r.headers["content-type"] == kind
         assert r.content == (STATIC_DIR / name).read_bytes()
+    assert {"viewer.css", "main.js"} <= set(ASSETS)
     r = await client.get("/static/index.html.bak")
     assert (r.status_code, r.json()["type"]) == (404, "not_found")
     assert (await client.get("/static/..%2Fviewer.py")).status_code == 404
+    assert (await client.get("/static/main.js.map")).status_code == 404
+
+
+async def test_every_module_the_entry_imports_is_served_as_javascript(client):
+    """The page's module graph, read as the browser reads it: main.js from index.html, then every import in what the
+    server sends, each a sibling (./name.js) served as JavaScript; and no file in static/ that nothing imports."""
+    page = (await client.get("/")).text
+    (entry,) = re.findall(r'<script type="module" src="static/([\w-]+\.js)"></script>', page)
+    seen, todo = set(), [entry]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        r = await client.get(f"/static/{name}")
+        assert (r.status_code, r.headers["content-type"]) == (200, "text/javascript; charset=utf-8"), name
+        specifiers = IMPORT.findall(r.text)
+        assert specifiers or name != entry
+        for spec in specifiers:
+            assert re.fullmatch(r"\./[\w-]+\.js", spec), f"{name} imports {spec!r}: a sibling ./name.js, please"
+            todo.append(spec.removeprefix("./"))
+    assert seen == {p.name for p in STATIC_DIR.glob("*.js")}, "a module in app/static that main.js never imports"
 
 
 async def test_the_page_stays_out_of_the_api_schema(client):
@@ -49,7 +74,7 @@ async def test_the_page_stays_out_of_the_api_schema(client):
 
 async def test_the_page_is_open_when_an_api_key_is_set_and_the_api_is_not(tiny_checkpoint):
     async with serve(Settings(model_dir=tiny_checkpoint, api_key="s3cret")) as (_, client):
-        for path in ("/", "/viewer", "/static/viewer.js", "/static/viewer.css"):
+        for path in ("/", "/viewer", "/static/main.js", "/static/api.js", "/static/viewer.css"):
             assert (await client.get(path)).status_code == 200, path
         r = await client.post("/attention", json={"text": "A dog."})
         assert (r.status_code, r.json()["type"]) == (401, "unauthorized")
@@ -69,5 +94,5 @@ def test_every_static_file_is_package_data():
     """A non-editable install must carry the page: pyproject's package-data covers every file in app/static."""
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["app"]
     files = [p.relative_to(STATIC_DIR.parent).as_posix() for p in STATIC_DIR.rglob("*") if p.is_file()]
-    assert {"static/index.html", "static/viewer.css", "static/viewer.js"} <= set(files)
+    assert {"static/index.html", "static/viewer.css", "static/main.js", "static/api.js"} <= set(files)
     assert all(any(fnmatch.fnmatch(f, pat) for pat in patterns) for f in files), (files, patterns)

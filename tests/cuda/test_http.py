@@ -153,13 +153,13 @@ async def test_attention_has_a_row_per_query_that_sums_to_one(served):
 
 
 async def test_what_the_viewer_loads(served):
-    """The page, then its calls (app/static/viewer.js): /info; /tokenize, a beam search with alternatives, scores
-    and alignments, and /attention teacher-forced on the best translation."""
+    """The page, then its calls (app/static/main.js and its modules): /info; /tokenize, a beam search with
+    alternatives, scores and alignments, and /attention teacher-forced on the best translation."""
     app, client, _ = served
     tokenizer = app.state.engine.tokenizer
     page = await client.get("/")
-    assert page.status_code == 200 and 'src="static/viewer.js"' in page.text
-    assert (await client.get("/static/viewer.js")).status_code == 200
+    assert page.status_code == 200 and 'src="static/main.js"' in page.text
+    assert (await client.get("/static/main.js")).status_code == 200
     info = (await client.get("/info")).json()
     assert info["languages"] == {"source": "en", "target": "de"} and info["limits"]["max_input_tokens"] > 0
     text = "A little girl climbs into a wooden playhouse."
