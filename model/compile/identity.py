@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from model.cpu import cpu_info
 from model.transformer import Transformer
 
 log = logging.getLogger("model.compile")  # one logger for the package
@@ -46,16 +47,8 @@ def weights_digest(model: Transformer) -> str:
 
 def cpu_features() -> str:
     """The CPU's model name and a digest of its feature flags (what Inductor's C++ kernels are built for)."""
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = " ".join(sorted(value.split()))
-    except OSError:
-        pass
+    cpu = cpu_info()
+    model, flags = cpu.model or platform.processor() or platform.machine(), " ".join(sorted(cpu.flags))
     return f"{model} [{hashlib.sha256(flags.encode()).hexdigest()[:12]}]"
 
 
