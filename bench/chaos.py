@@ -56,7 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description
-from bench.server import HOST, Server
+from bench.server import HOST, Server, eager_server
 
 TEXT = "A man is riding a bike."
 STREAMED = "Two young men are playing football in a park. A dog runs after the ball."
@@ -451,7 +451,7 @@ async def kill9(model_dir: str, threads: int, n: int) -> Tally:
     before = digests(model_dir)
     kinds = [post("/translate", json.dumps({"text": text}).encode()) for text in (TEXT, STREAMED)]
     kinds.append(post("/translate", json.dumps({"text": STREAMED, "stream": True, "split": "none"}).encode()))
-    server = Server(model_dir, threads, NMT_MAX_BATCH_SIZE="8")
+    server = eager_server(model_dir, threads, NMT_MAX_BATCH_SIZE="8")
     try:
         expected = {r: await solo(server.port, r) for r in kinds}
         requests = [kinds[i % 2] for i in range(n)] + [kinds[2]] * (n // 4)
@@ -466,7 +466,8 @@ async def kill9(model_dir: str, threads: int, n: int) -> Tally:
     for result in results:
         t.count(*((CUT, CUT) if result == "closed" else (result, 200)))  # in flight at the kill: cut, as expected
     t.notes["answered before the kill"], t.notes["cut"] = results.count(200), len(cut)
-    server = Server(model_dir, threads, port=server.port, NMT_MAX_BATCH_SIZE="8")  # the same port, as a supervisor
+    # on the same port, as a supervisor would restart it
+    server = eager_server(model_dir, threads, port=server.port, NMT_MAX_BATCH_SIZE="8")
     try:
         again = await asyncio.gather(*(exchange(server.port, r, expected=[expected[r]]) for r in cut))
     finally:
@@ -580,13 +581,13 @@ def main() -> None:
     limit = more_files(args.idle + 1_000)
     t0, tallies = time.monotonic(), []
 
-    server = Server(args.model_dir, args.threads, NMT_MAX_BATCH_SIZE="4")  # 4 rows: the requests stay in flight
+    server = eager_server(args.model_dir, args.threads, NMT_MAX_BATCH_SIZE="4")  # 4 rows: the requests stay in flight
     try:
         tallies.append(asyncio.run(sigterm(server, args.in_flight)))
     finally:
         server.stop()
     print(tallies[-1].line(), flush=True)
-    server = Server(args.model_dir, args.threads, NMT_HEAD_TIMEOUT_S="600")  # idle holds connections for a while
+    server = eager_server(args.model_dir, args.threads, NMT_HEAD_TIMEOUT_S="600")  # idle holds connections for a while
     try:
         for scenario in (
             lambda: disconnects(server, args.streams, args.rounds), lambda: idle(server, args.idle),
@@ -601,8 +602,8 @@ def main() -> None:
     print(tallies[-1].line(), flush=True)
     with tempfile.TemporaryDirectory(prefix="nmt-chaos-") as tmp:
         trigger, limit_s = Path(tmp) / "fail-next-step", 2.0
-        server = Server(args.model_dir, args.threads, script=FAULTY_SERVER, NMT_CHAOS_FAULT_FILE=str(trigger),
-                        NMT_HEAD_TIMEOUT_S=str(limit_s))  # fmt: skip
+        server = eager_server(args.model_dir, args.threads, script=FAULTY_SERVER, NMT_CHAOS_FAULT_FILE=str(trigger),
+                              NMT_HEAD_TIMEOUT_S=str(limit_s))  # fmt: skip
         try:
             for scenario in (lambda: step_fault(server, trigger), lambda: head_timeout(server, limit_s)):
                 tallies.append(asyncio.run(scenario()))

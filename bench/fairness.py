@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description
 from bench.load import RawConnection, percentile
-from bench.server import Server
+from bench.server import Server, eager_server
 
 BIG_SENTENCE = "A dog runs."
 SENTENCES = [
@@ -159,9 +159,9 @@ def main(argv: list[str] | None = None) -> None:
                 "at least 0")  # fmt: skip
     t0 = time.monotonic()
     with ExitStack() as stack:
-        servers = {"turns": stack.enter_context(Server(args.model_dir, args.threads))}
+        servers = {"turns": stack.enter_context(eager_server(args.model_dir, args.threads))}
         if args.fifo:
-            servers["fifo"] = stack.enter_context(Server(args.model_dir, args.threads, script=FIFO_SERVER))
+            servers["fifo"] = stack.enter_context(eager_server(args.model_dir, args.threads, script=FIFO_SERVER))
         limits = {name: httpx.get(f"{s.base}/info", timeout=10).json()["limits"] for name, s in servers.items()}
         sizes = {name: args.big_sentences or limits[name]["max_request_sequences"] for name in servers}
         bigs = {name: " ".join([BIG_SENTENCE] * n) for name, n in sizes.items()}

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description
 from bench.load import percentile
-from bench.server import Server
+from bench.server import eager_server
 from model.tokenizer import read_lines
 
 PARAGRAPHS_A_PAGE = 13
@@ -164,7 +164,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     print(cpu_description(), flush=True)
-    with tempfile.TemporaryDirectory(prefix="nmt-bench-jobs-") as jobs, Server(
+    with tempfile.TemporaryDirectory(prefix="nmt-bench-jobs-") as jobs, eager_server(
         args.model_dir, args.threads, NMT_JOB_DIR=jobs
     ) as server:  # fmt: skip
         asyncio.run(run(args, server.base))

@@ -34,7 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description
-from bench.server import Server
+from bench.server import eager_server
 
 SIZES = (1, 2, 4)
 SLACK = 1.5  # a ratio over SLACK x the size ratio is flagged superlinear (timing noise stays well under it)
@@ -156,7 +156,8 @@ def main() -> None:
     rows, bad = [], 0
     header = f"{'shape':28s} {'bytes at 1x':>11s} " + " ".join(f"{f'{s}x':>14s}" for s in SIZES) + "  2x/1x  4x/1x"
     print(header)
-    with Server(args.model_dir, args.threads) as server, httpx.Client(base_url=server.base, timeout=600) as client:
+    server = eager_server(args.model_dir, args.threads)
+    with server, httpx.Client(base_url=server.base, timeout=600) as client:
         for shape in shapes:
             results = [timed(client, shape, scale, args.repeat) for scale in SIZES]
             ratios = [t / results[0][1] for _, t in results[1:]]

@@ -47,7 +47,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.peers import ISA_LIMITS, keep_to
+from bench.server import Server
 
 DEFAULT_MODEL = ROOT / "checkpoints" / "multi30k-en-de"
 
@@ -182,45 +182,29 @@ def _batched_rate(model, tok, cache, batch: int, sentences: list[str]) -> float:
     return len(sentences) / (time.perf_counter() - t0)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def running_server(
     model_dir: str, threads: int, server_args: Sequence[str] = (), compile: bool = True, settings: dict | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """Start `nmt-serve` on a free port, wait for /ready, yield (base URL, process); SIGTERM it afterwards.
     `settings`: more NMT_* variables for it (NMT_DEVICE, NMT_DTYPE, NMT_MAX_QUEUE)."""
-    port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NMT_LOG_LEVEL": "warning", "NMT_COMPILE": str(compile)}
     env.update(settings or {})
-    cmd = ["nmt-serve", "--model-dir", model_dir, "--port", str(port), *server_args]
-    server = subprocess.Popen(cmd, env=env)
-    url = f"http://127.0.0.1:{port}"
+    server = Server(model_dir, *server_args, env=env)
+    url = server.base
     try:
         # compiling takes minutes here (seconds with the packages on disk)
         deadline = time.monotonic() + (900 if compile else 120)
-        while True:
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                sys.exit("nmt-serve did not become ready")
-            time.sleep(0.3)
+        if not server.wait_ready(deadline - time.monotonic()):
+            sys.exit("nmt-serve did not become ready")
         # ready comes while the graphs are still being built (NMT_COMPILE=background): time the compiled server
         while compile and (state := httpx.get(f"{url}/info", timeout=5).json()["compile"]["state"]) != "compiled":
-            if state in ("failed", "off") or server.poll() is not None or time.monotonic() > deadline:
+            if state in ("failed", "off") or server.proc.poll() is not None or time.monotonic() > deadline:
                 sys.exit(f"nmt-serve's graphs did not compile (state {state!r})")
             time.sleep(1)
-        yield url, server
+        yield url, server.proc
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        server.stop()
 
 
 class RawConnection:

@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description
-from bench.load import free_port
+from bench.server import Server, free_port
 from model.tokenizer import read_lines
 
 RUNS = {  # name: (NMT_COMPILE, which cache directory)
@@ -58,9 +57,9 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "NMT_LOG_LEVEL": "warning", "NMT_COMPILE": mode,
            "NMT_COMPILE_CACHE_DIR": cache_dir}  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
     t0 = time.monotonic()
-    server = subprocess.Popen(["nmt-serve", "--model-dir", args.model_dir, "--port", str(port)], env=env)
+    server = Server(args.model_dir, port=port, env=env)
+    url = server.base
     marks: dict[str, float] = {}
     answered: list[tuple[float, int]] = []  # (seconds since start, sentences) per 200
     serving: list[tuple[float, set[str]]] = []  # (seconds since start, the graphs serving), from /info
@@ -86,8 +85,8 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
     async def watch(client: httpx.AsyncClient) -> None:
         while not stop.is_set():
             now = time.monotonic() - t0
-            if server.poll() is not None:
-                sys.exit(f"{name}: nmt-serve exited with {server.returncode}")
+            if server.proc.poll() is not None:
+                sys.exit(f"{name}: nmt-serve exited with {server.proc.returncode}")
             if now > args.timeout:
                 sys.exit(f"{name}: no compiled graphs after {args.timeout} s")
             try:
@@ -112,10 +111,9 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
     try:
         async with httpx.AsyncClient() as client:
             await asyncio.gather(translate(client), watch(client))
-        rss_mb = resident_mb(server.pid)
+        rss_mb = resident_mb(server.proc.pid)
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        server.stop()
 
     def rate(start: float, end: float) -> float | None:
         done = [(t, n) for t, n in answered if start < t <= end]

@@ -1,31 +1,19 @@
-"""A real `nmt-serve` process on a free port, for the tests that talk to one over TCP (and the clients they drive)."""
+"""A real `nmt-serve` process on a free port, for the tests that talk to one over TCP (and the clients they drive),
+on bench/server.py's harness, which the benchmarks share."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import pytest
 
-
-def nmt_serve(*args: str) -> list[str]:
-    exe = shutil.which("nmt-serve")
-    return [exe, *args] if exe else [sys.executable, "-m", "app.cli", *args]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from bench.server import Server, poll_until, ready
 
 
 def env() -> dict[str, str]:
@@ -34,24 +22,15 @@ def env() -> dict[str, str]:
 
 def start_server(model_dir, log_level: str = "warning", **extra_env: str) -> tuple[subprocess.Popen, str]:
     """A real nmt-serve process on a free port (not yet ready) and its base URL."""
-    port = free_port()
-    cmd = nmt_serve("--model-dir", str(model_dir), "--port", str(port), "--device", "cpu", "--log-level", log_level)
-    proc = subprocess.Popen(
-        cmd, env={**env(), **extra_env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    return proc, f"http://127.0.0.1:{port}"
+    server = Server(model_dir, "--device", "cpu", "--log-level", log_level, env={**env(), **extra_env},
+                    output=subprocess.PIPE)  # fmt: skip
+    return server.proc, server.base
 
 
 def wait_ready(proc: subprocess.Popen, base: str, timeout: float = 90) -> None:
     """Poll /ready until 200; fail the test with the server's output if it exits or times out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{base}/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    if poll_until(proc, lambda: ready(base), timeout):
+        return
     proc.kill()
     pytest.fail(f"nmt-serve did not become ready:\n{proc.communicate(timeout=10)[0]}")
 

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from app.cli import main
-from tests.app.live import env, free_port, live_server, nmt_serve, start_server, wait_ready
+from bench.server import free_port, nmt_serve
+from tests.app.live import env, live_server, start_server, wait_ready
 
 
 @pytest.fixture

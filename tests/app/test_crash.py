@@ -28,9 +28,10 @@ import torch
 
 import model.compile as model_compile
 from app.settings import Settings
+from bench.server import Server, free_port, poll_until, ready
 from tests.app.conftest import StepGate, serve
 from tests.app.helpers import assert_stream_matches, sse, until
-from tests.app.live import env, free_port, nmt_serve
+from tests.app.live import env
 
 TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps."]
 # One row at a time: three graphs (the greedy step, the prefill, the full step) keep compiling under a minute
@@ -42,9 +43,9 @@ COMPILING = {"NMT_MAX_BATCH_SIZE": "1", "NMT_MAX_NEW_TOKENS": "16", "NMT_MAX_INP
 def server(model_dir: Path, port: int, log: Path, **settings: str) -> Iterator[subprocess.Popen]:
     """nmt-serve on `port`, its output appended to `log` (a pipe nobody reads could fill and stall it); killed on the
     way out if it still runs."""
-    cmd = nmt_serve("--model-dir", str(model_dir), "--port", str(port), "--device", "cpu", "--log-level", "info")
     with log.open("a") as out:
-        proc = subprocess.Popen(cmd, env={**env(), **settings}, stdout=out, stderr=subprocess.STDOUT)
+        proc = Server(model_dir, "--device", "cpu", "--log-level", "info", port=port, env={**env(), **settings},
+                      output=out).proc  # fmt: skip
     try:
         yield proc
     finally:
@@ -55,21 +56,11 @@ def server(model_dir: Path, port: int, log: Path, **settings: str) -> Iterator[s
 
 def wait_for(proc: subprocess.Popen, log: Path, condition, what: str, timeout: float):
     """Poll condition() until it returns something true; fail with the server's log if it exits or times out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if found := condition():
-                return found
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
+    if found := poll_until(proc, condition, timeout):
+        return found
     proc.kill()
     proc.wait()
     pytest.fail(f"nmt-serve: {what} not within {timeout} s (exit code {proc.returncode}):\n{log.read_text()}")
-
-
-def ready(base: str) -> bool:
-    return httpx.get(f"{base}/ready", timeout=2).status_code == 200
 
 
 def compile_info(base: str) -> dict:

@@ -14,8 +14,9 @@ import pytest
 
 from app.settings import Settings
 from app.workers import WorkerGroup, share
+from bench.server import nmt_serve
 from tests.app.conftest import serve
-from tests.app.live import env, gone, live_server, nmt_serve, stream_across_sigterm
+from tests.app.live import env, gone, live_server, stream_across_sigterm
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
 

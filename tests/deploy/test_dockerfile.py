@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from typing import ClassVar
 import pytest
 
 from app.settings import BUNDLED_MODEL_DIR, Settings
+from bench.server import free_port
 from tests.deploy.repo import (
     DOCKERFILE,
     ROOT,
@@ -257,10 +257,7 @@ def test_healthcheck_fails_while_not_ready(stub_server, status):
 
 
 def test_healthcheck_fails_when_nothing_listens(stub_server):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
-    assert run_healthcheck(closed) == 1
+    assert run_healthcheck(free_port()) == 1
 
 
 def test_image_files_are_plain_text_paths():

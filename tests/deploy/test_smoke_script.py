@@ -7,12 +7,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from bench.server import free_port, nmt_serve
 from tests.deploy.repo import SMOKE, compose, healthcheck, resolved_compose
 
 # A stand-in for `docker`: it logs every call; `compose ... up` starts what spec.json says with the environment
@@ -75,12 +75,6 @@ def test_script_names_services_that_the_compose_file_has():
     assert named <= set(compose()["services"])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_smoke(tmp_path, spec: dict, port: int, *args: str) -> subprocess.CompletedProcess:
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     bin_dir.mkdir()
@@ -108,11 +102,6 @@ def run_smoke(tmp_path, spec: dict, port: int, *args: str) -> subprocess.Complet
 
 def calls(tmp_path) -> list[str]:
     return (tmp_path / "state" / "calls").read_text().splitlines()
-
-
-def nmt_serve() -> list[str]:
-    exe = shutil.which("nmt-serve")
-    return [exe] if exe else [sys.executable, "-m", "app.cli"]
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the smoke script talks to the service with curl")
