@@ -78,7 +78,7 @@ def prepared_model(
     """The model on `device` in `dtype` (its linear layers in int8 with quantize="int8", as NMT_QUANTIZE), its
     tokenizer and a KVCache of `rows` rows shaped as the server's (max_new_tokens + 1 positions, max_input_tokens
     sources), compiled as the server compiles unless compile is False: AOTInductor graphs on the CPU
-    (model/compile.py), CUDA graphs on a GPU (model/cuda_graphs.py)."""
+    (model/compile/), CUDA graphs on a GPU (model/cuda_graphs.py)."""
     import torch
 
     from app.engine.device import resolve_device

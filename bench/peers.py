@@ -5,11 +5,11 @@
         [--isa avx2]   (every engine kept to AVX2, as on a CPU without AVX-512)
 
 Converts the checkpoint to CTranslate2 (bench/ct2_convert.py) and decodes the length-sorted sentences
-in the same batches with each engine: CT2 float32 and int8; ours compiled (model/compile.py) with the
+in the same batches with each engine: CT2 float32 and int8; ours compiled (model/compile/) with the
 bfloat16 logit screen where the CPU has bfloat16 matmuls (model/screen.py: float32 greedy's tokens;
 what nmt-serve runs by default), ours compiled without it (ours_compiled_fp32), ours eager (float32),
-ours eager with dynamic int8 Linear layers (ours_int8), and ours compiled in int8 (ours_int8_compiled:
-model/quantize.py's int8 linears, NMT_QUANTIZE=int8), and ours compiled with each sentence judged as the server
+and ours in int8 (model/quantize.py's int8 linears, NMT_QUANTIZE=int8), eager (ours_int8: oneDNN's int8 kernels
+called eagerly, as with NMT_COMPILE=off) and compiled (ours_int8_compiled), and ours compiled with each sentence judged as the server
 judges it (ours_compiled_judged: its text detokenized, the confidence's signals, calibrated confidence and flags,
 model/confidence.py; its ratio to ours_compiled is the confidence's cost). Each engine
 runs in its own child process: two OpenMP runtimes in one process (PyTorch's and CT2's) spin on the
@@ -210,15 +210,15 @@ def ct2_engine(name: str, args) -> tuple[Engine, list[list[int]]]:
 
 
 def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]]:
-    import torch
-
     from bench.common import load_corpus
     from model.decoding import KVCache
 
     model, _, encoded = load_corpus(args)
     pad = model.config.source_pad_id
-    if name == "ours_int8":
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    if name in ("ours_int8", "ours_int8_compiled"):  # NMT_QUANTIZE=int8: eager (NMT_COMPILE=off) or compiled
+        from model.quantize import quantize_int8
+
+        quantize_int8(model)
     if name not in ("ours_compiled", "ours_compiled_fp32", "ours_int8_compiled", "ours_compiled_judged"):
         return (ours_beam(model, args.beam, args.length_penalty) if args.beam > 1 else ours(model, pad)), encoded
     from model.compile import compile_model
@@ -229,10 +229,6 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     print(f"  {name}: logit screen {'on' if screened else 'off'}", file=sys.stderr, flush=True)
     longest = max(map(len, encoded))
     cache = KVCache(model, max_batch * args.beam, max_new_tokens_for(longest) + 1, longest)
-    if name == "ours_int8_compiled":
-        from model.quantize import quantize_int8
-
-        quantize_int8(model)
     # the graphs the race steps with: greedy decoding's steps, or beam search's full ones (and the prefill)
     compiled = compile_model(model, cache, steps=("greedy",) if args.beam == 1 else ("logprobs",))
     print(f"  {name}: compiling took {compiled.seconds:.0f} s ({len(compiled.built)} graphs built, "

@@ -10,7 +10,7 @@ the bundled model translates the first --limit sources greedily once, and every 
 token counts (random ids: a step's time does not depend on their values) for exactly as many steps as each of those
 translations took, rows leaving the batch as they end, as a server's batch does (a trained model of another shape
 would write other lengths; that part of the cost is not counted). Each model is compiled as nmt-serve compiles it
-(model/compile.py: AOTInductor, the logit screen where the CPU has bfloat16 matmuls; --eager skips that), with a KV
+(model/compile/: AOTInductor, the logit screen where the CPU has bfloat16 matmuls; --eager skips that), with a KV
 cache for 32 rows. In each round every model decodes the whole set at each batch size, the order rotating; the ratio
 to the baseline is taken per round and its median printed with its range, with the CPU and each shape's parameters.
 This is how to choose a student's shape within a serving budget (docs/performance.md, Training); a trained model's

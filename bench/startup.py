@@ -1,6 +1,10 @@
 """How fast nmt-serve starts: seconds to the first translation, to /ready and to compiled speed, cold and warm.
 
     python bench/startup.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--model-dir DIR] [--threads 2]
+        [--source en --target de]   (a model of many languages)
+
+NMT_QUANTIZE and the server's other settings come from the environment. A 4xx answer other than 429 (a request the
+server will never take) ends the run with its message.
 
 Runs `nmt-serve` as a child process five times, one after another, each with OMP_NUM_THREADS=--threads:
 
@@ -64,16 +68,20 @@ async def run_one(name: str, args, texts: list[str], cache_dir: str) -> dict:
     answered: list[tuple[float, int]] = []  # (seconds since start, sentences) per 200
     serving: list[tuple[float, set[str]]] = []  # (seconds since start, the graphs serving), from /info
     stop = asyncio.Event()
+    direction = {k: v for k, v in (("source", args.source), ("target", args.target)) if v}
 
     async def translate(client: httpx.AsyncClient) -> None:
         i = 0
         while not stop.is_set():
             batch = [texts[(i + j) % len(texts)] for j in range(args.texts)]
             try:
-                r = await client.post(f"{url}/translate", json={"text": batch}, timeout=120)
+                r = await client.post(f"{url}/translate", json={"text": batch, **direction}, timeout=120)
             except httpx.HTTPError:
                 await asyncio.sleep(0.05)
                 continue
+            if 400 <= r.status_code < 500 and r.status_code != 429:  # not a busy or starting server: say why
+                stop.set()
+                sys.exit(f"{name}: /translate answered {r.status_code}: {r.text[:300]}")
             if r.status_code == 200:
                 now = time.monotonic() - t0
                 marks.setdefault("first_translation", now)
@@ -152,11 +160,15 @@ def main() -> None:
     p.add_argument("--after", type=float, default=20, help="seconds to keep translating once compiled")
     p.add_argument("--timeout", type=float, default=900, help="give up on a run after this many seconds")
     p.add_argument("--cache-dir", help="the shared runs' compile cache directory, kept (default: a temporary one)")
+    p.add_argument("--source", help="the requests' source language (a model of many languages needs it)")
+    p.add_argument("--target", help="the requests' target language (a model of many languages needs it)")
     p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {list(RUNS)}, in order")
     args = p.parse_args()
     texts = list(read_lines(args.src))[:200]
     print(f"CPU: {cpu_description()}", flush=True)
-    print(f"model: {args.model_dir}, {args.threads} threads, {args.texts} sentences a request", flush=True)
+    quantize = os.environ.get("NMT_QUANTIZE", "none")
+    print(f"model: {args.model_dir}, {args.threads} threads, {args.texts} sentences a request, NMT_QUANTIZE={quantize}",
+          flush=True)  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory(prefix="nmt-compile-cache-") as temporary:
         shared = args.cache_dir or temporary

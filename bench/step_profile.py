@@ -2,7 +2,7 @@
 
     python bench/step_profile.py [--isa avx2] [--rows 32] [--windows 8,20,40]
 
-Builds the greedy step graph nmt-serve runs from LARGE_ROWS rows on (model/compile.py: AOTInductor, frozen
+Builds the greedy step graph nmt-serve runs from LARGE_ROWS rows on (model/compile/: AOTInductor, frozen
 weights) in several ways and times a step of --rows rows, the variants taking turns (best of --rounds):
 
   default    what nmt-serve builds: Inductor's default mode; float32 linears run oneDNN's packed GEMMs
@@ -43,9 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", default=str(ROOT / "checkpoints" / "multi30k-en-de"))
     p.add_argument("--isa", choices=sorted(ISA_LIMITS), help="keep every library to these instructions")
-    p.add_argument(
-        "--rows", type=int, default=32, help="rows of the timed step (at least model/compile.py's LARGE_ROWS)"
-    )
+    p.add_argument("--rows", type=int, default=32, help="rows of the timed step (at least model/compile/'s LARGE_ROWS)")
     p.add_argument("--windows", default="8,20,40", help="self-attention windows (cached tokens) to time at")
     p.add_argument("--source", type=int, default=20, help="source tokens the cross-attention reads")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"some of {', '.join(VARIANTS)}")
@@ -81,9 +79,9 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    import model.compile as mc
     from bench.common import cpu_description
     from model.checkpoint import load_checkpoint
+    from model.compile.graphs import LARGE_ROWS, Graph, example_inputs
     from model.decoding import KVCache
     from model.quantize import Int8Linear
 
@@ -94,7 +92,7 @@ def main() -> None:
     model.use_screen(False)  # float32's output projection, as on a CPU without bfloat16 matmuls
     windows = [int(w) for w in args.windows.split(",")]
     cache = KVCache(model, args.rows, max(windows) + 1, args.source + 1)
-    graph = mc.Graph("greedy_step", min(mc.LARGE_ROWS, args.rows), args.rows, args.rows)
+    graph = Graph("greedy_step", min(LARGE_ROWS, args.rows), args.rows, args.rows)
 
     def build(name: str, module, inputs, dynamic_shapes, configs: dict):
         path = directory / f"{name}.pt2"
@@ -109,7 +107,7 @@ def main() -> None:
         return torch._inductor.aoti_load_package(str(path)).loader.boxed_run
 
     def step_graph(variant: str, extra: dict | None = None, name: str = ""):
-        module, inputs, dynamic_shapes = mc._example(model, cache, graph)
+        module, inputs, dynamic_shapes = example_inputs(model, cache, graph)
         return build(f"step-{name or variant}", module, inputs, dynamic_shapes, {**VARIANTS[variant], **(extra or {})})
 
     def best_ms(runs: dict, inputs: list) -> dict[str, float]:

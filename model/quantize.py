@@ -7,7 +7,7 @@ measured on each call; here the activations keep to 7 bits, ACTIVATION_MAX), in 
 
     dequantize_per_tensor(quantize_per_tensor(x, *choose_qparams(x))) @ dequantize_per_channel(w_int8).T + b
 
-Exported and built with Inductor's freezing on (model/compile.py), that pattern is lowered to oneDNN's int8
+Exported and built with Inductor's freezing on (model/compile/), that pattern is lowered to oneDNN's int8
 `qlinear` kernels: the packages then hold int8 weights and the matmuls run in int8. Run eagerly on a CPU, the layer
 calls those same kernels itself (`onednn.qlinear_pointwise` on a weight packed once, as Inductor's lowering does), so
 the eager model (before the graphs are built, with NMT_COMPILE=off, for /attention) computes what the graphs compute,

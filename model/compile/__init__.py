@@ -23,7 +23,6 @@ every start compiled every graph again; without freezing the graphs cache but de
 """
 
 from model.compile.graphs import LARGE_ROWS, Graph, graph_mode, graphs_for, row_ranges
-from model.compile.graphs import _example as _example  # bench/step_profile.py builds a step as compile_graphs does
 from model.compile.identity import FORMAT, SOURCES, cpu_features, environment, vector_isa, weights_digest
 from model.compile.runtime import (
     Cancelled,

@@ -112,7 +112,7 @@ def _dim(name: str, lo: int, hi: int):
     return Dim(name, min=lo, max=hi) if lo < hi else Dim.STATIC
 
 
-def _example(model: Transformer, cache: KVCache, graph: Graph):
+def example_inputs(model: Transformer, cache: KVCache, graph: Graph):
     """The module to export, example inputs of the strides the cache hands the graph, and their dynamic dims."""
     c, rows = model.config, _dim("rows", graph.lo, graph.hi)
     if graph.fn == "prefill":
@@ -139,7 +139,7 @@ def _example(model: Transformer, cache: KVCache, graph: Graph):
 
 def build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadata: dict[str, str], mode: str):
     """Export `graph` and compile it into the package `path` (written whole or not at all), with `metadata`."""
-    module, inputs, dynamic_shapes = _example(model, cache, graph)
+    module, inputs, dynamic_shapes = example_inputs(model, cache, graph)
     with torch.no_grad():  # strict: traced by dynamo, which keeps to this thread (non-strict tracing fakes the
         # tensors of the eager model decoding on the worker thread meanwhile)
         exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=True)
