@@ -1,0 +1,72 @@
+"""Request and response bodies, one module per API; every name is here too (`from app import schemas as s`).
+
+- `fields.py`       the checked field types (Text, Texts, Ids, Glossary, Entries; scrub), Request, ErrorResponse
+- `translate.py`    TranslateRequest
+- `translation.py`  TranslateResponse and what it holds (TranslationOut, HypothesisOut, SegmentOut, Signals, ...)
+- `tokens.py`       /tokenize and /detokenize
+- `attention.py`    /attention
+- `info.py`         /health, /ready, /models and /info
+- `glossaries.py`   /glossaries
+- `jobs.py`         /files' jobs
+"""
+
+from app.schemas.attention import AttentionRequest, AttentionResponse
+from app.schemas.fields import (
+    SURROGATES,
+    Entries,
+    ErrorResponse,
+    Glossary,
+    Ids,
+    Request,
+    Side,
+    Text,
+    Texts,
+    scrub,
+)
+from app.schemas.glossaries import GlossariesResponse, GlossaryEntriesResponse, GlossaryOut, GlossaryRequest
+from app.schemas.info import (
+    CompileInfo,
+    InfoResponse,
+    LanguageOut,
+    MemoryInfo,
+    ModelOut,
+    ModelsResponse,
+    ReadyResponse,
+    StatusResponse,
+    WorkerInfo,
+)
+from app.schemas.jobs import JobOut, ProgressOut
+from app.schemas.tokens import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TextOut,
+    TokenizeRequest,
+    TokenizeResponse,
+    TokenizeResult,
+    TokenOut,
+)
+from app.schemas.translate import TranslateRequest
+from app.schemas.translation import (
+    CONFIDENCE,
+    FLAGS,
+    AlignedOut,
+    Flag,
+    HypothesisOut,
+    SegmentOut,
+    Signals,
+    TranslateResponse,
+    TranslationOut,
+    Usage,
+    WithheldOut,
+    WordOut,
+)
+
+__all__ = [
+    "CONFIDENCE", "FLAGS", "SURROGATES", "AlignedOut", "AttentionRequest", "AttentionResponse", "CompileInfo",
+    "DetokenizeRequest", "DetokenizeResponse", "Entries", "ErrorResponse", "Flag", "GlossariesResponse", "Glossary",
+    "GlossaryEntriesResponse", "GlossaryOut", "GlossaryRequest", "HypothesisOut", "Ids", "InfoResponse",
+    "JobOut", "LanguageOut", "MemoryInfo", "ModelOut", "ModelsResponse", "ProgressOut", "ReadyResponse", "Request",
+    "SegmentOut", "Side", "Signals", "StatusResponse", "Text", "TextOut", "Texts", "TokenOut", "TokenizeRequest",
+    "TokenizeResponse", "TokenizeResult", "TranslateRequest", "TranslateResponse", "TranslationOut", "Usage",
+    "WithheldOut", "WordOut", "WorkerInfo", "scrub",
+]  # fmt: skip
