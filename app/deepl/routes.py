@@ -1,98 +1,43 @@
-"""A DeepL-compatible API (v2), mounted at /deepl (and at /v2, where DeepL's own server has it): DeepL's fields,
-answers, status codes and language codes, backed by the engines and the glossary store, so that DeepL's clients
-(`deepl` for Python, `deepl-node`) work unmodified with this server as their server URL. Errors are
-`{"message": ...}`, DeepL's shape, with our `type` beside it."""
+"""The DeepL API's endpoints (/v2/...): thin, as app/api.py's: the fields read and checked (fields.py), the engine or
+the glossary store or the job runner asked, the answer in DeepL's shape."""
 
 from __future__ import annotations
 
 import hmac
 import math
-import re
 import secrets
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.background import BackgroundTask
 from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException
 
 from app import detect
 from app import glossaries as g
+from app.deepl.errors import ERRORS, DeepLError, DeepLRoute
+from app.deepl.fields import (
+    FORMALITY,
+    SPLIT,
+    asked,
+    choice,
+    fields,
+    glossary_ids,
+    glossary_terms,
+    string,
+)
+from app.deepl.languages import REGIONS, base, deepl_code, engine_for, name, pairs, sources
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
-from app.engine import Engine, EngineUnavailable
+from app.engine import EngineUnavailable
 from app.engine.limits import GREEDY
-from app.errors import ENGINE_ERRORS, RETRY_AFTER_S, error_kind
 from app.files import FORMATS
 from app.files_api import disposition
 from app.html import ignoring
-from app.jobs import Job, JobError, Runner, UnknownJob
+from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
-from app.libretranslate import NAMES, scrubbed, targets
-from app.models import Models, UnknownModel
-from app.schemas import scrub
 
 CHARACTER_LIMIT = 10**12  # what /v2/usage reports: no quota here
-MAX_GLOSSARY_IDS = 5  # glossary_ids, as DeepL's
-REGIONS = {  # the target codes DeepL lists for a language with variants, and their names
-    "en": {"EN-GB": "English (British)", "EN-US": "English (American)"},
-    "pt": {"PT-BR": "Portuguese (Brazilian)", "PT-PT": "Portuguese (European)"},
-}
-LISTS = {"text", "glossary_ids", "ignore_tags", "non_splitting_tags", "splitting_tags", "custom_instructions"}
-SPLIT = {"0": "none", "1": "sentences", "nonewlines": "sentences"}
-FORMALITY = {"default", "more", "less", "prefer_more", "prefer_less"}
-TRUE, FALSE = {"1", "true"}, {"0", "false"}
-
-
-class DeepLError(Exception):
-    """A request DeepL would refuse: its status and message."""
-
-    def __init__(self, status: int, message: str, kind: str = "bad_request"):
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
-
-
-def answer(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """DeepL's error body, `{"message"}`, with our `type` beside it."""
-    return JSONResponse({"message": message, "type": kind}, status_code=status, headers=headers)
-
-
-def speaks(path: str) -> bool:
-    """Whether a path is the DeepL API's, whose errors are DeepL's shape (the 404s and 405s of unknown paths too)."""
-    return path.startswith(("/deepl/", "/v2/"))
-
-
-class DeepLRoute(APIRoute):
-    """Answers DeepLError, the glossary store's and the engine's errors as DeepL does: 400 where we would say 422,
-    456 when the glossary quota is reached."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handle = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            try:
-                return await handle(request)
-            except DeepLError as e:
-                return answer(e.status, e.message, e.kind)
-            except g.GlossaryError as e:
-                status = {422: 400}.get(e.status, e.status)
-                return answer(456 if isinstance(e, g.TooManyGlossaries) else status, str(e), e.kind)
-            except JobError as e:  # a document's job
-                return answer({422: 400}.get(e.status, e.status), str(e), e.kind)
-            except tuple(ENGINE_ERRORS) as e:
-                status, kind = error_kind(e)
-                retry = {"Retry-After": str(RETRY_AFTER_S)} if status == 429 else None
-                return answer(400 if status == 422 else status, str(e), kind, retry)
-            except HTTPException as e:  # the body limit, counted as the body arrives
-                if e.status_code != 413:
-                    raise
-                return answer(413, str(e.detail), "body_too_large")
-
-        return route
 
 
 def authorize(request: Request) -> None:
@@ -108,14 +53,6 @@ def authorize(request: Request) -> None:
         raise DeepLError(403, "the key in `Authorization: DeepL-Auth-Key <key>` is wrong", "forbidden")
 
 
-STATUSES = (400, 403, 404, 413, 415, 429, 456, 500, 503, 504)
-ERROR_SCHEMA = {
-    "type": "object", "required": ["message"],
-    "properties": {"message": {"type": "string"}, "type": {"type": "string"}},
-}  # fmt: skip
-ERRORS = {
-    s: {"description": "DeepL's error", "content": {"application/json": {"schema": ERROR_SCHEMA}}} for s in STATUSES
-}
 router = APIRouter(route_class=DeepLRoute, tags=["DeepL"], responses=ERRORS, dependencies=[Depends(authorize)])
 
 
@@ -138,218 +75,6 @@ GLOSSARY_FIELDS = {
     "name": STRING, "source_lang": STRING, "target_lang": STRING, "entries": STRING,
     "entries_format": {"type": "string", "enum": ["tsv", "csv"]},
 }  # fmt: skip
-
-
-# ---- reading a request -----------------------------------------------------------------------------------------
-
-
-async def fields(request: Request) -> dict[str, Any]:
-    """The request's fields: a JSON object, else the form's (urlencoded or multipart) over the query string's, with
-    the list fields (`text`, `glossary_ids`, the tag lists) as lists."""
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
-        if not await request.body():
-            return {}
-        try:
-            values = await request.json()
-        except (ValueError, RecursionError):  # not JSON or not UTF-8, or nested too deeply
-            values = None
-        if not isinstance(values, dict):
-            raise DeepLError(400, "the body is not a JSON object; send the fields as one, or form-encoded")
-        return {k: scrubbed(v) for k, v in values.items()}
-    try:
-        form = await request.form()
-    except HTTPException as e:
-        if e.status_code != 400:
-            raise
-        raise DeepLError(400, f"the form cannot be read: {e.detail}") from None
-    out: dict[str, Any] = {}
-    for source in (request.query_params, form):
-        for key in source:
-            values = [scrub(v) for v in source.getlist(key) if isinstance(v, str)]
-            if values:
-                out[key] = values if key in LISTS else values[-1]
-    return out
-
-
-def string(values: dict[str, Any], name: str, required: bool = False) -> str | None:
-    value = values.get(name)
-    if value is None or value == "":
-        if required:
-            raise DeepLError(400, f"Parameter '{name}' not specified.")
-        return None
-    if not isinstance(value, str):
-        raise DeepLError(400, f"Parameter '{name}' must be a string.")
-    return value
-
-
-def strings(values: dict[str, Any], name: str) -> list[str]:
-    """A list field: a JSON list of strings, or a string of comma-separated items (as the clients send tag lists)."""
-    value = values.get(name)
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-        raise DeepLError(400, f"Parameter '{name}' must be a list of strings.")
-    return [part.strip() for item in items for part in item.split(",") if part.strip()]
-
-
-def flag(values: dict[str, Any], name: str) -> bool:
-    value = values.get(name)
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in TRUE | FALSE:
-        return value.strip().lower() in TRUE
-    raise DeepLError(400, f"Value for '{name}' not supported: send 0 or 1 (true or false).")
-
-
-def choice(values: dict[str, Any], name: str, allowed: set[str]) -> str | None:
-    value = values.get(name)
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value).lower() not in allowed:
-        raise DeepLError(400, f"Value for '{name}' not supported: send one of {', '.join(sorted(allowed))}.")
-    return str(value).lower()
-
-
-def texts(values: dict[str, Any]) -> list[str]:
-    """`text` as a list."""
-    text = values.get("text")
-    if text is None or text == []:
-        raise DeepLError(400, "Parameter 'text' not specified.")
-    text = [text] if isinstance(text, str) else text
-    if not isinstance(text, list) or not all(isinstance(t, str) for t in text):
-        raise DeepLError(400, "Parameter 'text' must be a string or a list of strings.")
-    return text
-
-
-def within_limits(request: Request, text: list[str]) -> None:
-    """413 for more texts or characters than the server takes (NMT_MAX_BATCH_TEXTS, NMT_MAX_REQUEST_CHARS)."""
-    settings = request.app.state.settings
-    if len(text) > settings.max_batch_texts:
-        raise DeepLError(
-            413, f"the request has {len(text)} texts; the limit is {settings.max_batch_texts} a request", "too_large"
-        )
-    if (chars := sum(map(len, text))) > settings.max_request_chars:
-        raise DeepLError(
-            413, f"the texts have {chars} characters in all; the limit is {settings.max_request_chars} a request "
-            "(NMT_MAX_REQUEST_CHARS): send the rest in another request", "too_large",
-        )  # fmt: skip
-
-
-# ---- languages -------------------------------------------------------------------------------------------------
-
-
-def base(code: str) -> str:
-    """A DeepL code's language: `EN-GB` -> `en`, `ZH-HANT` -> `zh`."""
-    return re.split("[-_]", code.strip().lower())[0]
-
-
-def deepl_code(code: str) -> str:
-    return code.upper()
-
-
-def name(code: str) -> str:
-    return NAMES.get(base(code), code)
-
-
-def sources(models: Models) -> list[str]:
-    """The languages (their DeepL codes' languages, lower case) the loaded models translate from."""
-    return list(dict.fromkeys(base(c) for c in targets(models)))
-
-
-def pairs(models: Models) -> list[tuple[str, str]]:
-    """(source, target) of every language pair the loaded models translate, as base codes."""
-    into = targets(models)
-    return list(dict.fromkeys((base(s), base(t)) for s, ts in into.items() for t in ts if base(s) != base(t)))
-
-
-def engine_for(models: Models, source: str, target: str) -> tuple[Engine, str]:
-    """The engine that translates `source` into `target` (DeepL codes), and the target as it names it: a many-to-many
-    model reads the variant (`pt-br`, `zh-hant`), a pair model the language."""
-    why = None
-    for code in dict.fromkeys([target.lower(), base(target)]):
-        try:
-            return models.pick(None, base(source), code), code
-        except UnknownModel as e:
-            why = why or str(e)
-    if "loading" in models.states().values():
-        raise EngineUnavailable(f"no model loaded so far translates {source} into {target}; others are still loading")
-    served = {c for pair in pairs(models) for c in pair}
-    if base(target) not in served:
-        raise DeepLError(400, f"Value for 'target_lang' not supported: {target} ({why})")
-    raise DeepLError(400, f"no model here translates {source.upper()} into {target.upper()} ({why})")
-
-
-# ---- glossaries in a translation -------------------------------------------------------------------------------
-
-
-def glossary_ids(values: dict[str, Any], source: str | None) -> list[str]:
-    """The glossaries a request names: `glossary_id`, or up to MAX_GLOSSARY_IDS in `glossary_ids`."""
-    one, several = string(values, "glossary_id"), strings(values, "glossary_ids")
-    if one and several:
-        raise DeepLError(400, "glossary_id and glossary_ids cannot be used together; send one of them")
-    ids = [one] if one else several
-    if len(ids) > MAX_GLOSSARY_IDS:
-        raise DeepLError(400, f"glossary_ids has {len(ids)} glossaries; the limit is {MAX_GLOSSARY_IDS}")
-    if ids and source is None:
-        raise DeepLError(400, "Use of a glossary requires the source_lang parameter to be set.")
-    return ids
-
-
-async def glossary_terms(request: Request, ids: list[str], source: str, target: str) -> tuple[tuple[str, str], ...]:
-    """The entries of the glossaries, in order; each one's languages must be the request's."""
-    store: g.GlossaryStore = request.app.state.glossaries
-    found = []
-    for glossary_id in ids:
-        glossary = await store.get(glossary_id)
-        if not (g.same(glossary.source_lang, source) and g.same(glossary.target_lang, target)):
-            raise DeepLError(
-                400, f"the glossary {glossary_id} is {glossary.source_lang.upper()}->{glossary.target_lang.upper()}; "
-                f"the request is {source.upper()}->{target.upper()} (the glossary's pair must be the request's)",
-            )  # fmt: skip
-        found.append(glossary.entries)
-    return g.terms(*found)
-
-
-# ---- the endpoints ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Asked:
-    """What a /v2/translate request asks, read and checked."""
-
-    texts: list[str]
-    source: str | None
-    target: str
-    html: bool
-    split: str  # /translate's
-    billed: bool  # add billed_characters
-    context: str | None
-    ignored: set[str]  # ignore_tags
-    glossary_ids: list[str]
-
-
-def asked(request: Request, values: dict[str, Any]) -> Asked:
-    """The request's fields, each checked as DeepL checks it (400), then its size (413)."""
-    items, target, source = texts(values), string(values, "target_lang", required=True), string(values, "source_lang")
-    html = choice(values, "tag_handling", {"html", "xml"}) is not None
-    split = SPLIT[choice(values, "split_sentences", set(SPLIT)) or ("nonewlines" if html else "1")]
-    flag(values, "preserve_formatting")  # the formatting is never corrected here: always preserved
-    if choice(values, "formality", FORMALITY) in ("more", "less"):
-        raise DeepLError(
-            400, f"'formality' is not supported for given 'target_lang' {target}: no model here has formality; send "
-            "prefer_more or prefer_less to fall back to the default",
-        )  # fmt: skip
-    for unsupported in ("style_id", "translation_memory_id"):
-        if values.get(unsupported):
-            raise DeepLError(400, f"{unsupported}: style rules and translation memories are not available here")
-    ignored = {t.lower() for t in strings(values, "ignore_tags")} if html else set()
-    out = Asked(
-        items, source, target, html, split, flag(values, "show_billed_characters"), string(values, "context"),
-        ignored, glossary_ids(values, source),
-    )  # fmt: skip
-    within_limits(request, items)
-    return out
 
 
 @router.post("/v2/translate", openapi_extra=request_body(TRANSLATE_FIELDS, ["text", "target_lang"]))

@@ -1,0 +1,56 @@
+"""DeepL's language codes (`EN-GB`, `ZH-HANT`) for what the models translate, and the engine for a pair."""
+
+from __future__ import annotations
+
+import re
+
+from app.deepl.errors import DeepLError
+from app.engine import Engine, EngineUnavailable
+from app.libretranslate import NAMES, targets
+from app.models import Models, UnknownModel
+
+REGIONS = {  # the target codes DeepL lists for a language with variants, and their names
+    "en": {"EN-GB": "English (British)", "EN-US": "English (American)"},
+    "pt": {"PT-BR": "Portuguese (Brazilian)", "PT-PT": "Portuguese (European)"},
+}
+
+
+def base(code: str) -> str:
+    """A DeepL code's language: `EN-GB` -> `en`, `ZH-HANT` -> `zh`."""
+    return re.split("[-_]", code.strip().lower())[0]
+
+
+def deepl_code(code: str) -> str:
+    return code.upper()
+
+
+def name(code: str) -> str:
+    return NAMES.get(base(code), code)
+
+
+def sources(models: Models) -> list[str]:
+    """The languages (their DeepL codes' languages, lower case) the loaded models translate from."""
+    return list(dict.fromkeys(base(c) for c in targets(models)))
+
+
+def pairs(models: Models) -> list[tuple[str, str]]:
+    """(source, target) of every language pair the loaded models translate, as base codes."""
+    into = targets(models)
+    return list(dict.fromkeys((base(s), base(t)) for s, ts in into.items() for t in ts if base(s) != base(t)))
+
+
+def engine_for(models: Models, source: str, target: str) -> tuple[Engine, str]:
+    """The engine that translates `source` into `target` (DeepL codes), and the target as it names it: a many-to-many
+    model reads the variant (`pt-br`, `zh-hant`), a pair model the language."""
+    why = None
+    for code in dict.fromkeys([target.lower(), base(target)]):
+        try:
+            return models.pick(None, base(source), code), code
+        except UnknownModel as e:
+            why = why or str(e)
+    if "loading" in models.states().values():
+        raise EngineUnavailable(f"no model loaded so far translates {source} into {target}; others are still loading")
+    served = {c for pair in pairs(models) for c in pair}
+    if base(target) not in served:
+        raise DeepLError(400, f"Value for 'target_lang' not supported: {target} ({why})")
+    raise DeepLError(400, f"no model here translates {source.upper()} into {target.upper()} ({why})")
