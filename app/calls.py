@@ -8,7 +8,7 @@ from app import schemas as s
 from app.engine import Attention, Engine, InvalidRequest, Translation
 from app.engine.limits import Decoding
 from app.glossaries import Glossary, fits, terms
-from app.protect import Protect, protection
+from app.protect.spans import Protect, protection
 
 
 async def run_translate(engine: Engine, body: s.TranslateRequest, stored: Glossary | None = None) -> list[Translation]:
@@ -58,7 +58,7 @@ async def detect_source(engine: Engine, texts: list[str]) -> str:
 
 
 def protected(body: s.TranslateRequest) -> Protect | None:
-    """The request's protected spans, checked against their limits (app/protect.py); None when it protects none."""
+    """The request's protected spans, checked against their limits (app/protect/); None when it protects none."""
     return protection(body.protect, body.protect_terms, body.protect_patterns)
 
 

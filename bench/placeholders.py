@@ -4,7 +4,7 @@
 
 For each pair, takes Multi30k's test_2016_flickr English sources (read from --data, never copied) and puts 1 to 3
 spans into each sentence at random word boundaries (seeded), then translates through the serving engine in
-process (greedy, app/protect.py's masking and restoring) with every kind, the terms and the patterns protected:
+process (greedy, app/protect/'s masking and restoring) with every kind, the terms and the patterns protected:
 
 - text, one kind at a time (placeholders, tags, urls, emails, code, terms, patterns): each sentence one text;
 - documents: the sentences five at a time, each with spans of any kind, joined into one text (the engine splits it),
@@ -143,7 +143,7 @@ async def measure(pair: str, data: Path, limit: int | None, seed: int) -> list[d
     import sacrebleu
 
     from app.loading import load_engine
-    from app.protect import KINDS, protection
+    from app.protect.spans import KINDS, protection
     from app.settings import Settings
 
     target = pair.split("-")[1]

@@ -9,7 +9,7 @@ writes the file with one translation per unit; given each unit's own text back, 
 A unit is plain text, or (`markup`) an HTML fragment whose inline tags stand for the formatting runs of a
 paragraph (bold, italic, links, a format's inline codes): it is translated as one sentence by /translate's HTML path
 (app/html/) and the tags come back around the words aligned to the ones they wrapped. `placeholders` asks for the
-built-in placeholder kinds to be kept verbatim (app/protect.py): PO and XLIFF strings.
+built-in placeholder kinds to be kept verbatim (app/protect/): PO and XLIFF strings.
 
 Formats are imported only when a file of theirs arrives, so the server imports none of their libraries to start.
 """
@@ -48,7 +48,7 @@ class FileLimits:
 class Unit:
     text: str
     markup: bool = False  # an HTML fragment: inline tags stand for runs (app/html/place.py places them)
-    placeholders: bool = False  # keep the built-in placeholder kinds verbatim (app/protect.py)
+    placeholders: bool = False  # keep the built-in placeholder kinds verbatim (app/protect/)
 
 
 class Extracted(Protocol):

@@ -3,7 +3,7 @@
 Translated: the entries with no translation yet (every msgstr empty), or all of them but the header and obsolete
 ones where the caller asks to overwrite (`reader(overwrite=True)`; `read` keeps existing translations, fuzzy ones
 included). Each msgid is one unit with the built-in placeholder kinds kept verbatim (`%s`, `%(name)s`, `%1$d`,
-`{count}`, `{{ x }}`: app/protect.py), whatever the entry's python-format or c-format flag says; its leading and
+`{count}`, `{{ x }}`: app/protect/), whatever the entry's python-format or c-format flag says; its leading and
 trailing whitespace (a "\\n" at either end, which msgfmt checks) stays out of the unit and is put back as written. A
 plural entry is two units, msgid and msgid_plural, and fills every msgstr[n] the header's Plural-Forms asks for
 (nplurals; two where it has none): the singular's translation for the form that plural= gives n = 1 where it fits

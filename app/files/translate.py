@@ -1,5 +1,5 @@
 """A file's units through the engine: plain units as text, markup units as HTML fragments (app/html/ places their
-inline tags), placeholder units with the built-in placeholder kinds protected (app/protect.py)."""
+inline tags), placeholder units with the built-in placeholder kinds protected (app/protect/)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from app.engine.limits import GREEDY, Decoding
 from app.files import Unit
-from app.protect import protection
+from app.protect.spans import protection
 
 if TYPE_CHECKING:
     from app.engine.engine import Engine

@@ -3,7 +3,7 @@ target, through lxml.
 
 Translated: units without a target yet (an empty `<target/>` counts as none), or all where the caller asks to
 overwrite (`reader(overwrite=True)`), except those with translate="no" on them or on a group or file around them.
-The source's text is one unit with the built-in placeholder kinds kept verbatim (app/protect.py); its inline codes
+The source's text is one unit with the built-in placeholder kinds kept verbatim (app/protect/); its inline codes
 are inline tags of the unit (app/files/inline.py), each copied into the target exactly once as it was written,
 attributes and content included:
 - elements around text, `<g>` and `<mrk>` (1.2), `<pc>` and `<mrk>` (2.x): they wrap the target's words aligned to

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from app.html.place import put_back
 
 if TYPE_CHECKING:
-    from app.protect import Protect
+    from app.protect.spans import Protect
 
 Alignment = list[tuple[tuple[int, int], tuple[int, int]]]  # per target token: (its span, its source token's span)
 
@@ -40,7 +40,7 @@ class Node:
     children: list[Node] = field(default_factory=list)
     a: int = 0  # [a, b) of the unit's text inside it
     b: int = 0
-    protect: Protect | None = None  # a protected span's leaf: what places it (app/protect.py)
+    protect: Protect | None = None  # a protected span's leaf: what places it (app/protect/)
     forward: bool = False  # and whether it goes in front of the word after it
 
     @property

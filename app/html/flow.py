@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from app.html.document import Block, InlineTag, Node, Unit
 
 if TYPE_CHECKING:
-    from app.protect import Protect
+    from app.protect.spans import Protect
 
 WHITESPACE = " \t\n\r\f"  # HTML's
 _PIECES = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)|[ \t\n\r\f]+|[^& \t\n\r\f]+|&")
@@ -80,7 +80,7 @@ def unit_of(tokens: list, protect: Protect | None) -> tuple[list, Block | None]:
 
 def _protected(tokens: list, protect: Protect) -> list:
     """The flow with the protected spans of its text as kept empty elements: each group of spans, with the
-    whitespace on one side of it, as written (app/protect.py's cuts), and a space in its place where two words
+    whitespace on one side of it, as written (app/protect/masking.py's cuts), and a space in its place where two words
     would otherwise meet. A span whose edge falls inside an entity's characters is left in the text."""
     out = []
     for kind, x, at in tokens:

@@ -5,7 +5,7 @@ holds; with no aligned token, or no alignment at all, it takes the stretch of it
 place (so a lone tag wraps the whole translation), else it is empty at the nearer end. An empty element follows the
 word aligned to the one before it, or goes to the nearer end. A kept element replaces its text where the translation
 has that text (the same occurrence), else the target aligned to it alone; else it goes in before that target, or at
-the nearer end. A protected span (app/html/reader.py) goes where app/protect.py puts one. No text is dropped and
+the nearer end. A protected span (app/html/reader.py) goes where app/protect/ puts one. No text is dropped and
 every tag comes back as written. A unit whose translation is its own text comes back exactly as written
 (app/html/document.py).
 """
@@ -126,7 +126,7 @@ class _Translation:
 
     def wanted(self, n: Node) -> tuple[int, int] | None:
         """Where a node goes by its text or by the alignment: a range of tgt, a position (x == y) or None."""
-        if n.protect is not None:  # a protected span: where app/protect.py puts one
+        if n.protect is not None:  # a protected span: where app/protect/ puts one
             self.anchors = self.anchors or n.protect.anchors(self.src, self.tgt, self.pairs)
             x = self.anchors.place(n.a, n.a, n.forward)
             return x, x

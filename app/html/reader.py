@@ -18,9 +18,9 @@ script, style, img, input, comments and the like are empty spans. `<br>` is a "\
 into lines (app/segment.py), the translation's n-th line break is where the source's n-th (`<br>` or a newline
 of the source) goes.
 
-Protected spans (parse's `protect`, app/protect.py): in the text between tags, each group of spans (placeholders,
+Protected spans (parse's `protect`, app/protect/): in the text between tags, each group of spans (placeholders,
 URLs, ...) becomes a kept empty element whose markup is the spans as written, with the whitespace on one side of
-them; the unit's text reads on without them, so the model never sees them, and each is placed where app/protect.py
+them; the unit's text reads on without them, so the model never sees them, and each is placed where app/protect/
 puts a span (after the translation of the word before it, in front of the word after it, or at either end), then
 written once as it was. A span that markup or an entity's characters cut is left in the text.
 
@@ -43,7 +43,7 @@ from app.html.document import Attr, HtmlDocument, Node, Unit
 from app.html.flow import WHITESPACE, unit_of
 
 if TYPE_CHECKING:
-    from app.protect import Protect
+    from app.protect.spans import Protect
 
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
 _INLINE = {

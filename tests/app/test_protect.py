@@ -1,4 +1,4 @@
-"""Protected spans (app/protect.py): found leftmost-longest, masked out of what the model reads, and put back by the
+"""Protected spans (app/protect/): found leftmost-longest, masked out of what the model reads, and put back by the
 alignment, each exactly once and as written."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 
 from app.engine.errors import InputTooLong, InvalidRequest
 from app.engine.protected import protect_documents
-from app.protect import KINDS, Protect, mask, protection
+from app.protect.masking import mask
+from app.protect.spans import KINDS, Protect, protection
 from app.schemas import TranslateRequest
 
 
