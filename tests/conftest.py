@@ -97,6 +97,28 @@ def trained_checkpoint(tmp_path_factory, pairs):
     return dir_ / "ckpt"
 
 
+# The one-row cache whose graphs one_row_packages builds; a server with these limits (NMT_MAX_BATCH_SIZE=1,
+# NMT_MAX_NEW_TOKENS=31, NMT_MAX_INPUT_TOKENS=16, NMT_SCREEN_LOGITS=0 and one thread, as tests/app/live.py's env())
+# runs the same graphs, so it loads these packages rather than building them
+ONE_ROW = dict(max_batch=1, max_len=31, max_src_len=16)
+
+
+@pytest.fixture(scope="session")
+def one_row_packages(trained_checkpoint, tmp_path_factory):
+    """The trained model's one-row graphs (the greedy step and the prefill: float32, unscreened, "default" mode, one
+    thread), built once for the run: (their directory, their names). Tests copy them rather than build them again:
+    the directory holds the weights' digest's directory, as compile_graphs' `directory` and a server's
+    NMT_COMPILE_CACHE_DIR/compiled do."""
+    from model.checkpoint import load_checkpoint
+    from model.compile import compile_graphs
+    from model.decoding import KVCache
+
+    model, directory = load_checkpoint(trained_checkpoint)[0], tmp_path_factory.mktemp("one-row")
+    graphs = compile_graphs(model, KVCache(model, **ONE_ROW), steps=("greedy",), directory=directory, mode="default")
+    assert graphs.built == ["greedy_step-1-1", "prefill-1-1"] and graphs.loaded == []
+    return directory, graphs.built
+
+
 @pytest.fixture(scope="session")
 def marian_models(tmp_path_factory):
     """Two small Marian models in OPUS-MT's layout (transformers' own, seeded random weights) and their nmt-serve
