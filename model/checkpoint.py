@@ -14,13 +14,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from model.metadata import read_metadata, write_metadata
 from model.multilingual_tokenizer import FILE as MULTILINGUAL_TOKENIZER
 from model.spm_tokenizer import FILE as SPM_TOKENIZER
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Tokenizer, load_tokenizer
 from model.transformer import Transformer, TransformerConfig
 
-CONFIG, WEIGHTS, TOKENIZER, METADATA = "config.json", "model.safetensors", "tokenizer.json", "metadata.json"
+CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
 
 
 class CheckpointError(ValueError):
@@ -50,15 +51,6 @@ def save_checkpoint(
     (path / WEIGHTS).chmod(0o644)  # readable by a service running as another user (the image's UID 10001)
     tokenizer.save(path / tokenizer.file_name)
     write_metadata(path, metadata or {})
-
-
-def write_metadata(path: str | Path, metadata: dict[str, Any]) -> None:
-    (Path(path) / METADATA).write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
-
-
-def read_metadata(path: str | Path) -> dict[str, Any]:
-    f = Path(path) / METADATA
-    return json.loads(f.read_text()) if f.exists() else {}
 
 
 def load_checkpoint(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from model.hypothesis import Hypothesis
+from model.options import max_new_tokens_for  # noqa: F401 - where its users have always found it
 from model.steps import StepGraphs
 from model.transformer import Transformer, padding_mask, subsequent_mask
 
@@ -201,39 +202,6 @@ def packed(src: torch.Tensor, keep: torch.Tensor, lengths: torch.Tensor, total: 
     start = lengths.cumsum(0) - lengths  # (B,): where each sentence begins in the packed row
     index = (start[:, None] + at).clamp(max=total - 1)  # (B, S); past a sentence's end: masked anyway
     return src[keep], at[keep], seq[keep], index
-
-
-def max_new_tokens_for(src_len: int, limit: int = 256) -> int:
-    """A generous output budget for a source of `src_len` tokens."""
-    return min(limit, 2 * src_len + 10)
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int] = field(default_factory=list)  # generated ids, without <s> and </s>
-    logprobs: list[float] = field(default_factory=list)  # one per generated id, </s> included
-    finish_reason: str = "length"  # "eos" or "length"
-    length_penalty: float = 1.0
-    start: int = 0  # forced tokens before `tokens` (a target language): counted in the length with log-probability 0
-    terms: set[int] = field(default_factory=set)  # positions of tokens a constraint put there (model/constraints.py)
-    # per generated id (</s> included), what its step's cross-attention said (KVCache.facts): how far from
-    # uniform it lay, and the source position the id aligns to; empty where the decoding kept none
-    attention: list[float] = field(default_factory=list)
-    aligned: list[int] = field(default_factory=list)
-
-    def saw(self, facts: tuple[float, float] | None) -> None:
-        """Record a step's attention facts (distance from uniform, aligned source position) for its new token."""
-        if facts is not None:
-            self.attention.append(facts[0])
-            self.aligned.append(int(facts[1]))
-
-    @property
-    def score(self) -> float:
-        """The summed log-probabilities over length ** length_penalty (</s> counted, and the forced start tokens, as
-        transformers counts a forced_bos_token_id): with 1.0, the mean."""
-        if not self.logprobs:
-            return 0.0
-        return sum(self.logprobs) / (len(self.logprobs) + self.start) ** self.length_penalty
 
 
 @torch.inference_mode()

@@ -21,41 +21,20 @@ gives every row its next-token distribution and each search picks its rows' toke
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from model.constraints import Constraints, Phrase, Progress
-from model.decoding import Hypothesis
+from model.constraints import Constraints, Progress
+from model.hypothesis import Hypothesis
+from model.options import GREEDY, DecodingOptions  # noqa: F401 - where their users have always found them
 
 if TYPE_CHECKING:
     from model.batch import StepRow
 from model.transformer import Transformer, TransformerConfig, padding_mask, subsequent_mask
 
 NEG_INF = float("-inf")
-
-
-@dataclass(frozen=True)
-class DecodingOptions:
-    beam_size: int = 1
-    num_hypotheses: int = 1  # hypotheses returned, best first: at most beam_size, or samples when sampling
-    length_penalty: float = 1.0  # score = sum of log-probabilities / length ** length_penalty
-    prefix: tuple[int, ...] = ()  # target ids the output must start with (they count towards the budget)
-    sampling_topk: int = 1  # 1: the most likely token; k > 1: draw among the k most likely; 0: among all
-    sampling_temperature: float = 1.0
-    seed: int = 0
-    # target ids the decoder is fed after its start token, before any it chooses, and not part of the output (a
-    # many-to-many model's target language: transformers' forced_bos_token_id, CTranslate2's target_prefix)
-    start: tuple[int, ...] = ()
-    # what every hypothesis must contain: a glossary's terms (model/constraints.py)
-    constraints: tuple[Phrase, ...] = ()
-    constraint_margin: float = 5.0  # one row: a phrase begins where its first token is this close to the pick (nats)
-    glued: torch.Tensor | None = None  # (V,) True for tokens that continue a word: none may follow a phrase
-
-
-GREEDY = DecodingOptions()
 
 
 class Search:
