@@ -8,7 +8,6 @@ from typing import get_args
 
 from pydantic import ValidationError
 
-from app.engine.device import resolve_device
 from app.server import STOP_GRACE_S, configure_logging, serve
 from app.settings import Dtype, LogLevel, Settings
 from app.workers import serve_workers
@@ -34,6 +33,10 @@ def parse_args(argv: list[str] | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # here, not at the top: an NMT_FRONTENDS front-end, spawned, imports this module again as its __main__'s, and a
+    # front-end never imports torch
+    from app.engine.device import resolve_device
+
     args = parse_args(argv)
     precompile = args.pop("precompile", False)
     try:

@@ -1,23 +1,22 @@
 """An engine from the settings: the checkpoint loaded onto the configured device, with the limits and the share of
-the machine the settings give it."""
+the machine the settings give it (`load_engine`), or a front-end's, whose core is the engine process's
+(`front_engine`). Only `load_engine` imports torch and the core's side, when it runs: a front-end never does."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from app.engine.core import EngineCore
-from app.engine.device import resolve_device
 from app.engine.engine import DEFAULT_QUEUE, START_TOKENS, Engine
-from app.engine.memory import decoder_rows
 from app.metrics import Metrics
 from app.settings import Settings
-from model.checkpoint import load_checkpoint, read_metadata
 from model.confidence import Calibration
+from model.metadata import read_metadata
 from model.multilingual_tokenizer import MultilingualTokenizer
 from model.tokenizer import load_tokenizer
+
+if TYPE_CHECKING:
+    from app.engine.remote import RemoteCore
 
 
 def load_engine(
@@ -27,6 +26,12 @@ def load_engine(
     """Load the checkpoint (`model_dir`, else NMT_MODEL_DIR) onto the configured device and dtype (blocking).
     The calling thread is left single-threaded in torch so that the batcher's worker is the only thread with an
     OpenMP team. `threads` and `gpu_memory_fraction` are this model's share when the server has several."""
+    import torch
+
+    from app.engine.device import resolve_device
+    from app.engine.memory import decoder_rows
+    from model.checkpoint import load_checkpoint
+
     threads = threads or s.threads or torch.get_num_threads()
     torch.set_num_threads(1)  # before any parallel work here: see Batcher.threads
     model_dir = model_dir or s.model_dir
@@ -52,7 +57,7 @@ def load_engine(
     )  # fmt: skip
 
 
-def front_engine(s: Settings, core: EngineCore, model_dir: Path, name: str, metrics: Metrics) -> Engine:
+def front_engine(s: Settings, core: RemoteCore, model_dir: Path, name: str, metrics: Metrics) -> Engine:
     """A front-end's engine for a model the engine process serves through `core`: its tokenizer, metadata and
     calibration read from `model_dir` (not its weights), its limits from the settings, as `load_engine`'s. The
     core's `max_queue` is this front-end's share of the engine's queue, so a request's share of it (by default)

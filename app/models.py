@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
 from app.engine import Engine, EngineUnavailable, InvalidRequest
 from app.loading import load_engine
 from app.metrics import Metrics
@@ -18,6 +16,13 @@ from app.settings import Settings
 
 log = logging.getLogger("nmt_serve")
 State = Literal["loading", "ready", "failed", "stopped"]
+
+
+def torch_threads() -> int:
+    """The threads torch would use: the cores the models share out."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 def threads_each(settings: Settings, cores: int) -> int:
@@ -39,7 +44,9 @@ class Models:
         self.named = bool(settings.models)  # NMT_MODELS names them; one NMT_MODEL_DIR is named by its checkpoint
         self.engines: dict[str, Engine] = {}
         self.errors: dict[str, str] = {}
-        self.cores = torch.get_num_threads()  # read once, before any engine narrows its loading thread to one
+        # read once, before any engine narrows its loading thread to one; a front-end's models have their threads in
+        # the engine process, and it never imports torch
+        self.cores = 0 if settings.engine_address else torch_threads()
 
     @property
     def names(self) -> list[str]:

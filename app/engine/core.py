@@ -10,7 +10,6 @@ live in another process (as vLLM's EngineCore does) behind the same ones.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +18,18 @@ import torch
 from app.engine.compiling import Compiler, Mode
 from app.engine.device import device_name
 from app.engine.memory import Sizing
+from app.engine.results import AttentionWeights
 from app.engine.scheduler import Batcher
 from app.engine.sequence import TokenStream
 from app.metrics import EngineMetrics
 from model.compile import Compiled
-from model.decoding import Hypothesis
+from model.hypothesis import Hypothesis
+from model.options import GREEDY, DecodingOptions
 from model.quantize import quantize_int8
-from model.search import GREEDY, DecodingOptions, alignments
+from model.search import alignments
 from model.transformer import Transformer
 
 log = logging.getLogger("nmt_serve.engine")
-
-
-@dataclass
-class AttentionWeights:
-    """A teacher-forced pass's attention weights, the chosen layers and heads (rounded to 4 decimals)."""
-
-    decoder_ids: list[int]  # <s>, the start tokens and the target: the rows of the decoder's weights
-    encoder: list  # [L][H][S][S]
-    decoder: list  # [L][H][T][T]
-    cross: list  # [L][H][T][S]
 
 
 class EngineCore:

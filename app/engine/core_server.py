@@ -20,7 +20,7 @@ from app.engine.core import EngineCore
 from app.engine.errors import EngineUnavailable
 from app.engine.wire import HWM, Reply, Request
 from app.metrics import Metrics
-from model.search import DecodingOptions
+from model.options import DecodingOptions
 
 log = logging.getLogger("nmt_serve.remote")
 CALLS = ("generate", "search", "align", "attention", "stream")  # the EngineCore methods a request may name
@@ -143,20 +143,21 @@ def facts(core: EngineCore) -> dict[str, Any]:
     """What a front-end needs to know of a core without asking: its state, its size, its load."""
     return {
         "stopped": core.stopped, "compiled": core.compiled, "graphs_at_start": core.graphs_at_start,
-        "rows": core.rows, "max_queue": core.max_queue, "load": core.load, "config": core.config,
+        "rows": core.rows, "max_queue": core.max_queue, "load": core.load, "config": core.config.to_dict(),
         "info": core.info(), "memory": core.memory(),
     }  # fmt: skip
 
 
 def placed(core: EngineCore, options: DecodingOptions | list[DecodingOptions]):
-    """The options with their `glued` tensor (made on the front-end's CPU) on the core's device, moved once each."""
+    """The options with their `glued` array (a front-end's, which has no torch) as a tensor on the core's device, made
+    once for each array."""
     moved: dict[int, torch.Tensor] = {}
 
     def one(o: DecodingOptions) -> DecodingOptions:
-        if o.glued is None or o.glued.device == core.device:
+        if o.glued is None or isinstance(o.glued, torch.Tensor) and o.glued.device == core.device:
             return o
         if id(o.glued) not in moved:
-            moved[id(o.glued)] = o.glued.to(core.device)
+            moved[id(o.glued)] = torch.as_tensor(o.glued, device=core.device)
         return replace(o, glued=moved[id(o.glued)])
 
     return [one(o) for o in options] if isinstance(options, list) else one(options)

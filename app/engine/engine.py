@@ -10,8 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.engine.compiling import Mode
-from app.engine.core import EngineCore
 from app.engine.documents import (
     Documents,
     Format,
@@ -25,7 +23,6 @@ from app.engine.documents import (
 from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
 from app.engine.glossary import Terms
 from app.engine.limits import GREEDY, Decoding, Limits
-from app.engine.memory import Sizing
 from app.engine.offload import inline_or_on_thread
 from app.engine.protected import protect_documents, restored
 from app.engine.results import Attention, Translation, as_decoded, translations
@@ -34,16 +31,19 @@ from app.languages import Languages, UnknownLanguage
 from app.metrics import EngineMetrics, Metrics
 from app.segment import Split
 from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration
-from model.decoding import max_new_tokens_for
 from model.multilingual_tokenizer import MultilingualTokenizer
-from model.search import DecodingOptions
+from model.options import DecodingOptions, max_new_tokens_for
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.token import Token
 from model.tokenizer import Tokenizer
-from model.transformer import Transformer, TransformerConfig
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the core and the model import torch, which a front-end never does
+    from app.engine.compiling import Mode
+    from app.engine.core import EngineCore
+    from app.engine.memory import Sizing
+    from app.engine.remote import RemoteCore
     from app.protect import Masked, Protect
+    from model.transformer import Transformer, TransformerConfig
 
 log = logging.getLogger("nmt_serve.engine")
 WARM_UP_TEXT = "A man is riding a bike."
@@ -58,7 +58,7 @@ class Engine:
     methods."""
 
     def __init__(
-        self, core: EngineCore, tokenizer: Tokenizer | SentencePieceTokenizer, *, name: str = "model",
+        self, core: EngineCore | RemoteCore, tokenizer: Tokenizer | SentencePieceTokenizer, *, name: str = "model",
         metadata: dict | None = None, max_input_tokens: int = 256, max_new_tokens: int = 256,
         max_batch_texts: int = 64, request_timeout_s: float = 60.0, max_request_chars: int = 20_000,
         max_request_sequences: int | None = None, calibration: Calibration | None = None, min_confidence: float = 0.0,
@@ -107,6 +107,8 @@ class Engine:
     ) -> Engine:  # fmt: skip
         """An engine whose core runs `model` in this process (its worker thread); `limits` are the Engine's own
         (max_batch_texts, request_timeout_s and the rest)."""
+        from app.engine.core import EngineCore
+
         start = START_TOKENS if isinstance(tokenizer, MultilingualTokenizer) else 0
         _check_positions(model.config, max_input_tokens, max_new_tokens, start)  # before the cache is sized by them
         core = EngineCore(

@@ -11,9 +11,10 @@ from app.engine.errors import InvalidRequest
 from app.engine.limits import Decoding, Limits
 from app.terms import find, rendering_token
 from model.constraints import Phrase
-from model.search import DecodingOptions
+from model.options import DecodingOptions
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from app.engine.core import EngineCore
@@ -34,7 +35,7 @@ class Terms:
     ):  # fmt: skip
         self.core, self.tokenizer, self.limits, self.max_new_tokens = core, tokenizer, limits, max_new_tokens
         self.multilingual = multilingual  # the source terms are encoded in the request's source language
-        self._glued: torch.Tensor | None = None  # the core's word_continuations()
+        self._glued: torch.Tensor | np.ndarray | None = None  # the core's word_continuations()
         self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
 
     async def constrained(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.errors import InputTooLong, InvalidRequest
-from model.search import DecodingOptions
+from model.options import DecodingOptions
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Tokenizer
 

@@ -31,19 +31,20 @@ import math
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
-import torch
+import numpy as np
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from app.engine import wire
-from app.engine.core import AttentionWeights
 from app.engine.errors import EngineUnavailable, QueueFull
+from app.engine.results import AttentionWeights
 from app.engine.wire import HWM, Reply, Request
 from app.metrics import EngineMetrics, Metrics
-from model.decoding import Hypothesis
-from model.search import GREEDY, DecodingOptions
+from model.hypothesis import Hypothesis
+from model.options import GREEDY, DecodingOptions
 
 log = logging.getLogger("nmt_serve.remote")
 SHUTTING_DOWN = "the server is shutting down"
@@ -237,9 +238,8 @@ def reported(key: str, doc: str) -> property:
 
 class RemoteCore:
     """EngineCore's interface for one model of the engine process, in a front-end process (see the module's docstring).
-    Its facts (rows, config, info, memory, ...) are the engine's as of the last heartbeat."""
-
-    device = torch.device("cpu")  # where word_continuations makes its tensor; the engine moves it to its own
+    Its facts (rows, config, info, memory, ...) are the engine's as of the last heartbeat. It has no tensors: what it
+    sends and receives is ids, lists and plain dataclasses, and this process never imports torch."""
 
     def __init__(self, connection: Connection, name: str, frontends: int = 1, metrics: EngineMetrics | None = None):
         self.connection, self.name, self.frontends = connection, name, frontends
@@ -308,9 +308,10 @@ class RemoteCore:
     ) -> AttentionWeights:  # fmt: skip
         return await self._submit("attention", (src, tgt, layers, heads, average_heads, start)).future
 
-    async def word_continuations(self, pieces: list[str]) -> torch.Tensor:
-        """(V,) as EngineCore's, made here: the same small computation, and no round trip."""
-        return torch.tensor([not p.startswith("▁") and p[:1].isalnum() for p in pieces], dtype=torch.bool)
+    async def word_continuations(self, pieces: list[str]) -> np.ndarray:
+        """(V,) as EngineCore's, made here as an array (no torch here, and no round trip): the engine process turns
+        it into a tensor on its device (core_server.py's `placed`)."""
+        return np.array([not p.startswith("▁") and p[:1].isalnum() for p in pieces], dtype=bool)
 
     def _submit(self, kind: str, args: tuple, n: int = 0, stream: bool = False) -> Any:
         if self._stopped:
@@ -331,8 +332,13 @@ class RemoteCore:
     compiled = reported("compiled", "Whether the compiled graphs serve (in the engine process).")
     graphs_at_start = reported("graphs_at_start", "Whether the engine makes its graphs at start-up (CUDA graphs).")
     rows = reported("rows", "Decoder rows in the engine's KV cache.")
-    config = reported("config", "The model's TransformerConfig.")
     engine_load = reported("load", "The engine's sequences waiting or decoding, from every front-end.")
+
+    @property
+    def config(self) -> SimpleNamespace:
+        """The model's TransformerConfig, its fields as the engine reported them (the class is the model's, torch's
+        side: the fields are what a front-end reads)."""
+        return SimpleNamespace(**self._facts()["config"])
 
     @property
     def max_queue(self) -> int:

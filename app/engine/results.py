@@ -9,7 +9,7 @@ from functools import cached_property
 
 from app.detokenize import IncrementalText
 from model.confidence import DIGITS, Calibration, Quality, judge
-from model.decoding import Hypothesis
+from model.hypothesis import Hypothesis
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.tokenizer import Tokenizer
 
@@ -51,6 +51,17 @@ class Translation:
     def tokens(self) -> list[str]:
         """The generated pieces, looked up when asked for: most requests do not return them."""
         return [self.piece(i) for i in self.token_ids]
+
+
+@dataclass
+class AttentionWeights:
+    """A teacher-forced pass's attention weights, the chosen layers and heads (rounded to 4 decimals): the core's
+    answer, in lists, which an engine turns into an `Attention`."""
+
+    decoder_ids: list[int]  # <s>, the start tokens and the target: the rows of the decoder's weights
+    encoder: list  # [L][H][S][S]
+    decoder: list  # [L][H][T][T]
+    cross: list  # [L][H][T][S]
 
 
 @dataclass

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from app.engine.errors import EngineFailure
-from model.decoding import Hypothesis
-from model.search import Search
+from model.hypothesis import Hypothesis
 
 if TYPE_CHECKING:
     from app.engine.scheduler import Batcher
+    from model.search import Search
 
 log = logging.getLogger("nmt_serve.batcher")
 

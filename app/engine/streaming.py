@@ -14,8 +14,8 @@ from app.engine.offload import inline_or_on_thread
 from app.engine.results import aligned, as_decoded
 from app.segment import Segment
 from model.confidence import judge
-from model.decoding import Hypothesis
-from model.search import GREEDY as SEARCH_GREEDY
+from model.hypothesis import Hypothesis
+from model.options import GREEDY as SEARCH_GREEDY
 
 if TYPE_CHECKING:
     from app.engine.engine import Engine

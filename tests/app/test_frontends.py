@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
+from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
 
+from bench.server import poll_until
+from model.metadata import read_metadata, write_metadata
 from tests.app.live import gone, live_server, stream_across_sigterm
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
@@ -128,3 +135,84 @@ def test_a_killed_engine_gets_503s_then_the_server_exits_non_zero(split):
     out, _ = proc.communicate(timeout=60)
     assert statuses <= {503}, (statuses, out)
     assert proc.returncode == 1 and "nmt-serve-engine" in out, out
+
+
+def loaded(pid: int, *libraries: str) -> list[str]:
+    """The shared objects of `libraries` (parts of a path) that the process `pid` has mapped."""
+    with open(f"/proc/{pid}/maps") as f:
+        paths = {line.split()[-1] for line in f if "/" in line}
+    return sorted(p for p in paths if any(lib in p for lib in libraries))
+
+
+# torch's libraries, and sentencepiece's (which transformers' tokenizers load)
+TORCH = ("libtorch", "torch/_C", "sentencepiece")
+
+
+def translate_a_file(proc, client: httpx.Client) -> None:
+    """A file uploaded to /files, translated as a job and downloaded."""
+    r = client.post("/files", files={"file": ("notes.html", f"<p>{TEXTS[0]}</p><p>{TEXTS[1]}</p>".encode())})
+    assert r.status_code == 202, r.text
+    status = partial(client.get, r.headers["Location"])
+    job = poll_until(proc, lambda: (j := status().json())["status"] in ("done", "failed") and j, 60)
+    assert job and job["status"] == "done" and client.get(job["download"]).status_code == 200, job
+
+
+@pytest.fixture
+def split_en_de(tiny_checkpoint, tmp_path):
+    """`split`, its model English to German, as LibreTranslate and DeepL requests name it."""
+    model = shutil.copytree(tiny_checkpoint, tmp_path / "tiny-en-de")
+    write_metadata(model, {**read_metadata(model), "source_language": "en", "target_language": "de"})
+    with live_server(model, timeout=120, NMT_FRONTENDS="2", NMT_COMPILE="off") as pair:
+        yield pair
+
+
+def test_front_ends_never_load_torch_while_they_serve_every_kind_of_request(split_en_de):
+    proc, base = split_en_de
+    engine, *fronts = children(proc.pid)
+    for _ in range(3):  # new connections each time, so that both front-ends (SO_REUSEPORT) serve some
+        answers(base)
+        with httpx.Client(base_url=base, timeout=60) as client:
+            for path, body in {
+                "/libretranslate/translate": {"q": TEXTS[0], "source": "auto", "target": "de"},
+                "/libretranslate/detect": {"q": TEXTS[0]},
+                "/deepl/v2/translate": {"text": TEXTS, "target_lang": "DE", "tag_handling": "html"},
+            }.items():
+                r = client.post(path, json=body)
+                assert r.status_code == 200, (path, r.text)
+            for path in ("/info", "/models", "/metrics", "/libretranslate/languages"):
+                assert client.get(path).status_code == 200, path
+            translate_a_file(proc, client)
+    assert loaded(engine, "libtorch")  # the engine process's, which owns the model
+    assert {pid: loaded(pid, *TORCH) for pid in fronts} == {pid: [] for pid in fronts}
+
+
+# The engine process's side of app/, which imports torch: nothing else in app/ may (a front-end imports any of the rest)
+ENGINE_SIDE = {"app.engine.compiling", "app.engine.core", "app.engine.core_server", "app.engine.device",
+               "app.engine.memory", "app.engine.scheduler"}  # fmt: skip
+BARRED = """
+import importlib, sys
+
+class Barred:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("torch", "transformers", "sentencepiece"):
+            raise ImportError(f"a front-end imported {name}")
+
+sys.meta_path.insert(0, Barred())
+"""
+
+
+def test_the_front_side_of_app_imports_without_torch():
+    """Every module of app/ but the engine side's, imported with torch, transformers and sentencepiece barred: the
+    traceback names the chain that reached one."""
+    root = Path(__file__).parents[2]
+    modules = sorted(
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for p in (root / "app").rglob("*.py")
+    )
+    assert ENGINE_SIDE <= set(modules)
+    front = [m for m in modules if m not in ENGINE_SIDE]
+    code = BARRED + f"for m in {front!r}:\n    importlib.import_module(m)\n"
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stderr

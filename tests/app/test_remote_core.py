@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from app.engine.errors import EngineFailure, EngineUnavailable, QueueFull
 from app.engine.remote import Connection, RemoteCore, connect
 from app.metrics import Metrics
 from model.constraints import Phrase
-from model.search import DecodingOptions
+from model.options import DecodingOptions
 from tests.app.conftest import StepGate, failing_on_step
 from tests.app.helpers import TEXTS, until
 
@@ -107,12 +108,14 @@ async def test_greedy_beam_glossary_align_and_attention_give_what_the_local_core
     weights = await core.attention(srcs[0], targets[0][0], [0, 1], [0, 2], False)
     assert await remote.attention(srcs[0], targets[0][0], [0, 1], [0, 2], False) == weights
     pieces = [tokenizer.id_to_token(i, "target") for i in range(tokenizer.vocab_size)]
-    glued = await remote.word_continuations(pieces)
-    assert glued.equal(await core.word_continuations(pieces)) and glued.any()
-    glossary = [DecodingOptions(constraints=(Phrase((7, 8)),), glued=glued)]  # the tensor travels too
-    assert await remote.search(srcs[:1], budgets[:1], glossary) == await core.search(srcs[:1], budgets[:1], glossary)
+    glued, local_glued = await remote.word_continuations(pieces), await core.word_continuations(pieces)
+    assert glued.tolist() == local_glued.tolist() and glued.any()  # an array: a front-end has no torch
+    glossary = DecodingOptions(constraints=(Phrase((7, 8)),))
+    remotely = await remote.search(srcs[:1], budgets[:1], [replace(glossary, glued=glued)])  # the array travels too
+    assert remotely == await core.search(srcs[:1], budgets[:1], [replace(glossary, glued=local_glued)])
     assert await remote.generate([], []) == [] and await remote.search([], [], beam) == []
-    assert remote.rows == core.rows and remote.max_queue == core.max_queue and remote.config == core.config
+    assert remote.rows == core.rows and remote.max_queue == core.max_queue
+    assert vars(remote.config) == core.config.to_dict()  # its fields: the class is the model's, torch's side
     assert remote.info() == core.info() and not remote.stopped and not remote.compiled
 
 
