@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEFAULT_MODEL, cpu_description
 from model.checkpoint import load_checkpoint
-from model.transformer import DecoderLayer, Transformer
+from model.layers import DecoderLayer
+from model.transformer import Transformer
 
 VARIANTS = ("duplicated", "gathered", "grouped")
 

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.ct2_translator import BeamTranslator, GreedyTranslator  # noqa: F401 - importable from here too
 from model.checkpoint import load_checkpoint
+from model.layers import MultiHeadAttention
 from model.tokenizer import BOS, EOS, UNK, Tokenizer
-from model.transformer import MultiHeadAttention, Transformer
+from model.transformer import Transformer
 
 ACTIVATIONS = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}  # F.gelu is the erf form
 

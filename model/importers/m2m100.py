@@ -23,8 +23,9 @@ import torch
 from model.checkpoint import save_checkpoint, unique_state_dict
 from model.importers import CannotImport, marian
 from model.importers.marian import ACTIVATIONS, FIXED, IGNORED, layer_map, model_card_license, need, read_weights, same
+from model.layers import sinusoidal_table
 from model.multilingual_tokenizer import MultilingualTokenizer, spec_from
-from model.transformer import Transformer, TransformerConfig, sinusoidal_table
+from model.transformer import Transformer, TransformerConfig
 
 MODEL_TYPE = "m2m_100"  # config.json's model_type this loader reads
 ARCHITECTURE = "M2M100ForConditionalGeneration"

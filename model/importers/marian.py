@@ -21,8 +21,9 @@ import torch
 from model.checkpoint import save_checkpoint, unique_state_dict
 from model.importers import CannotImport
 from model.importers.spm import convert_spm, read_json
+from model.layers import sinusoidal_table
 from model.spm_tokenizer import SentencePieceTokenizer
-from model.transformer import Transformer, TransformerConfig, sinusoidal_table
+from model.transformer import Transformer, TransformerConfig
 
 # ---- config.json --------------------------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ from model.batch import decode
 from model.decoding import KVCache, greedy_decode
 from model.importers import CannotImport, m2m100, mbart
 from model.importers.m2m100 import load, model_config, read_config
+from model.layers import sinusoidal_table
 from model.search import DecodingOptions
-from model.transformer import sinusoidal_table
 
 transformers = pytest.importorskip("transformers")
 

@@ -3,14 +3,8 @@ import math
 import pytest
 import torch
 
-from model.transformer import (
-    MultiHeadAttention,
-    Transformer,
-    TransformerConfig,
-    padding_mask,
-    sinusoidal_table,
-    subsequent_mask,
-)
+from model.layers import MultiHeadAttention, sinusoidal_table
+from model.transformer import Transformer, TransformerConfig, padding_mask, subsequent_mask
 from tests.conftest import tiny_config
 
 
