@@ -119,8 +119,7 @@ async def fields(request: Request) -> dict[str, Any]:
 
 
 def scrubbed(value: Any) -> Any:
-    """A JSON field's value with lone surrogates replaced in its strings, as the request models do
-    (app/schemas/fields.py)."""
+    """A JSON field's value with lone surrogates replaced in its strings, as the request models do (app/schemas/)."""
     if isinstance(value, str):
         return scrub(value)
     if isinstance(value, list):
