@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -100,7 +101,9 @@ class Models:
 
         self.connection, self.loop = Connection(self.settings.engine_address), asyncio.get_running_loop()
         self.connection.start("models")
-        return await self.connection.refresh()
+        # however long the engine process takes to load its models (a front-end, without torch, is up long before it);
+        # an engine that dies stops the server (app/frontends.py)
+        return await self.connection.refresh(timeout=math.inf)
 
     async def _front(self, name: str, directory: Path, served: dict[str, Any]) -> Engine:
         """A front-end's engine for a model of the engine process: its text side here, its core there."""
