@@ -15,7 +15,8 @@ nmt-eval; this package touches tensors only on the worker thread, and on the com
 cache of its own.
 """
 
-from app.engine.engine import Attention, Engine, Translation
+import importlib
+
 from app.engine.errors import (
     EngineFailure,
     EngineUnavailable,
@@ -25,9 +26,18 @@ from app.engine.errors import (
     QueueFull,
     RequestTimeout,
 )  # fmt: skip
-from app.engine.offload import INLINE_CHARS
+
+# Imported on first use, so that importing the errors (app/protect/ raises two) does not load the engine
+_LAZY = {"Attention": "app.engine.engine", "Engine": "app.engine.engine", "Translation": "app.engine.engine",
+         "INLINE_CHARS": "app.engine.offload"}  # fmt: skip
 
 __all__ = [
     "INLINE_CHARS", "Attention", "Engine", "EngineFailure", "EngineUnavailable", "InputTooLong", "InvalidRequest", "OutOfMemory",
     "QueueFull", "RequestTimeout", "Translation",
 ]  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

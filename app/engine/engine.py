@@ -248,7 +248,7 @@ class Engine:
         whitespace (app/engine/documents.py). Blank texts translate to "" without a model call. `format="html"`
         translates the pages' text (app/html/) and gives back their markup. Segments whose confidence is below
         `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`. `protect`'s
-        spans are kept out of the model's sight and put back as written (app/protect.py)."""
+        spans are kept out of the model's sight and put back as written (app/protect/)."""
         texts = self.limits.texts(text, "text")
         decoding = self.resolve(decoding)
         floor = self.min_confidence if min_confidence is None else min_confidence

@@ -1,11 +1,11 @@
-"""Protected spans through the engine (app/protect.py): texts split with their spans out of the splitter's sight, each
+"""Protected spans through the engine (app/protect/): texts split with their spans out of the splitter's sight, each
 piece masked for the model, and each translation restored, its alignment and word spans moved to match."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app import protect as spans  # the module: app.protect imports app.engine's errors, whose package imports this
+from app import protect as spans
 from app.engine.documents import Documents, check_chars, split_texts
 from app.engine.results import Aligned, Translation
 from app.segment import Split, segment
