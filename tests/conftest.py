@@ -100,7 +100,7 @@ def trained_checkpoint(tmp_path_factory, pairs):
 # The one-row cache whose graphs one_row_packages builds; a server with these limits (NMT_MAX_BATCH_SIZE=1,
 # NMT_MAX_NEW_TOKENS=31, NMT_MAX_INPUT_TOKENS=16, NMT_SCREEN_LOGITS=0 and one thread, as tests/app/live.py's env())
 # runs the same graphs, so it loads these packages rather than building them
-ONE_ROW = dict(max_batch=1, max_len=31, max_src_len=16)
+ONE_ROW = {"max_batch": 1, "max_len": 31, "max_src_len": 16}
 
 
 @pytest.fixture(scope="session")

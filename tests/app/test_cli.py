@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 
@@ -11,6 +12,7 @@ import pytest
 
 from app.cli import main
 from bench.server import free_port, nmt_serve
+from model.compile import PACKAGE_DIR
 from tests.app.live import env, live_server, start_server, wait_ready
 
 
@@ -69,24 +71,27 @@ def test_half_precision_on_cpu_is_refused_before_starting():
 
 @pytest.mark.compiles
 def test_two_precompiles_at_once_on_one_directory_both_succeed_and_a_server_then_loads_every_graph(
-    tiny_checkpoint, tmp_path
+    trained_checkpoint, one_row_packages, tmp_path
 ):
     """nmt-serve --precompile fills NMT_COMPILE_CACHE_DIR and exits; two of them racing on one directory (two
-    replicas starting together) both finish, and a server started after compiles nothing."""
+    replicas starting together) both finish, and a server started after compiles nothing. The directory already
+    holds two of the three graphs (one_row_packages, the limits below are theirs): the two race on the third, the
+    full step's, both building it and writing its package, while loading the others."""
     settings = {"NMT_COMPILE_CACHE_DIR": str(tmp_path), "NMT_COMPILE_MODE": "default", "NMT_MAX_BATCH_SIZE": "1",
-                "NMT_MAX_NEW_TOKENS": "16", "NMT_MAX_INPUT_TOKENS": "16"}  # fmt: skip
-    cmd = nmt_serve("--model-dir", str(tiny_checkpoint), "--device", "cpu", "--precompile")
+                "NMT_MAX_NEW_TOKENS": "31", "NMT_MAX_INPUT_TOKENS": "16", "NMT_SCREEN_LOGITS": "0"}  # fmt: skip
+    shutil.copytree(one_row_packages[0], tmp_path / PACKAGE_DIR)
+    cmd = nmt_serve("--model-dir", str(trained_checkpoint), "--device", "cpu", "--precompile")
     racing = [
         subprocess.Popen(cmd, env={**env(), **settings}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)
     ]
     outputs = [p.communicate(timeout=900)[0] for p in racing]
     assert [p.returncode for p in racing] == [0, 0], outputs
-    assert all("graphs compiled and" in out for out in outputs), outputs
+    assert all("graphs compiled and 2 already there" in out for out in outputs), outputs
     leftovers = [p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp.pt2")]
     assert not leftovers, "a temporary package was left behind"
 
-    proc, base = start_server(tiny_checkpoint, **settings, NMT_COMPILE="blocking")
+    proc, base = start_server(trained_checkpoint, **settings, NMT_COMPILE="blocking")
     try:
         wait_ready(proc, base, timeout=120)
         compile_info = httpx.get(f"{base}/info").json()["compile"]

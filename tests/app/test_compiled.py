@@ -98,9 +98,15 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
 
 
 @pytest.mark.compiles
-async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8_model(trained_checkpoint, tmp_path):
+async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8_model(trained_checkpoint, tmp_path,
+                                                                                       monkeypatch):  # fmt: skip
     """NMT_QUANTIZE=int8: /info reports it (the logit screen off); the compiled int8 graphs give the eager int8
-    model's translations (the same function, as in float32); /attention runs the int8 layers too."""
+    model's translations (the same function, as in float32); /attention runs the int8 layers too. Greedy requests
+    only: the server builds the greedy step's and the prefill's graphs, not the full step's, which none would run
+    (the int8 full step compiles the same layers: tests/model/test_compile.py has the int8 graphs' kernels)."""
+    from model.compile import graphs_for, runtime
+
+    monkeypatch.setattr(runtime, "graphs_for", lambda model, cache, steps: graphs_for(model, cache, ("greedy",)))
     base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1,
                 quantize="int8")  # fmt: skip
     info, compiled = await translate(
@@ -108,7 +114,8 @@ async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8
     )
     eager_info, eager = await translate(Settings(**base, compile=False))
     assert (info["quantize"], info["screened_logits"], info["compiled"]) == ("int8", False, True)
-    assert all("-int8-" in p.name for p in tmp_path.glob("*/*/*.pt2")) and info["compile"]["built"] == 3
+    assert all("-int8-" in p.name for p in tmp_path.glob("*/*/*.pt2")) and info["compile"]["built"] == 2
+    assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1"]
     assert [t["text"] for t in compiled] == [t["text"] for t in eager]
     assert [t["score"] for t in compiled] == pytest.approx([t["score"] for t in eager], abs=5e-3)
     async with serve(Settings(**base, compile=False)) as (_, client):

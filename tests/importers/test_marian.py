@@ -114,8 +114,7 @@ async def test_the_engine_translates_as_transformers_batched_and_alone(marian, c
     if compiled and layout == "separate":
         pytest.skip("compiling is checked on one layout: the step is the same code")
     if compiled:  # greedy requests only: the full step (beam search, sampling) never runs, so its graph is not built
-        import model.compile.runtime as runtime
-        from model.compile import graphs_for
+        from model.compile import graphs_for, runtime
 
         monkeypatch.setattr(runtime, "graphs_for", lambda m, cache, steps: graphs_for(m, cache, ("greedy",)))
     sentences = held_out_sentences("en")[:200]

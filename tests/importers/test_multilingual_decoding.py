@@ -108,8 +108,7 @@ def test_compiled_graphs_decode_mixed_directions_as_the_eager_model(dirs, tmp_pa
     Only the graphs these batches run are built: the random model runs every row to the budget, so each step has two
     rows, and each pair's sources differ in length, so they are packed; the padded prefill has no graph, and any
     call of it, like a step of another row count, counts as missed."""
-    import model.compile.runtime as runtime
-    from model.compile import CompiledPrefill, adopt, compile_graphs, graphs_for
+    from model.compile import CompiledPrefill, adopt, compile_graphs, graphs_for, runtime
 
     used = ["greedy_step-2-2", "prefill_packed-2-2"]
     monkeypatch.setattr(runtime, "graphs_for", lambda *a, **k: [g for g in graphs_for(*a, **k) if g.name in used])
