@@ -14,6 +14,7 @@ from app.workers import serve_workers
 
 __all__ = ["STOP_GRACE_S", "main", "parse_args", "run_precompile"]
 
+
 def parse_args(argv: list[str] | None) -> dict:
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__)
     p.add_argument("--model-dir", help="checkpoint directory (default: the bundled checkpoints/multi30k-en-de)")

@@ -60,7 +60,9 @@ async def engine_main(settings: Settings, address: str) -> int | str:
     models = Models(settings, metrics)
     await models.load()
     if not models.engines:
-        return "nmt-serve: the engine process loaded no model: " + "; ".join(f"{n}: {e}" for n, e in models.errors.items())
+        return "nmt-serve: the engine process loaded no model: " + "; ".join(
+            f"{n}: {e}" for n, e in models.errors.items()
+        )
     server = CoreServer({name: engine.core for name, engine in models.engines.items()}, address, metrics=metrics)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -27,7 +27,9 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def engine(tiny_model, tokenizer):
-    e = Engine.local(tiny_model, tokenizer, max_input_tokens=32, max_new_tokens=40, max_batch_texts=10, max_batch_size=3)
+    e = Engine.local(
+        tiny_model, tokenizer, max_input_tokens=32, max_new_tokens=40, max_batch_texts=10, max_batch_size=3
+    )
     await e.start()
     yield e
     e.stop()
