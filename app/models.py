@@ -187,6 +187,9 @@ class Models:
             if engine is not None and engine.serves(source, target):
                 return name
         wanted = f"{source or 'any'}->{target or 'any'}"
+        loading = [name for name in self.names if self.state(name) == "loading"]
+        if loading:  # not yet a 422: a model still loading may be the one
+            raise EngineUnavailable(f"no loaded model translates {wanted} yet; {self.not_ready(loading[0])}")
         many = [(name, e) for name, e in self.engines.items() if e.codes is not None]
         if len(self.names) == 1 and many:  # one many-to-many model: what is wrong with the codes for it
             raise UnknownModel(many[0][1].why_not(source, target) or f"no model here translates {wanted}")

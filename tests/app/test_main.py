@@ -131,7 +131,7 @@ async def test_api_key_guards_everything_but_health_and_ready(settings):
             assert r.status_code == 200
 
 
-async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monkeypatch):
+async def test_ready_and_requests_are_503_until_the_model_is_loaded_and_warmed(settings, monkeypatch):
     release, real = threading.Event(), models.load_engine
 
     def slow_load(s, *args, **kwargs):
@@ -149,6 +149,9 @@ async def test_ready_is_503_until_the_model_is_loaded_and_warmed(settings, monke
             assert (await client.get("/health")).json() == {"status": "ok"}
             assert_error(await client.get("/ready"), 503, "not_ready", "loading")
             assert_error(await client.post("/translate", json={"text": "a"}), 503, "not_ready", "loading")
+            # naming languages: not yet a 422 ("no model translates en->de"), the model loading may be the one
+            named = await client.post("/translate", json={"text": "a", "source": "en", "target": "de"})
+            assert_error(named, 503, "not_ready", "no loaded model translates en->de yet", "loading")
             release.set()
             await app.state.loading
             assert (await client.get("/ready")).json()["status"] == "ready"
