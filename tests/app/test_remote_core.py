@@ -240,9 +240,14 @@ async def test_a_front_end_that_stops_reading_is_cut_off_not_waited_for(core, sr
         replies = []  # it reads at last: what reached it before it was cut off...
         while (frame := await read(mute, 0.5)) is not None:
             replies += wire.decode(frame)
-        assert all(r.kind == "status" for r in replies), "its stream never gave a token"
+        kinds = [r.kind for r in replies]
+        assert set(kinds) <= {"status", "reset"}, f"its stream gave {kinds}: it was not cut off before a token"
         await mute.send(wire.encode(wire.Request(i, "status")))  # ...then, to its next request, the news
-        assert [r.kind for r in wire.decode(await read(mute, 10))] == ["reset", "status"]
+        answer = [r.kind for r in wire.decode(await read(mute, 10))]
+        # a reset answers the first request after a cut-off; while the socket stays full the engine cuts it off again,
+        # so the news is the last one that got through: among what it read, or with this answer
+        assert answer in (["reset", "status"], ["status"]), answer
+        assert "reset" in kinds + answer, "the front-end never learnt it was cut off"
         mute.close()
 
 
