@@ -11,7 +11,7 @@ from app import schemas as s
 from app.calls import detect_source, run_attention, run_translate
 from app.deps import EngineDep, GlossariesDep, ModelsDep
 from app.disconnect import unless_disconnected
-from app.engine import EngineUnavailable
+from app.engine import EngineUnavailable, inspection
 from app.errors import ERRORS, error
 from app.glossaries import language, parse, short
 from app.metrics import CONTENT_TYPE_LATEST
@@ -79,7 +79,7 @@ async def tokenize(body: s.TokenizeRequest, models: ModelsDep) -> s.TokenizeResp
     language = body.language
     if engine.codes and source and language == "auto":
         language = await detect_source(engine, [body.text] if isinstance(body.text, str) else body.text)
-    results = await engine.tokenize(body.text, body.side, body.add_special_tokens, language)
+    results = await inspection.tokenize(engine, body.text, body.side, body.add_special_tokens, language)
     return s.TokenizeResponse(
         results=[s.TokenizeResult(tokens=[s.TokenOut(**t.__dict__) for t in toks], count=len(toks)) for toks in results]
     )
@@ -89,7 +89,7 @@ async def tokenize(body: s.TokenizeRequest, models: ModelsDep) -> s.TokenizeResp
 async def detokenize(body: s.DetokenizeRequest, models: ModelsDep) -> s.DetokenizeResponse:
     """Turn token ids back into text."""
     engine = models.pick(body.model)
-    texts = await engine.detokenize(body.ids, body.side, body.skip_special_tokens)
+    texts = await inspection.detokenize(engine, body.ids, body.side, body.skip_special_tokens)
     return s.DetokenizeResponse(results=[s.TextOut(text=t) for t in texts])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app import detect
 from app import schemas as s
-from app.engine import Attention, Engine, InvalidRequest, Translation
+from app.engine import Attention, Engine, InvalidRequest, Translation, inspection
 from app.engine.limits import Decoding
 from app.glossaries import Glossary, fits, terms
 from app.protect.spans import Protect, protection
@@ -67,6 +67,6 @@ async def run_attention(engine: Engine, body: s.AttentionRequest) -> Attention:
     source = body.source_language
     if engine.codes and source == "auto":
         source = await detect_source(engine, [body.text])
-    return await engine.attention(
-        body.text, body.target, body.layers, body.heads, body.average_heads, source, body.target_language
+    return await inspection.attention(
+        engine, body.text, body.target, body.layers, body.heads, body.average_heads, source, body.target_language
     )

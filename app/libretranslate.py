@@ -18,7 +18,7 @@ from app import detect
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import Engine, EngineUnavailable, Translation
-from app.engine.engine import MULTILINGUAL
+from app.engine.directions import MULTILINGUAL
 from app.engine.limits import GREEDY, MAX_BEAM, Decoding
 from app.errors import ENGINE_ERRORS, RETRY_AFTER_S, ClientDisconnected, error, error_kind
 from app.files import FORMATS
@@ -236,7 +236,7 @@ def pick(models: Models, source: str, target: str) -> Engine:
     if (source, target) in served:
         return models.pick(served[source, target])
     for engine in many(models):
-        if source != target and engine.serves(source, target):
+        if source != target and engine.directions.serves(source, target):
             return engine
     if "loading" in models.states().values():
         raise EngineUnavailable(f"no model loaded so far translates {source}->{target}; others are still loading")

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.engine.engine import DEFAULT_QUEUE, START_TOKENS, Engine
+from app.engine.directions import start_tokens
+from app.engine.engine import DEFAULT_QUEUE, Engine
 from app.metrics import Metrics
 from app.settings import Settings
 from model.confidence import Calibration
 from model.metadata import read_metadata
-from model.multilingual_tokenizer import MultilingualTokenizer
 from model.tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def load_engine(
         raise ValueError(f"NMT_QUANTIZE={s.quantize} runs on the CPU in float32, not on {device} in {dtype}")
     model, tokenizer, metadata = load_checkpoint(model_dir, device=device, dtype=dtype)
     calibration = Calibration.load(model_dir)
-    start = START_TOKENS if isinstance(tokenizer, MultilingualTokenizer) else 0
+    start = start_tokens(tokenizer)
     sizing = decoder_rows(
         model.config, device, dtype, s.max_new_tokens + 1 + start, s.max_input_tokens, s.max_batch_size, fraction,
         s.prefill_tokens, shared=s.workers > 1,

@@ -184,7 +184,7 @@ class Models:
         """The first model (in NMT_MODELS order) whose languages match the ones given."""
         for name in self.names:  # a pair model by its pair; a many-to-many one by any code it resolves
             engine = self.engines.get(name)
-            if engine is not None and engine.serves(source, target):
+            if engine is not None and engine.directions.serves(source, target):
                 return name
         wanted = f"{source or 'any'}->{target or 'any'}"
         loading = [name for name in self.names if self.state(name) == "loading"]
@@ -192,9 +192,11 @@ class Models:
             raise EngineUnavailable(f"no loaded model translates {wanted} yet; {self.not_ready(loading[0])}")
         many = [(name, e) for name, e in self.engines.items() if e.codes is not None]
         if len(self.names) == 1 and many:  # one many-to-many model: what is wrong with the codes for it
-            raise UnknownModel(many[0][1].why_not(source, target) or f"no model here translates {wanted}")
-        reasons = "".join(f"; {name}: {e.why_not(source, target)}" for name, e in many)
-        raise UnknownModel(f"no model here translates {wanted}; this server has {self.listing()} (GET /models){reasons}")
+            raise UnknownModel(many[0][1].directions.why_not(source, target) or f"no model here translates {wanted}")
+        reasons = "".join(f"; {name}: {e.directions.why_not(source, target)}" for name, e in many)
+        raise UnknownModel(
+            f"no model here translates {wanted}; this server has {self.listing()} (GET /models){reasons}"
+        )
 
     def find(self, model: str | None, source: str | None, target: str | None) -> Engine | None:
         """pick()'s engine, or None where pick() would raise."""

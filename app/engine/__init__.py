@@ -1,6 +1,8 @@
 """The engine: requests in, translations out, the model run by one scheduling loop.
 
 - `engine.py`     Engine: validates and tokenizes requests, hands them to its core in token ids, formats the results
+- `directions.py` Directions: the languages a model translates between, and what a request's languages mean for it
+- `inspection.py` /tokenize, /detokenize and /attention: looking inside the model
 - `core.py`       EngineCore: the model, its KV cache, the batcher and the compiled graphs, in token ids
 - `remote.py`     RemoteCore: an EngineCore in the engine process, for a front-end (NMT_FRONTENDS); `wire.py` their
                   messages; `core_server.py` the engine process's side
@@ -28,7 +30,7 @@ from app.engine.errors import (
 )  # fmt: skip
 
 # Imported on first use, so that importing the errors (app/protect/ raises two) does not load the engine
-_LAZY = {"Attention": "app.engine.engine", "Engine": "app.engine.engine", "Translation": "app.engine.engine",
+_LAZY = {"Attention": "app.engine.results", "Engine": "app.engine.engine", "Translation": "app.engine.results",
          "INLINE_CHARS": "app.engine.offload"}  # fmt: skip
 
 __all__ = [

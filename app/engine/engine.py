@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.engine.directions import Directions, start_tokens
 from app.engine.documents import (
     Documents,
     Format,
@@ -20,21 +21,18 @@ from app.engine.documents import (
     split_texts,
     withhold,
 )
-from app.engine.errors import InputTooLong, InvalidRequest, RequestTimeout
+from app.engine.errors import InvalidRequest, RequestTimeout
 from app.engine.glossary import Terms
 from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.offload import inline_or_on_thread
 from app.engine.protected import protect_documents, restored
-from app.engine.results import Attention, Translation, as_decoded, translations
+from app.engine.results import Translation, as_decoded, translations
 from app.engine.streaming import stream_events
-from app.languages import Languages, UnknownLanguage
 from app.metrics import EngineMetrics, Metrics
 from app.segment import Split
 from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration
-from model.multilingual_tokenizer import MultilingualTokenizer
 from model.options import DecodingOptions, max_new_tokens_for
 from model.spm_tokenizer import SentencePieceTokenizer
-from model.token import Token
 from model.tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # annotations only: the core and the model import torch, which a front-end never does
@@ -48,8 +46,6 @@ if TYPE_CHECKING:  # annotations only: the core and the model import torch, whic
 log = logging.getLogger("nmt_serve.engine")
 WARM_UP_TEXT = "A man is riding a bike."
 DEFAULT_QUEUE = 256  # NMT_MAX_QUEUE unset: this, or the decoder rows where more fit
-START_TOKENS = 1  # a many-to-many model's target language, fed to the decoder first: a cache position per row
-MULTILINGUAL = "multilingual"  # a many-to-many model's languages, where a pair model's would be
 
 
 class Engine:
@@ -66,9 +62,9 @@ class Engine:
     ):  # fmt: skip
         c = core.config
         # a many-to-many model's rows are fed their target language before they decode (DecodingOptions.start)
-        self.codes = Languages(tokenizer.languages) if isinstance(tokenizer, MultilingualTokenizer) else None
-        self.start_tokens = START_TOKENS if self.codes else 0
-        _check_positions(c, max_input_tokens, max_new_tokens, self.start_tokens)
+        self.directions = Directions(tokenizer, metadata or {})
+        self.codes = self.directions.codes  # a many-to-many model's languages; None: a pair model
+        _check_positions(c, max_input_tokens, max_new_tokens, self.directions.start_tokens)
         max_queue = core.max_queue
         if max_queue < max_batch_texts:
             raise ValueError(
@@ -83,7 +79,7 @@ class Engine:
                 f"(a request may send that many texts) and at most max_queue={max_queue}"
             )
         self.core, self.config = core, c
-        self.tokenizer, self.name, self.metadata = tokenizer, name, metadata or {}
+        self.tokenizer, self.name, self.metadata = tokenizer, name, self.directions.metadata
         self.calibration = calibration  # the confidence's calibration (model/confidence.py); None: the raw one
         self.min_confidence = min_confidence  # a request's default: sentences below it are withheld
         self.limits = Limits(max_input_tokens, max_new_tokens, max_batch_texts, core.rows, c.tgt_vocab_size)
@@ -109,7 +105,7 @@ class Engine:
         (max_batch_texts, request_timeout_s and the rest)."""
         from app.engine.core import EngineCore
 
-        start = START_TOKENS if isinstance(tokenizer, MultilingualTokenizer) else 0
+        start = start_tokens(tokenizer)
         _check_positions(model.config, max_input_tokens, max_new_tokens, start)  # before the cache is sized by them
         core = EngineCore(
             model, metrics=(metrics or Metrics()).engine(name), max_batch_size=max_batch_size,
@@ -129,7 +125,7 @@ class Engine:
         then report ready (and, with NMT_COMPILE=background, start compiling beside serving)."""
         self.core.start()
         await self.core.before_ready()
-        warm_up = self._languages_or_saved(None, None)  # a many-to-many model: its saved pair
+        warm_up = self.directions.or_saved(None, None)  # a many-to-many model: its saved pair
         # Not a request: it takes what it takes (a large model on a small or busy CPU is slow to start; a start-up probe
         # bounds the start), where NMT_REQUEST_TIMEOUT_S would fail the start
         self._warming = True
@@ -157,64 +153,8 @@ class Engine:
 
     @property
     def languages(self) -> dict[str, str]:
-        """The model's language pair, from its metadata (nmt-train and nmt-import record it); a many-to-many model:
-        "multilingual" on both sides (`codes` has its languages)."""
-        if self.codes:
-            return {"source": MULTILINGUAL, "target": MULTILINGUAL}
-        m = self.metadata
-        return {"source": m.get("source_language", "unknown"), "target": m.get("target_language", "unknown")}
-
-    def serves(self, source: str | None, target: str | None) -> bool:
-        """Whether a request naming these languages (either may be left out) is this model's."""
-        if self.codes is None:
-            langs = self.languages
-            return (not source or langs["source"] == source) and (not target or langs["target"] == target)
-        return self.why_not(source, target) is None
-
-    def why_not(self, source: str | None, target: str | None) -> str | None:
-        """A many-to-many model: what is wrong with these languages for it (None: nothing)."""
-        try:
-            for code, what in ((source, "source"), (target, "target")):
-                if code and code != "auto":
-                    self.codes.resolve(code, what)
-        except UnknownLanguage as e:
-            return str(e)
-        return None
-
-    def resolve(self, decoding: Decoding) -> Decoding:
-        """A many-to-many model: `decoding` with the model's codes for its languages, or a 422 saying what is
-        wrong; a pair model: without them (they chose the model)."""
-        if self.codes is None:
-            return replace(decoding, source=None, target=None)
-        if not decoding.target:
-            raise InvalidRequest(f"this model translates between many languages: name the target; {self.codes.hint()}")
-        if not decoding.source or decoding.source == "auto":
-            raise InvalidRequest(
-                f'name the source language ("auto" detects it where the server can); {self.codes.hint()}'
-            )
-        try:
-            source = self.codes.resolve(decoding.source, "source")
-            target = self.codes.resolve(decoding.target, "target")
-        except UnknownLanguage as e:
-            raise InvalidRequest(str(e)) from None
-        return replace(decoding, source=source, target=target)
-
-    def _languages_or_saved(self, source: str | None, target: str | None) -> Decoding:
-        """A many-to-many model: the languages a request names, each one left out the model's saved default
-        (`default_languages`), resolved to its codes or a 422 as /translate's; a pair model: none."""
-        defaults = self.tokenizer.default_languages if self.codes else {}
-        return self.resolve(Decoding(
-            source=defaults.get("source") if source is None else source,
-            target=defaults.get("target") if target is None else target,
-        ))  # fmt: skip
-
-    def _start(self, decoding: Decoding) -> tuple[int, ...]:
-        """What the decoder is fed before it translates: a many-to-many model's target language."""
-        return (self.tokenizer.language_id(decoding.target),) if self.codes else ()
-
-    def _split_language(self, decoding: Decoding) -> str:
-        """The source language's code for sentence splitting (ISO 639-1 where there is one)."""
-        return self.codes.short(decoding.source) if self.codes else self.languages["source"]
+        """The model's language pair, or "multilingual" on both sides (`codes` has its languages)."""
+        return self.directions.languages
 
     def confidence_info(self) -> dict[str, Any]:
         """What this model's `confidence` means: calibrated (and on what), or the raw token probability."""
@@ -250,7 +190,7 @@ class Engine:
         `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`. `protect`'s
         spans are kept out of the model's sight and put back as written (app/protect/)."""
         texts = self.limits.texts(text, "text")
-        decoding = self.resolve(decoding)
+        decoding = self.directions.resolve(decoding)
         floor = self.min_confidence if min_confidence is None else min_confidence
         if format == "html":
             out = await self._translate_pages(texts, max_new_tokens, truncate, decoding, split, floor, protect)
@@ -314,8 +254,8 @@ class Engine:
 
     async def _split(self, texts: list[str], split: Split, decoding: Decoding) -> Documents:
         return await inline_or_on_thread(
-            sum(map(len, texts)), split_texts, texts, split, self._split_language(decoding), self.max_request_chars,
-            self.max_request_sequences,
+            sum(map(len, texts)), split_texts, texts, split, self.directions.split_language(decoding),
+            self.max_request_chars, self.max_request_sequences,
         )  # fmt: skip
 
     async def _split_protected(
@@ -324,7 +264,7 @@ class Engine:
         """The texts split as `_split` does, their protected spans out of the splitter's sight, and each piece masked
         (app/engine/protected.py)."""
         return await inline_or_on_thread(
-            sum(map(len, texts)), protect_documents, texts, split, self._split_language(decoding),
+            sum(map(len, texts)), protect_documents, texts, split, self.directions.split_language(decoding),
             self.max_request_chars, self.max_request_sequences, protect,
         )  # fmt: skip
 
@@ -346,8 +286,8 @@ class Engine:
         live = [i for i, t in enumerate(texts) if t.strip()]
         self.core.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
         size = sum(map(len, texts))
-        tokenizer, alignments, start, forced = self.tokenizer, None, self._start(decoding), 0
-        async with self._deadline():
+        tokenizer, alignments, start, forced = self.tokenizer, None, self.directions.start(decoding), 0
+        async with self.deadline():
             srcs, truncated = await inline_or_on_thread(
                 size, self.limits.sources, tokenizer, texts, truncate, single, names, decoding.source
             )
@@ -400,7 +340,7 @@ class Engine:
         ended and its spans are placed, each span in the text of the token it follows; the last segment's last token
         carries the rest of the text, so the tokens' texts add up to the last event's. Closing the iterator drops the
         sequences."""
-        decoding = self.resolve(decoding)
+        decoding = self.directions.resolve(decoding)
         if decoding.return_word_confidence:
             raise InvalidRequest("return_word_confidence needs the whole translation: leave out stream to have it")
         if protect is None:
@@ -418,73 +358,10 @@ class Engine:
         await anext(events)  # started, so its `finally` runs however the iterator ends
         return events
 
-    async def tokenize(
-        self, text: str | list[str], side: str, add_special_tokens: bool, language: str | None = None
-    ) -> list[list[Token]]:
-        """Tokens of each text; a many-to-many model's special tokens carry `language`'s code (default its saved
-        language for `side`), a pair model's ignore it."""
-        texts = self.limits.texts(text, "text")
-        check_chars(texts, self.max_request_chars)  # its answer is tens of bytes a token: bound it as /translate's
-        source = side == "source"
-        named = self._languages_or_saved(language if source else None, None if source else language)
-        code = named.source if source else named.target
-        more = {} if code is None else {"language": code}  # a pair model's tokenizer takes no language
-        return await asyncio.to_thread(
-            lambda: [self.tokenizer.tokenize(t, side, add_special_tokens, **more) for t in texts]
-        )
-
-    async def detokenize(self, ids: list[int] | list[list[int]], side: str, skip_special_tokens: bool) -> list[str]:
-        nested = bool(ids) and isinstance(ids[0], list)
-        batch = self.limits.texts(ids if nested or not ids else [ids], "ids")
-        vocab = self.config.src_vocab_size if side == "source" else self.config.tgt_vocab_size
-
-        def run() -> list[str]:
-            for b, seq in enumerate(batch):
-                for j, i in enumerate(seq):
-                    if not 0 <= i < vocab:
-                        where = f"ids[{b}][{j}]" if nested else f"ids[{j}]"
-                        raise InvalidRequest(f"{where} = {i} is not a token id; allowed ids are 0..{vocab - 1}")
-            return self.tokenizer.decode_batch(batch, skip_special_tokens=skip_special_tokens, side=side)
-
-        return await asyncio.to_thread(run)
-
-    async def attention(
-        self, text: str, target: str | None = None, layers: list[int] | None = None,
-        heads: list[int] | None = None, average_heads: bool = False, source_language: str | None = None,
-        target_language: str | None = None,
-    ) -> Attention:  # fmt: skip
-        """Attention weights over `text`, teacher-forcing `target` or else the model's own translation; a
-        many-to-many model's source carries `source_language`'s code and its decoder is fed `target_language`'s
-        (each left out: the model's saved one)."""
-        c = self.config
-        layers = self.limits.indices("layers", layers, min(c.n_encoder_layers, c.n_decoder_layers))
-        heads = self.limits.indices("heads", heads, c.n_heads)
-        decoding = self._languages_or_saved(source_language, target_language)
-        start = self._start(decoding)
-        (src,), _ = await asyncio.to_thread(
-            self.limits.sources, self.tokenizer, [text], False, True, None, decoding.source
-        )  # fmt: skip
-        if target is not None:
-            tgt = await asyncio.to_thread(self.tokenizer.encode, target, "target", False)
-            if len(tgt) > self.max_new_tokens:
-                raise InputTooLong(f"target has {len(tgt)} tokens; the limit is {self.max_new_tokens}")
-        elif text.strip():
-            async with self._deadline():
-                (hyp,) = await self.core.generate([src], [max_new_tokens_for(len(src), self.max_new_tokens)], start)
-            tgt = hyp.tokens
-        else:
-            tgt = []
-        weights = await self.core.attention(src, tgt, layers, heads, average_heads, start)
-        return Attention(
-            [self.tokenizer.id_to_token(i, "source") for i in src],
-            [self.tokenizer.id_to_token(i) for i in weights.decoder_ids], self.tokenizer.decode(tgt), layers, heads,
-            weights.encoder, weights.decoder, weights.cross,
-        )  # fmt: skip
-
     # ---- helpers on the caller's side ------------------------------------------------------------
 
     @asynccontextmanager
-    async def _deadline(self, when: float | None = None):
+    async def deadline(self, when: float | None = None):
         """Raise RequestTimeout when NMT_REQUEST_TIMEOUT_S (or the loop time `when`) passes; the awaited work is
         cancelled, which drops its sequences from the batch."""
         if self._warming and when is None:  # the warm-up (start)

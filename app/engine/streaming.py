@@ -30,13 +30,13 @@ async def stream_events(
     options = SEARCH_GREEDY if decoding.greedy else engine.limits.decoding(decoding, stream=True)
     engine.core.check_capacity(len(pieces))
     deadline = asyncio.get_running_loop().time() + engine.request_timeout_s
-    async with engine._deadline(deadline):
+    async with engine.deadline(deadline):
         srcs, truncated = await inline_or_on_thread(
             len(text), engine.limits.sources, engine.tokenizer, pieces, truncate, True, segments and names,
             decoding.source,
         )  # fmt: skip
         options, budgets = await engine._options(options, decoding, max_new_tokens, srcs)
-        options = replace(options, start=engine._start(decoding))
+        options = replace(options, start=engine.directions.start(decoding))
         per_piece = [options] * len(srcs)
         if decoding.glossary:
             labels = names if segments else ["text"]
@@ -73,7 +73,7 @@ async def stream_events(
             tail = text[segments[k].end :] if masks is not None and k == last else ""  # goes with the last token
             waiting = []  # (token, its text, where it ends in the translation) not sent yet
             while True:
-                async with engine._deadline(deadline):
+                async with engine.deadline(deadline):
                     token = await anext(tokens, None)
                 if token is None:
                     break
@@ -88,7 +88,7 @@ async def stream_events(
             model_texts.append(engine.tokenizer.decode(hyps[-1].tokens))
             translated, deltas = model_texts[-1], [delta for _, delta, _ in waiting]
             if spans:
-                async with engine._deadline(deadline):
+                async with engine.deadline(deadline):
                     back = await restore_stream(engine, masks[k], srcs[k], hyps[-1], detok.text, options.start)
                 deltas, translated = back.deltas(detok.text, [end for _, _, end in waiting]), back.text
             if deltas:

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import PurePath, PureWindowsPath
 
 from app.engine import Engine, InvalidRequest
-from app.engine.engine import MULTILINGUAL
+from app.engine.directions import MULTILINGUAL
 from app.engine.limits import Decoding
 from app.files import FORMATS, FileLimits, FileTooLarge, Format, Unit, detect
 from app.jobs.segments import Segments, segments

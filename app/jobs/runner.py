@@ -25,7 +25,7 @@ from pathlib import Path
 
 from app import glossaries as g
 from app.engine import Engine, EngineUnavailable, InputTooLong, OutOfMemory, QueueFull, RequestTimeout
-from app.engine.engine import MULTILINGUAL
+from app.engine.directions import MULTILINGUAL
 from app.engine.limits import Decoding
 from app.errors import error_kind
 from app.files import FORMATS, Extracted, FileLimits, Unit
