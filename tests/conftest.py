@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,14 +90,32 @@ def train_args(dir_, pairs, out, epochs: int) -> list[str]:
     ]  # fmt: skip
 
 
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """The directory `name`, filled by `make` once a run however many workers run the tests (pytest-xdist gives each
+    a temporary directory of its own, the run's their parent): the first worker to ask makes it, holding a lock, and
+    the others wait for it and take it as made. A make that fails leaves nothing the next one would take."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path, done = root / name, root / f"{name}.done"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+            make(path)
+            done.touch()
+    return path
+
+
 @pytest.fixture(scope="session")
 def trained_checkpoint(tmp_path_factory, pairs):
-    """A tiny model trained for a few seconds with nmt-train: it ends sentences with </s> at varied lengths."""
+    """A tiny model trained for a few seconds with nmt-train: it ends sentences with </s> at varied lengths. Trained
+    once a run (tests only read it)."""
     from model.train import main as train_main
 
-    dir_ = tmp_path_factory.mktemp("trained")
-    train_main(train_args(dir_, pairs, dir_ / "ckpt", epochs=12))
-    return dir_ / "ckpt"
+    trained = made_once(tmp_path_factory, "trained", lambda d: train_main(train_args(d, pairs, d / "ckpt", epochs=12)))
+    return trained / "ckpt"
 
 
 # The one-row cache whose graphs one_row_packages builds; a server with these limits (NMT_MAX_BATCH_SIZE=1,
@@ -103,20 +124,38 @@ def trained_checkpoint(tmp_path_factory, pairs):
 ONE_ROW = {"max_batch": 1, "max_len": 31, "max_src_len": 16}
 
 
-@pytest.fixture(scope="session")
-def one_row_packages(trained_checkpoint, tmp_path_factory):
-    """The trained model's one-row graphs (the greedy step and the prefill: float32, unscreened, "default" mode, one
-    thread), built once for the run: (their directory, their names). Tests copy them rather than build them again:
-    the directory holds the weights' digest's directory, as compile_graphs' `directory` and a server's
-    NMT_COMPILE_CACHE_DIR/compiled do."""
+ONE_ROW_GRAPHS = ["greedy_step-1-1", "prefill-1-1"]
+
+
+def build_one_row(checkpoint: Path, directory: Path, quantize: bool = False) -> None:
     from model.checkpoint import load_checkpoint
     from model.compile import compile_graphs
     from model.decoding import KVCache
+    from model.quantize import quantize_int8
 
-    model, directory = load_checkpoint(trained_checkpoint)[0], tmp_path_factory.mktemp("one-row")
+    model = load_checkpoint(checkpoint)[0]
+    if quantize:
+        quantize_int8(model)
     graphs = compile_graphs(model, KVCache(model, **ONE_ROW), steps=("greedy",), directory=directory, mode="default")
-    assert graphs.built == ["greedy_step-1-1", "prefill-1-1"] and graphs.loaded == []
-    return directory, graphs.built
+    assert graphs.built == ONE_ROW_GRAPHS and graphs.loaded == []
+
+
+@pytest.fixture(scope="session")
+def one_row_packages(trained_checkpoint, tmp_path_factory):
+    """The trained model's one-row graphs (the greedy step and the prefill: float32, unscreened, "default" mode, one
+    thread), built once a run: (their directory, their names). Tests copy them rather than build them again: the
+    directory holds the weights' digest's directory, as compile_graphs' `directory` and a server's
+    NMT_COMPILE_CACHE_DIR/compiled do."""
+    return made_once(tmp_path_factory, "one-row", lambda d: build_one_row(trained_checkpoint, d)), ONE_ROW_GRAPHS
+
+
+@pytest.fixture(scope="session")
+def one_row_int8_packages(trained_checkpoint, tmp_path_factory):
+    """The same graphs of the trained model with its linears in int8 (model/quantize.py; NMT_QUANTIZE=int8), built
+    once a run: (their directory, their names)."""
+    return made_once(
+        tmp_path_factory, "one-row-int8", lambda d: build_one_row(trained_checkpoint, d, True)
+    ), ONE_ROW_GRAPHS
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +179,9 @@ def marian_models(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(items):
-    """The files that compile graphs first, the most compiling tests first: run on several workers (scripts/test.sh,
-    each file whole on one worker), the longest files start at once instead of ending the run alone."""
+    """The files that compile graphs first, the most compiling tests first, then those with slow tests: run on
+    several workers (scripts/test.sh, each file whole on one worker), the longest files start early instead of ending
+    the run alone."""
     compiling = Counter(item.path for item in items if item.get_closest_marker("compiles"))
-    items.sort(key=lambda item: -compiling[item.path])  # stable: a file's tests keep their order
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: (-compiling[item.path], -slow[item.path]))  # stable: a file's tests keep their order

@@ -1,11 +1,13 @@
 """NMT_COMPILE and NMT_SCREEN_LOGITS serve the same translations as the plain eager model, through HTTP."""
 
 import asyncio
+import shutil
 
 import pytest
 import torch
 
 from app.settings import Settings
+from model.compile import PACKAGE_DIR
 from tests.app.conftest import StepGate, serve
 from tests.app.helpers import assert_stream_matches, sse
 
@@ -16,7 +18,9 @@ TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The c
 async def translate(settings: Settings, startup_timeout: float = 60) -> tuple[dict, list[dict]]:
     async with serve(settings, startup_timeout) as (_, client):
         info = (await client.get("/info")).json()
-        r = await client.post("/translate", json={"text": TEXTS, "return_scores": True})
+        # truncate: the one-row packages' limits (NMT_MAX_INPUT_TOKENS=16) are below the tiny vocabulary's 23 tokens
+        # for TEXTS[1]
+        r = await client.post("/translate", json={"text": TEXTS, "return_scores": True, "truncate": True})
         assert r.status_code == 200, r.text
         stream = await client.post("/translate", json={"text": TEXTS[0], "stream": True})
         assert stream.status_code == 200 and TEXTS and r.json()["translations"][0]["text"] in stream.text
@@ -25,17 +29,21 @@ async def translate(settings: Settings, startup_timeout: float = 60) -> tuple[di
 
 @pytest.mark.compiles
 async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_restart_loads_its_graphs(
-    trained_checkpoint, tmp_path
+    trained_checkpoint, one_row_packages, tmp_path
 ):
-    # One row at a time: few graphs keep the compile short.
-    base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1)
+    # One row at a time, one_row_packages' limits: few graphs keep the compile short, and the prefill (built in the
+    # "default" mode however NMT_COMPILE_MODE reads) is one_row_packages' own
+    base = dict(model_dir=trained_checkpoint, max_new_tokens=31, max_input_tokens=16, max_batch_size=1,
+                screen_logits=False)  # fmt: skip
+    (prefill,) = one_row_packages[0].glob("*/prefill-*.pt2")  # in the weights' digest's directory
+    (tmp_path / PACKAGE_DIR / prefill.parent.name).mkdir(parents=True)
+    shutil.copy(prefill, tmp_path / PACKAGE_DIR / prefill.parent.name)
     info, compiled = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path), 600)
     eager_info, eager = await translate(Settings(**base, compile=False))
     assert info["compiled"] is True and eager_info["compiled"] is False
-    graphs = info["compile"]["built"]  # the greedy and the full step for 1 row, and the prefill
-    assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0 and graphs == 3
-    assert info["compile"]["loaded"] == 0 and info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1",
-                                                                            "logprob_step-1-1"]  # fmt: skip
+    assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0
+    assert (info["compile"]["built"], info["compile"]["loaded"]) == (2, 1)  # the greedy and the full step for 1 row
+    assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]
     # NMT_COMPILE_MODE=max-autotune tunes the one-row steps' GEMMs; the prefill's go to oneDNN untuned
     autotuned = {p.name.split("-")[0]: p.name.endswith("-max-autotune.pt2") for p in tmp_path.glob("*/*/*.pt2")}
     assert autotuned == {"greedy_step": True, "logprob_step": True, "prefill": False}
@@ -43,7 +51,7 @@ async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_resta
     assert [t["score"] for t in compiled] == pytest.approx([t["score"] for t in eager], abs=1e-4)
 
     restarted_info, restarted = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path))
-    assert restarted_info["compile"]["built"] == 0 and restarted_info["compile"]["loaded"] == graphs
+    assert restarted_info["compile"]["built"] == 0 and restarted_info["compile"]["loaded"] == 3
     assert [t["text"] for t in restarted] == [t["text"] for t in eager]
 
 
@@ -98,23 +106,27 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
 
 
 @pytest.mark.compiles
-async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8_model(trained_checkpoint, tmp_path,
-                                                                                       monkeypatch):  # fmt: skip
+async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8_model(
+    trained_checkpoint, one_row_int8_packages, tmp_path, monkeypatch
+):
     """NMT_QUANTIZE=int8: /info reports it (the logit screen off); the compiled int8 graphs give the eager int8
     model's translations (the same function, as in float32); /attention runs the int8 layers too. Greedy requests
-    only: the server builds the greedy step's and the prefill's graphs, not the full step's, which none would run
+    only, with one_row_int8_packages' limits: the server loads the int8 greedy step's and prefill's graphs that
+    fixture built (the server quantizes its model as it does), and needs not the full step's, which none would run
     (the int8 full step compiles the same layers: tests/model/test_compile.py has the int8 graphs' kernels)."""
     from model.compile import graphs_for, runtime
 
     monkeypatch.setattr(runtime, "graphs_for", lambda model, cache, steps: graphs_for(model, cache, ("greedy",)))
-    base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1,
+    base = dict(model_dir=trained_checkpoint, max_new_tokens=31, max_input_tokens=16, max_batch_size=1,
                 quantize="int8")  # fmt: skip
+    shutil.copytree(one_row_int8_packages[0], tmp_path / PACKAGE_DIR)
     info, compiled = await translate(
         Settings(**base, compile="blocking", compile_cache_dir=tmp_path, compile_mode="default"), 600
     )
     eager_info, eager = await translate(Settings(**base, compile=False))
     assert (info["quantize"], info["screened_logits"], info["compiled"]) == ("int8", False, True)
-    assert all("-int8-" in p.name for p in tmp_path.glob("*/*/*.pt2")) and info["compile"]["built"] == 2
+    assert all("-int8-" in p.name for p in tmp_path.glob("*/*/*.pt2"))
+    assert (info["compile"]["built"], info["compile"]["loaded"]) == (0, 2)
     assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1"]
     assert [t["text"] for t in compiled] == [t["text"] for t in eager]
     assert [t["score"] for t in compiled] == pytest.approx([t["score"] for t in eager], abs=5e-3)

@@ -318,17 +318,20 @@ def test_broken_vector_isa_probes_left_by_a_killed_build_are_rebuilt_so_kernels_
 
 @pytest.mark.compiles
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="oneDNN runs the int8 linears on CPU")
-def test_int8_graphs_run_their_linears_in_int8_and_decode_as_the_eager_int8_model(trained_checkpoint, tmp_path):
-    """model/quantize.py's layers, compiled: packages of their own whose linears (the output projection included)
-    are oneDNN's int8 qlinear, no float linear left; they decode to the eager int8 model's tokens, and those match
-    float32's for most sources."""
+def test_int8_graphs_run_their_linears_in_int8_and_decode_as_the_eager_int8_model(
+    trained_checkpoint, one_row_int8_packages, tmp_path
+):
+    """model/quantize.py's layers, compiled (one_row_int8_packages builds them): packages of their own whose linears
+    (the output projection included) are oneDNN's int8 qlinear, no float linear left; they decode to the eager int8
+    model's tokens, and those match float32's for most sources."""
     from model.quantize import quantize_int8
 
     model, eager, floats = (load_checkpoint(trained_checkpoint)[0] for _ in range(3))
     assert quantize_int8(model) == quantize_int8(eager) == 7 * 2 + 4 * 2 + 1  # decoder, encoder layers, output
     cache = one_row_cache(model)
+    shutil.copytree(one_row_int8_packages[0], tmp_path, dirs_exist_ok=True)
     compiled = compile_one_row(model, cache, tmp_path)
-    assert compiled.built == ["greedy_step-1-1", "prefill-1-1"]
+    assert compiled.loaded == one_row_int8_packages[1] and compiled.built == []
     step = next(p for p in packages(tmp_path) if p.name.startswith("greedy_step"))
     assert "-int8-" in step.name
     with zipfile.ZipFile(step) as z:
