@@ -1,10 +1,11 @@
 """The README's Training section runs as written: every command, in order, on a toy corpus and a toy shape.
 
 The commands are the README's, through the real `nmt-train` and `nmt-eval`; only the scale changes: a wrapper
-named `nmt-train` ahead on the PATH appends a tiny shape, vocabulary and batch to each call (argparse keeps the last
-of a repeated flag), so two hours of training become seconds. What is proven is what a reader's run depends on:
-every option exists, each step writes what the next one reads, the teachers trained apart share one vocabulary
-(the student's run refuses them otherwise), and the last step leaves a checkpoint distilled from all three."""
+named `nmt-train` ahead on the PATH appends a tiny shape, vocabulary, batch and two epochs to each call (argparse
+keeps the last of a repeated flag), so two hours of training become seconds. What is proven is what a reader's run
+depends on: every option exists, each step writes what the next one reads, the teachers trained apart share
+one vocabulary (the student's run refuses them otherwise), and the last step leaves a checkpoint distilled from
+all three."""
 
 from __future__ import annotations
 
@@ -21,8 +22,13 @@ import pytest
 from model.checkpoint import load_checkpoint
 from tests.synthetic import synthetic_pairs
 
+pytestmark = pytest.mark.slow  # tens of seconds: tests/conftest.py sends the file out early
+
 ROOT = Path(__file__).resolve().parents[2]
-TOY = "--d-model 32 --heads 4 --d-ff 64 --encoder-layers 2 --decoder-layers 2 --vocab-size 300 --batch-tokens 1500 --warmup 30"
+TOY = (
+    "--d-model 32 --heads 4 --d-ff 64 --encoder-layers 2 --decoder-layers 2 --vocab-size 300 --batch-tokens 1500 "
+    "--warmup 30 --epochs 2"
+)
 WRAPPER = """#!/usr/bin/env bash
 echo "$(date +%s) $*" >> "{log}"
 exec "{real}" "$@" {extra}
