@@ -18,6 +18,8 @@ from model.decoding import greedy_decode
 from tests.conftest import write_corpus
 from tests.model.helpers import batch
 
+pytestmark = pytest.mark.slow  # tens of seconds: tests/conftest.py sends the file out early
+
 ROOT = Path(__file__).resolve().parents[2]
 TOY = "--d-model 32 --heads 4 --d-ff 64 --encoder-layers 2 --decoder-layers 2 --vocab-size 400 --batch-tokens 1200 "
 TOY += "--dropout 0.0 --attention-dropout 0.0 --warmup 30 --lr 5e-3 --threads 1"

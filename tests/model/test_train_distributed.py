@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from model.train import main as train_main
 from tests.conftest import train_args
 
+pytestmark = pytest.mark.slow  # tens of seconds: tests/conftest.py sends the file out early
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -66,6 +66,7 @@ def chosen_python(repo: Path, **env: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_install_makes_the_project_environment_with_an_externally_managed_python_first_on_the_path(tmp_path):
     system = externally_managed_python()
     if system is None:
