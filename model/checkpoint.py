@@ -17,8 +17,8 @@ from safetensors.torch import save_file
 from model.metadata import read_metadata, write_metadata
 from model.multilingual_tokenizer import FILE as MULTILINGUAL_TOKENIZER
 from model.spm_tokenizer import FILE as SPM_TOKENIZER
-from model.spm_tokenizer import SentencePieceTokenizer
-from model.tokenizer import Tokenizer, load_tokenizer
+from model.token import TextTokenizer
+from model.tokenizer import load_tokenizer
 from model.transformer import Transformer, TransformerConfig
 
 CONFIG, WEIGHTS, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
@@ -40,7 +40,7 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(
-    path: str | Path, model: Transformer, tokenizer: Tokenizer | SentencePieceTokenizer,
+    path: str | Path, model: Transformer, tokenizer: TextTokenizer,
     metadata: dict[str, Any] | None = None,
 ):  # fmt: skip
     path = Path(path)
@@ -55,7 +55,7 @@ def save_checkpoint(
 
 def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> tuple[Transformer, Tokenizer | SentencePieceTokenizer, dict[str, Any]]:
+) -> tuple[Transformer, TextTokenizer, dict[str, Any]]:
     """Build the model from config.json, check every tensor's name and shape, load, move, eval()."""
     path = Path(path)
     if not path.is_dir():

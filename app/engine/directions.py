@@ -14,8 +14,7 @@ from app.engine.errors import InvalidRequest
 from app.engine.limits import Decoding
 from app.languages import Languages, UnknownLanguage
 from model.multilingual_tokenizer import MultilingualTokenizer
-from model.spm_tokenizer import SentencePieceTokenizer
-from model.tokenizer import Tokenizer
+from model.token import TextTokenizer
 
 START_TOKENS = 1  # a many-to-many model's target language, fed to the decoder first: a cache position per row
 MULTILINGUAL = "multilingual"  # a many-to-many model's languages, where a pair model's would be
@@ -24,7 +23,7 @@ MULTILINGUAL = "multilingual"  # a many-to-many model's languages, where a pair 
 class Directions:
     """A model's languages: `codes` (a many-to-many model's, None for a pair model) and what requests name."""
 
-    def __init__(self, tokenizer: Tokenizer | SentencePieceTokenizer, metadata: dict):
+    def __init__(self, tokenizer: TextTokenizer, metadata: dict):
         self.tokenizer, self.metadata = tokenizer, metadata
         self.codes = Languages(tokenizer.languages) if isinstance(tokenizer, MultilingualTokenizer) else None
         self.start_tokens = start_tokens(tokenizer)
@@ -90,6 +89,6 @@ class Directions:
         return self.codes.short(decoding.source) if self.codes else self.languages["source"]
 
 
-def start_tokens(tokenizer: Tokenizer | SentencePieceTokenizer) -> int:
+def start_tokens(tokenizer: TextTokenizer) -> int:
     """The decoder positions a row's target language takes before its translation: one for a many-to-many model."""
     return START_TOKENS if isinstance(tokenizer, MultilingualTokenizer) else 0

@@ -32,8 +32,7 @@ from app.metrics import EngineMetrics, Metrics
 from app.segment import Split
 from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration
 from model.options import DecodingOptions, max_new_tokens_for
-from model.spm_tokenizer import SentencePieceTokenizer
-from model.tokenizer import Tokenizer
+from model.token import TextTokenizer
 
 if TYPE_CHECKING:  # annotations only: the core and the model import torch, which a front-end never does
     from app.engine.compiling import Mode
@@ -54,7 +53,7 @@ class Engine:
     methods."""
 
     def __init__(
-        self, core: EngineCore | RemoteCore, tokenizer: Tokenizer | SentencePieceTokenizer, *, name: str = "model",
+        self, core: EngineCore | RemoteCore, tokenizer: TextTokenizer, *, name: str = "model",
         metadata: dict | None = None, max_input_tokens: int = 256, max_new_tokens: int = 256,
         max_batch_texts: int = 64, request_timeout_s: float = 60.0, max_request_chars: int = 20_000,
         max_request_sequences: int | None = None, calibration: Calibration | None = None, min_confidence: float = 0.0,
@@ -94,7 +93,7 @@ class Engine:
 
     @classmethod
     def local(
-        cls, model: Transformer, tokenizer: Tokenizer | SentencePieceTokenizer, *, name: str = "model",
+        cls, model: Transformer, tokenizer: TextTokenizer, *, name: str = "model",
         max_input_tokens: int = 256, max_new_tokens: int = 256, max_batch_size: int = 32, prefill_tokens: int = 2048,
         max_queue: int = 256, metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0,
         waiting_served_ratio: float = 0.3, max_waiting_steps: int = 4, screen_logits: bool = False,

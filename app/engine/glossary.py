@@ -18,8 +18,7 @@ if TYPE_CHECKING:
     import torch
 
     from app.engine.core import EngineCore
-    from model.spm_tokenizer import SentencePieceTokenizer
-    from model.tokenizer import Tokenizer
+    from model.token import TextTokenizer
 
 RENDERINGS = 4096  # glossary source terms whose rendering by the model is remembered (app/terms.py)
 RENDERING_TOKENS = 8  # a source term's rendering is decoded to at most this many tokens
@@ -30,7 +29,7 @@ class Terms:
     once a glossary is first used, and the model's rendering of each source term, decoded once and remembered."""
 
     def __init__(
-        self, core: EngineCore, tokenizer: Tokenizer | SentencePieceTokenizer, limits: Limits, max_new_tokens: int,
+        self, core: EngineCore, tokenizer: TextTokenizer, limits: Limits, max_new_tokens: int,
         multilingual: bool,
     ):  # fmt: skip
         self.core, self.tokenizer, self.limits, self.max_new_tokens = core, tokenizer, limits, max_new_tokens

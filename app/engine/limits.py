@@ -8,8 +8,7 @@ from typing import Any
 
 from app.engine.errors import InputTooLong, InvalidRequest
 from model.options import DecodingOptions
-from model.spm_tokenizer import SentencePieceTokenizer
-from model.tokenizer import Tokenizer
+from model.token import TextTokenizer
 
 MAX_BEAM = 8  # beam_size and num_hypotheses: at most this many
 
@@ -77,7 +76,7 @@ class Limits:
         return picked
 
     def sources(
-        self, tokenizer: Tokenizer | SentencePieceTokenizer, texts: list[str], truncate: bool, single: bool,
+        self, tokenizer: TextTokenizer, texts: list[str], truncate: bool, single: bool,
         names: list[str] | None = None, language: str | None = None,
     ) -> tuple[list[list[int]], set[int]]:  # fmt: skip
         """Source ids of each text; over max_input_tokens a 413, or with `truncate` cut to the limit. `names`: what

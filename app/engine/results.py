@@ -10,8 +10,7 @@ from functools import cached_property
 from app.detokenize import IncrementalText
 from model.confidence import DIGITS, Calibration, Quality, judge
 from model.hypothesis import Hypothesis
-from model.spm_tokenizer import SentencePieceTokenizer
-from model.tokenizer import Tokenizer
+from model.token import TextTokenizer
 
 
 @dataclass
@@ -77,7 +76,7 @@ class Attention:
 
 
 def translations(
-    tokenizer: Tokenizer | SentencePieceTokenizer, texts: list[str], srcs: list[list[int]], truncated: set[int],
+    tokenizer: TextTokenizer, texts: list[str], srcs: list[list[int]], truncated: set[int],
     hyps: dict[int, list[Hypothesis]], alignments: dict[int, list[list[int]]] | None,
     calibration: Calibration | None = None, words: bool = False, forced: int = 0,
 ) -> list[Translation]:  # fmt: skip
@@ -108,7 +107,7 @@ def translations(
 
 
 def word_confidences(
-    tokenizer: Tokenizer | SentencePieceTokenizer, ids: list[int], logprobs: list[float], target: str
+    tokenizer: TextTokenizer, ids: list[int], logprobs: list[float], target: str
 ) -> list[tuple[tuple[int, int], float]]:
     """Each word of the translation (a run of characters between spaces, as its tokens add them) with its
     [start, end) characters and its probability as generated: the product of its tokens' probabilities. A token
@@ -130,9 +129,7 @@ def word_confidences(
     return [((a, b), round(math.exp(lp), DIGITS)) for a, b, lp in out]
 
 
-def aligned(
-    tokenizer: Tokenizer | SentencePieceTokenizer, source: str, target: str, ids: list[int], to_source: list[int]
-) -> list[Aligned]:
+def aligned(tokenizer: TextTokenizer, source: str, target: str, ids: list[int], to_source: list[int]) -> list[Aligned]:
     """Index pairs with character spans: source spans from the tokenizer's offsets, target spans from the text each
     token adds to the translation (its leading space left out)."""
     src_tokens = tokenizer.tokenize(source, "source")

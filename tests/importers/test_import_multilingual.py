@@ -125,3 +125,20 @@ def test_nllbs_spare_embedding_rows_are_imported_and_fewer_rows_than_ids_are_ref
     (source / "config.json").write_text(json.dumps({**config, "vocab_size": ids - 1}))
     with pytest.raises(SystemExit, match=f"the tokenizer has {ids} tokens but config.json says vocab_size={ids - 1}"):
         main([str(source), "--out", str(tmp_path / "out")])
+
+
+def test_every_kind_of_tokenizer_offers_what_the_engine_calls(imported, marian_models, tokenizer):
+    """model/token.py's TextTokenizer, the one type the engine, checkpoints and results take: the project's BPE, an
+    imported Marian model's SentencePiece and each many-to-many layout's tokenizer have every member of it."""
+    from model.spm_tokenizer import SentencePieceTokenizer
+    from model.token import TextTokenizer
+    from model.tokenizer import Tokenizer
+
+    marian = load_checkpoint(marian_models["shared"][1])[1]
+    many = [load_checkpoint(imported[layout])[1] for layout in LAYOUTS]
+    assert (type(tokenizer), type(marian), {type(t) for t in many}) == (
+        Tokenizer, SentencePieceTokenizer, {MultilingualTokenizer}
+    )  # fmt: skip
+    for t in (tokenizer, marian, *many):
+        assert isinstance(t, TextTokenizer), type(t)
+        assert t.decode(t.encode("A dog runs.", "target", False)) == "A dog runs."
