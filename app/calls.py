@@ -42,9 +42,11 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
         (body.glossary or {}).items(), stored.entries if stored else (), ignore_case=body.glossary_ignore_case
     )
     return Decoding(
-        body.beam_size, body.num_hypotheses, body.length_penalty, body.target_prefix, body.sampling_topk,
-        body.sampling_temperature, body.seed, body.return_alignment, body.return_word_confidence,
-        glossary=glossary, glossary_ignore_case=body.glossary_ignore_case, source=source, target=target,
+        beam_size=body.beam_size, num_hypotheses=body.num_hypotheses, length_penalty=body.length_penalty,
+        target_prefix=body.target_prefix, sampling_topk=body.sampling_topk,
+        sampling_temperature=body.sampling_temperature, seed=body.seed, return_alignment=body.return_alignment,
+        return_word_confidence=body.return_word_confidence, glossary=glossary,
+        glossary_ignore_case=body.glossary_ignore_case, source=source, target=target,
     )  # fmt: skip
 
 

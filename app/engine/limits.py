@@ -122,8 +122,9 @@ class Limits:
             )
         seed = 0 if not sampling else random.randrange(2**63) if d.seed is None else d.seed  # only sampling draws
         return DecodingOptions(
-            d.beam_size, d.num_hypotheses, d.length_penalty, (), d.sampling_topk, d.sampling_temperature, seed
-        )
+            beam_size=d.beam_size, num_hypotheses=d.num_hypotheses, length_penalty=d.length_penalty,
+            sampling_topk=d.sampling_topk, sampling_temperature=d.sampling_temperature, seed=seed,
+        )  # fmt: skip
 
     def prefix(self, options: DecodingOptions, ids: list[int], budget: int | None) -> DecodingOptions:
         """`options` with the target prefix's ids, which must leave room in the budget for one more token."""
