@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # annotations only: the core and the model import torch, whic
     from app.engine.core import EngineCore
     from app.engine.memory import Sizing
     from app.engine.remote import RemoteCore
+    from app.languages import Languages
     from app.protect import Masked, Protect
     from model.transformer import Transformer, TransformerConfig
 
@@ -62,7 +63,6 @@ class Engine:
         c = core.config
         # a many-to-many model's rows are fed their target language before they decode (DecodingOptions.start)
         self.directions = Directions(tokenizer, metadata or {})
-        self.codes = self.directions.codes  # a many-to-many model's languages; None: a pair model
         _check_positions(c, max_input_tokens, max_new_tokens, self.directions.start_tokens)
         max_queue = core.max_queue
         if max_queue < max_batch_texts:
@@ -149,6 +149,11 @@ class Engine:
     def stopped(self) -> bool:
         """Whether `stop` was called: the engine takes no more work."""
         return self.core.stopped
+
+    @property
+    def codes(self) -> Languages | None:
+        """A many-to-many model's languages; None for a pair model."""
+        return self.directions.codes
 
     @property
     def languages(self) -> dict[str, str]:
