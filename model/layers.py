@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from model.packed import Linear
+
 if TYPE_CHECKING:
     from model.transformer import TransformerConfig
 
@@ -93,11 +95,11 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads, self.head_dim, self.cross = n_heads, d_model // n_heads, cross
         if cross:
-            self.q_proj = nn.Linear(d_model, d_model)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+            self.q_proj = Linear(d_model, d_model)
+            self.kv_proj = Linear(d_model, 2 * d_model)
         else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+            self.qkv_proj = Linear(d_model, 3 * d_model)
+        self.out_proj = Linear(d_model, d_model)
         self.dropout = dropout
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -171,7 +173,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float):
         super().__init__()
-        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.w1, self.w2 = Linear(d_model, d_ff), Linear(d_ff, d_model)
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
 

@@ -106,7 +106,7 @@ def quantize_int8(model: Transformer) -> int:
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
+            if isinstance(child, nn.Linear):
                 setattr(parent, name, Int8Linear(child.weight, child.bias))
                 swapped += 1
     if model.output_proj is None:  # tied: Transformer.generator calls output_proj when there is one

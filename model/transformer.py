@@ -7,10 +7,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from model.layers import ACTIVATIONS, LAYOUTS, DecoderLayer, Embeddings, EncoderLayer
+from model.packed import Linear, PackedWeight
 from model.screen import LogitScreen, greedy_pick, supported
 from model.steps import Steps
 
@@ -134,13 +134,14 @@ class Transformer(nn.Module):
         self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_decoder_layers))
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
-        self.output_proj = None if c.tie_output else nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.output_proj = None if c.tie_output else Linear(c.d_model, c.tgt_vocab_size, bias=False)
         if c.logits_bias:
             self.register_buffer("logits_bias", torch.zeros(c.tgt_vocab_size))  # (V,), loaded with the weights
         if c.suppress_ids:
             mask = torch.zeros(c.tgt_vocab_size)
             mask[c.suppress_ids] = float("-inf")
             self.register_buffer("logits_mask", mask, persistent=False)  # (V,): -inf where never generated
+        self.packed_generator = PackedWeight()  # the tied output projection's oneDNN copy (model/packed.py)
         self.screen = None  # a LogitScreen (model/screen.py) for greedy_step, set by use_screen
         self.steps = Steps.eager(self)  # what KVCache prefills and steps with: graphs once model/compile adopts them
         for name, p in self.named_parameters():
@@ -193,7 +194,7 @@ class Transformer(nn.Module):
     def generator(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) -> logits (..., V)"""
         if self.output_proj is None:
-            logits = F.linear(hidden, self.tgt_embed.token.weight)
+            logits = self.packed_generator.linear(hidden, self.tgt_embed.token.weight)
         else:
             logits = self.output_proj(hidden)  # a module call: quantize_dynamic may have swapped it
         bias = self.output_bias

@@ -10,7 +10,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -19,6 +19,7 @@ from model.compile.graphs import build, graph_mode, graphs_for
 from model.compile.identity import environment, weights_digest
 from model.compile.store import default_dir, load, remove_leftovers
 from model.decoding import KVCache
+from model.packed import release
 from model.steps import StepGraphs, Steps
 from model.transformer import Transformer
 
@@ -149,8 +150,14 @@ def compile_graphs(
 def adopt(model: Transformer, compiled: Compiled) -> None:
     """The model steps with the compiled graphs from its next step on (KVCache takes model.steps' functions every
     step; call this between steps): they take their functions' places in model.steps, the others stay as they are.
-    The cache's contents are the same either way, so sequences in flight go on."""
+    The cache's contents are the same either way, so sequences in flight go on. Once graphs run every step, the
+    eager layers' packed weights (model/packed.py) are dropped: they pack again if something runs eagerly."""
     model.steps = replace(model.steps, **compiled.functions)
+    eager = Steps.eager(model)
+    if all(getattr(model.steps, f.name) != getattr(eager, f.name) for f in fields(Steps)) and not any(
+        f.partial for f in compiled.functions.values()
+    ):
+        release(model)
 
 
 def compile_model(model: Transformer, cache: KVCache, **options) -> Compiled:
