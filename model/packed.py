@@ -1,13 +1,14 @@
-"""Float32 linear layers run eagerly on oneDNN's packed GEMM, the kernel the compiled graphs run.
+"""Float32 linear layers run eagerly on oneDNN's GEMM, the kernel the compiled graphs run.
 
-A weight (N, K) is reordered once into oneDNN's blocked layout (`mkldnn._reorder_linear_weight`) and multiplied by
-`mkldnn._linear_pointwise`: what Inductor's freezing lowers a float32 linear to in the AOTInductor packages
-(model/compile/). Eagerly, F.linear would run aten's plain sgemm (MKL) on the weight as stored, which at
-NLLB-200-distilled-600M's size took 1.5-2x as long a decoder step (bench/peers.py; docs/performance-history.md), its
-256k-row output projection most of all. The packed copy is made on a layer's first eager call on a CPU, and again
-when the weight is replaced or changed in place (training); it is not state: copies and pickles start without it,
-and `release` drops every copy a model holds (model/compile's `adopt` does, once graphs run all its steps). It costs
-memory: a second copy of each float32 weight the eager model multiplies by.
+`mkldnn._linear_pointwise` multiplies by a weight (N, K) as stored for one row and, from PACKED_FROM_ROWS rows on,
+by a copy reordered once into oneDNN's blocked layout (`mkldnn._reorder_linear_weight`): what Inductor's freezing
+lowers a float32 linear to in the AOTInductor packages (model/compile/). Eagerly, F.linear would run aten's plain
+sgemm (MKL), which at NLLB-200-distilled-600M's size took 1.5-2x as long a decoder step (bench/peers.py;
+docs/performance-history.md), its 256k-row output projection most of all. The packed copy is made on a layer's first
+eager call of several rows on a CPU, and again when the weight is replaced or changed in place (training); it is
+not state: copies and pickles start without it, and `release` drops every copy a model holds (model/compile's
+`adopt` does, once graphs run all its steps). It costs memory: a second copy of each float32 weight the eager model
+multiplies several rows by.
 
 Anything else runs F.linear: another device or dtype, gradients (training), a trace (torch.export, torch.compile:
 they see the plain F.linear and lower it themselves), a torch without oneDNN.
@@ -20,10 +21,15 @@ import torch.nn.functional as F
 from torch import nn
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+# One row (a batch-1 decoder step) runs oneDNN's kernel on the weight as stored: its matrix-vector product reads that
+# layout fastest (0.75-0.8x the packed weight's time at NLLB-200's shapes, with AVX-512 and kept to AVX2); from 2 rows
+# on the packed weight is as fast or faster (1.1-1.5x from 3 rows with AVX-512, 1.05-1.1x kept to AVX2). So a server
+# of one row (NMT_MAX_BATCH_SIZE=1) never holds a packed copy.
+PACKED_FROM_ROWS = 2
 
 
 class PackedWeight:
-    """A weight's copy in oneDNN's layout, kept while the weight is the same tensor at the same version."""
+    """A weight's copy in oneDNN's blocked layout, kept while the weight is the same tensor at the same version."""
 
     __slots__ = ("_packed", "_version", "_weight")
 
@@ -45,12 +51,16 @@ class PackedWeight:
         """F.linear(x, weight, bias), on the packed weight where it can run. x (..., K), weight (N, K) -> (..., N)"""
         if not _runs_packed(x, weight, bias):
             return F.linear(x, weight, bias)
-        version = -2 if weight.is_inference() else weight._version  # inference tensors keep no version
-        if self._weight is not weight or self._version != version:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-            self._weight, self._version = weight, version
         rows = x.reshape(-1, x.size(-1)).contiguous()  # (M, K): the kernel takes a matrix
-        y = torch.ops.mkldnn._linear_pointwise(rows, self._packed, bias, "none", [], "")
+        if rows.size(0) < PACKED_FROM_ROWS:
+            w = weight.detach()  # oneDNN reads the weight as stored
+        else:
+            version = -2 if weight.is_inference() else weight._version  # inference tensors keep no version
+            if self._weight is not weight or self._version != version:
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+                self._weight, self._version = weight, version
+            w = self._packed
+        y = torch.ops.mkldnn._linear_pointwise(rows, w, bias, "none", [], "")
         return y.view(*x.shape[:-1], weight.size(0))
 
 
@@ -61,6 +71,7 @@ def _runs_packed(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         and x.dtype == weight.dtype == torch.float32
         and (bias is None or bias.dtype == torch.float32)
         and x.numel() > 0
+        and weight.is_contiguous()
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
         and not torch.compiler.is_compiling()
     )

@@ -35,10 +35,18 @@ MIN_ROWS = 4  # below this a bfloat16 matmul of this shape is no faster on this 
 
 
 def greedy_pick(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's most likely token and its log-probability, without a full log_softmax. (N, V) -> 2 x (N,)"""
+    """Each row's most likely token and its log-probability, without a full log_softmax. (N, V) -> 2 x (N,)
+
+    Run eagerly it overwrites `logits` (float32) with the exponentials it sums: torch.logsumexp's own arithmetic
+    (shift by the row's maximum, exp, sum, log) without its (N, V) temporary, which at NLLB-200's 256k-token
+    vocabulary is 33 MB a 32-row step, fresh pages from the system every step (~6% of an eager step). Traced, it is
+    logsumexp, which the graphs fuse."""
     logits = logits.float()
     best, ids = logits.max(-1)
-    return ids, best - logits.logsumexp(-1)
+    if torch.compiler.is_compiling():
+        return ids, best - logits.logsumexp(-1)
+    peak = best.masked_fill(best.isinf(), 0)  # as logsumexp: an infinite maximum is not subtracted
+    return ids, best - logits.sub_(peak.unsqueeze(-1)).exp_().sum(-1).log_().add_(peak)
 
 
 def supported(weight: torch.Tensor) -> bool:

@@ -40,6 +40,17 @@ def test_a_linear_runs_on_its_packed_weight_and_computes_f_linear():
 
 
 @needs_onednn
+def test_one_row_reads_the_weight_as_stored_and_makes_no_copy():
+    torch.manual_seed(2)
+    layer = Linear(512, 2000)
+    x = torch.randn(1, 1, 512)  # a batch-1 decoder step
+    with torch.inference_mode():
+        got = layer(x)
+    assert not layer.packed.held, "one row made a packed copy of the weight"
+    assert torch.allclose(got, F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
 def test_gradients_run_the_plain_linear_and_a_copy_packs_its_own_weight():
     torch.manual_seed(1)
     layer = Linear(32, 16)

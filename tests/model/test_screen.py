@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from model.decoding import greedy_decode
-from model.screen import BLOCK, LogitScreen
+from model.screen import BLOCK, LogitScreen, greedy_pick
 from tests.model.helpers import SOURCES, batch
 
 ROWS = SOURCES + [[5, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 2], [29, 30, 31, 2], [8, 9, 10, 11, 2]]
@@ -80,3 +80,16 @@ def test_top_k_finds_the_k_largest_values(vocab):
     want = x.float().topk(screen.candidates, -1).values
     assert torch.equal(top, want)
     assert torch.equal(x.float().gather(-1, at), top)
+
+
+def test_greedy_pick_computes_logsumexps_arithmetic_in_place():
+    torch.manual_seed(3)
+    logits = torch.randn(6, 5000) * 8
+    logits[1, ::3] = float("-inf")  # suppressed ids
+    logits[2] = float("-inf")  # nothing allowed: nan, as max - logsumexp gives
+    logits[3, 7] = float("inf")
+    best, want_ids = logits.max(-1)
+    want = best - logits.logsumexp(-1)
+    ids, got = greedy_pick(logits.clone())
+    assert torch.equal(ids, want_ids)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)  # the same arithmetic, bit for bit
