@@ -48,6 +48,18 @@ def _ops():
     return torch.ops.quantized_decomposed
 
 
+def activation_qparams(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """choose_qparams.tensor(x, 0, ACTIVATION_MAX, ACTIVATION_EPS, uint8), the same arithmetic in the same dtypes
+    (torch.ao's determine_qparams for an affine per-tensor range), in 7 ops where that op's Python runs ~20 with
+    its checks: ~110 us a call, 97 calls a decoder step at NLLB-200's size, 13% of an eager int8 step kept to AVX2.
+    x (..., K) -> scale (1,) float64, zero point (1,) int64"""
+    lo, hi = torch.aminmax(x)
+    lo, hi = lo.clamp_max(0), hi.clamp_min(0)  # the range holds 0
+    scale = ((hi - lo) / float(ACTIVATION_MAX)).clamp_min(ACTIVATION_EPS)  # float32, as there
+    zero = (-torch.round(lo / scale).to(torch.int)).clamp(0, ACTIVATION_MAX)
+    return scale.double().reshape(1), zero.long().reshape(1)
+
+
 class Int8Linear(nn.Module):
     """y = x W^T + b with W in int8 (symmetric, one scale per output row) and x quantized to uint8 per call."""
 
@@ -71,7 +83,10 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ops = torch.ops.quantized_decomposed
-        scale, zero = ops.choose_qparams.tensor(x, 0, ACTIVATION_MAX, ACTIVATION_EPS, torch.uint8)
+        if torch.compiler.is_compiling():
+            scale, zero = ops.choose_qparams.tensor(x, 0, ACTIVATION_MAX, ACTIVATION_EPS, torch.uint8)
+        else:
+            scale, zero = activation_qparams(x)
         q = ops.quantize_per_tensor.tensor(x, scale, zero, 0, ACTIVATION_MAX, torch.uint8)
         if not torch.compiler.is_compiling() and (packed := self._packed(x)) is not None:
             rows = q.reshape(-1, q.size(-1))  # (M, K): the kernel takes a matrix

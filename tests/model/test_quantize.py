@@ -9,7 +9,7 @@ import torch
 from model import quantize
 from model.checkpoint import load_checkpoint
 from model.decoding import greedy_decode
-from model.quantize import ACTIVATION_EPS, ACTIVATION_MAX, Int8Linear, quantize_int8
+from model.quantize import ACTIVATION_EPS, ACTIVATION_MAX, Int8Linear, activation_qparams, quantize_int8
 from tests.model.helpers import SOURCES, batch
 
 needs_onednn = pytest.mark.skipif(not quantize._ONEDNN_INT8, reason="oneDNN's int8 kernels run the eager layers")
@@ -65,3 +65,17 @@ def test_an_eager_int8_model_decodes_as_the_pattern_does(trained_checkpoint, mon
     assert [h.tokens for h in got] == [h.tokens for h in want]
     for g, w in zip(got, want, strict=True):
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+
+
+def test_eager_activation_qparams_equal_choose_qparams_bit_for_bit():
+    ops = quantize._ops()
+    g = torch.Generator().manual_seed(4)
+    cases = [torch.zeros(2, 8), torch.full((1, 16), 1e-6), -torch.zeros(3, 4), torch.tensor([[0.0, -0.0, 1.0]])]
+    cases += [torch.rand(3, 64, generator=g) + 0.5, -torch.rand(3, 64, generator=g) - 0.1]  # one sign: 0 in range
+    cases += [torch.randn(int(torch.randint(1, 9, (1,), generator=g)), 1024, generator=g) * 10 ** (e / 10) for e in
+              range(-60, 50)]  # fmt: skip
+    for x in cases:
+        want = ops.choose_qparams.tensor(x, 0, ACTIVATION_MAX, ACTIVATION_EPS, torch.uint8)
+        got = activation_qparams(x)
+        for a, b in zip(got, want, strict=True):
+            assert (a.dtype, a.shape) == (b.dtype, b.shape) and torch.equal(a, b), (x.abs().max(), got, want)
