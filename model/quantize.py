@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -39,12 +40,24 @@ ACTIVATION_MAX = 127
 _ONEDNN_INT8 = torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
 
 
+# What importing torchao logs that says nothing to a user of its CPU ops: its CUDA-only libraries (mxfp8, CUTLASS)
+# failing to load on a CPU build of torch, no Triton, and a deprecation inside torch about torchao's enums
+_IMPORT_NOISE = ("torchao", "torchao.kernel.intmm", "torch.utils._pytree")
+
+
 def _ops():
-    """torch.ops.quantized_decomposed, which torchao registers."""
+    """torch.ops.quantized_decomposed, which torchao registers (its import's warnings above kept out of the log)."""
+    loggers = [logging.getLogger(name) for name in _IMPORT_NOISE]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         import torchao.quantization.pt2e  # noqa: F401 - registers the quantized_decomposed ops
     except ImportError as e:
         raise RuntimeError(f"int8 needs torchao, part of nmt-serve's locked dependencies: {e}") from e
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
     return torch.ops.quantized_decomposed
 
 

@@ -2,6 +2,9 @@
 pattern the compiled graphs are traced from."""
 
 import copy
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +15,7 @@ from model.decoding import greedy_decode
 from model.quantize import ACTIVATION_EPS, ACTIVATION_MAX, Int8Linear, activation_qparams, quantize_int8
 from tests.model.helpers import SOURCES, batch
 
+ROOT = Path(__file__).resolve().parents[2]
 needs_onednn = pytest.mark.skipif(not quantize._ONEDNN_INT8, reason="oneDNN's int8 kernels run the eager layers")
 
 
@@ -79,3 +83,20 @@ def test_eager_activation_qparams_equal_choose_qparams_bit_for_bit():
         got = activation_qparams(x)
         for a, b in zip(got, want, strict=True):
             assert (a.dtype, a.shape) == (b.dtype, b.shape) and torch.equal(a, b), (x.abs().max(), got, want)
+
+
+def test_loading_the_int8_ops_logs_none_of_torchaos_import_warnings():
+    """A CPU server's log does not start with torchao's CUDA libraries failing to load: its import is quieted, and
+    the loggers' levels are put back after it."""
+    code = (
+        "import logging; logging.basicConfig(level=logging.WARNING)\n"
+        "from model.quantize import _ops\n"
+        "assert hasattr(_ops(), 'choose_qparams')\n"
+        "assert logging.getLogger('torchao').level == logging.NOTSET\n"
+        "logging.getLogger('torchao').warning('still heard')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "still heard" in done.stderr
+    for noise in ("Failed to load", "Enum subclass", "no triton"):
+        assert noise not in done.stderr, done.stderr
