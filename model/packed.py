@@ -16,6 +16,8 @@ they see the plain F.linear and lower it themselves), a torch without oneDNN.
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -91,8 +93,6 @@ class Linear(nn.Linear):
 def release(model: nn.Module) -> int:
     """Drop every packed copy the model's layers hold (they pack again if called eagerly) and hand the memory back;
     returns how many were dropped."""
-    from model.quantize import release_freed_memory
-
     dropped = 0
     for module in model.modules():
         for value in vars(module).values():
@@ -102,3 +102,14 @@ def release(model: nn.Module) -> int:
     if dropped:
         release_freed_memory()
     return dropped
+
+
+def release_freed_memory() -> None:
+    """Hand the pages of freed memory back to the system where the C library keeps them (glibc's malloc_trim): freed
+    weights (the float32 ones quantize_int8 replaced, the copies `release` drops) are blocks of up to 32 MB each,
+    which glibc keeps for the process (at NLLB-200-distilled-600M's size 2.1 GB of its 4.1 GB resident after
+    quantizing). Elsewhere, nothing."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):  # not glibc
+        pass

@@ -19,7 +19,6 @@ The ops come from torchao, where PyTorch's quantization flow now lives (torch 2.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 
@@ -27,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.packed import release_freed_memory
 from model.transformer import Transformer
 
 # choose_qparams' floor on the activation scale: what the X86 Inductor quantizer's dynamic activation observer uses
@@ -145,13 +145,3 @@ def quantize_int8(model: Transformer) -> int:
     gc.collect()
     release_freed_memory()
     return swapped
-
-
-def release_freed_memory() -> None:
-    """Hand the pages of freed memory back to the system where the C library keeps them (glibc's malloc_trim): the
-    float32 weights quantize_int8 replaced are freed blocks of up to 32 MB each, which glibc keeps for the process
-    (at NLLB-200-distilled-600M's size 2.1 GB of its 4.1 GB resident after quantizing). Elsewhere, nothing."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (AttributeError, OSError):  # not glibc
-        pass
