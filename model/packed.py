@@ -10,8 +10,9 @@ not state: copies and pickles start without it, and `release` drops every copy a
 `adopt` does, once graphs run all its steps). It costs memory: a second copy of each float32 weight the eager model
 multiplies several rows by.
 
-Anything else runs F.linear: another device or dtype, gradients (training), a trace (torch.export, torch.compile:
-they see the plain F.linear and lower it themselves), a torch without oneDNN.
+Anything else runs F.linear: a weight smaller than PACKED_FROM_ELEMENTS, another device or dtype, gradients
+(training), a trace (torch.export, torch.compile: they see the plain F.linear and lower it themselves), a torch
+without oneDNN.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_l
 # on the packed weight is as fast or faster (1.1-1.5x from 3 rows with AVX-512, 1.05-1.1x kept to AVX2). So a server
 # of one row (NMT_MAX_BATCH_SIZE=1) never holds a packed copy.
 PACKED_FROM_ROWS = 2
+# Below 256 x 256 weights oneDNN's call costs more than the product: ~20 us more than F.linear's for a 64 x 64 layer
+# (27.8 against 6.5 us, 32 rows), which the tests' small models multiply by thousands of times. The bundled model's
+# smallest weights are 256 x 256 and decode faster on oneDNN (a 32-row step 5.0 against 5.3 ms with those on F.linear).
+PACKED_FROM_ELEMENTS = 256 * 256
 
 
 class PackedWeight:
@@ -74,6 +79,7 @@ def _runs_packed(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         and (bias is None or bias.dtype == torch.float32)
         and x.numel() > 0
         and weight.is_contiguous()
+        and weight.numel() >= PACKED_FROM_ELEMENTS
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
         and not torch.compiler.is_compiling()
     )

@@ -53,8 +53,8 @@ def test_one_row_reads_the_weight_as_stored_and_makes_no_copy():
 @needs_onednn
 def test_gradients_run_the_plain_linear_and_a_copy_packs_its_own_weight():
     torch.manual_seed(1)
-    layer = Linear(32, 16)
-    x = torch.randn(5, 32)
+    layer = Linear(256, 512)
+    x = torch.randn(5, 256)
     layer(x).sum().backward()  # training: autograd needs F.linear
     assert layer.weight.grad is not None and not layer.packed.held
     with torch.no_grad():
@@ -64,6 +64,15 @@ def test_gradients_run_the_plain_linear_and_a_copy_packs_its_own_weight():
     with torch.no_grad():
         assert torch.equal(copied(x), first) and copied.packed.held
     assert release(copied) == 1 and not copied.packed.held
+
+
+@needs_onednn
+def test_a_small_layer_runs_the_plain_linear_and_makes_no_copy():
+    layer = Linear(64, 64)  # below PACKED_FROM_ELEMENTS: oneDNN's call would cost more than the product
+    x = torch.randn(32, 64)
+    with torch.inference_mode():
+        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+    assert not layer.packed.held
 
 
 def test_other_dtypes_run_the_plain_linear():
@@ -120,7 +129,8 @@ def test_the_bundled_model_decodes_test2016_to_the_plain_gemms_tokens(monkeypatc
 
 
 @needs_onednn
-def test_adopting_graphs_for_every_step_drops_the_eager_layers_packed_weights(trained_checkpoint):
+def test_adopting_graphs_for_every_step_drops_the_eager_layers_packed_weights(trained_checkpoint, monkeypatch):
+    monkeypatch.setattr(packed, "PACKED_FROM_ELEMENTS", 0)  # the tests' small model packs its layers too
     model = load_checkpoint(trained_checkpoint)[0]
     greedy_decode(model, batch(SOURCES), 5)
 
