@@ -12,11 +12,15 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shutil
+import tempfile
 import threading
 import time
 import zipfile
 from pathlib import Path
+
+import torch
+
+from model.compile import shared
 
 log = logging.getLogger("model.compile")  # one logger for the package
 PACKAGE_DIR = "nmt-serve-graphs"  # under Inductor's cache directory (NMT_COMPILE_CACHE_DIR)
@@ -42,53 +46,45 @@ def use_cache_dir(path: str | os.PathLike) -> None:
 _loading = threading.Lock()  # one load at a time in this process: what a load newly maps is its own
 
 
-def _extracted() -> set[str]:
-    """The directories AOTInductor unpacked a package into (TMPDIR/aotinductor_XXXXXX) whose shared libraries this
-    process has mapped, read from /proc/self/maps (empty where there is none)."""
-    try:
-        maps = Path("/proc/self/maps").read_text().splitlines()
-    except OSError:
-        return set()
-    found = set()
-    for line in maps:
-        path = line.split(maxsplit=5)[-1]
-        at = path.find("/aotinductor_")
-        end = path.find("/", at + 1)
-        if at >= 0 and end > at and path.startswith("/"):
-            found.add(path[:end])
-    return found
-
-
 def load(path: Path, expected: dict[str, str]):
-    """The package's runner when it was built for `expected`, else None (with a warning saying why).
+    """The package's graph, a callable taking a list of tensors, when it was built for `expected`, else None (with a
+    warning saying why).
 
-    AOTInductor unpacks a package into a fresh directory under TMPDIR and removes it only when the runner is
-    destroyed, which a server that is stopped or killed never does: every start left its graphs' libraries there
-    (hundreds of MB for an OPUS-MT-sized model, in RAM where /tmp is a tmpfs). On CPU the library and its packed
-    weights are all the runner needs once mapped, so the directory goes right after loading."""
-    from torch._inductor import aoti_load_package
-
+    AOTInductor's own loader unpacks a package into a fresh directory under TMPDIR and removes it only when the runner
+    is destroyed, which a server that is stopped or killed never does: every start left its graphs' libraries there
+    (hundreds of MB for an OPUS-MT-sized model, in RAM where /tmp is a tmpfs). On CPU a graph is its shared library,
+    which is all the runner needs once mapped: it is unpacked here, loaded, its constants shared with the graphs
+    loaded before (model/compile/shared.py), and its directory removed. CUDA runners may load kernel binaries later:
+    AOTInductor's loader keeps them."""
     try:
         with zipfile.ZipFile(path) as archive:  # AOTInductor reads members without checking their CRC-32
             broken = archive.testzip()
         if broken is not None:
             raise ValueError(f"{broken} fails its checksum")
+        found = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(str(path), "model")
+        differ = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v}
+        if differ:
+            why = "; ".join(f"{k} {a!r} here {b!r}" for k, (a, b) in differ.items())
+            log.warning("ignoring the compiled graph %s: it was built for %s; compiling it again", path, why)
+            return None
         with _loading:
-            before = _extracted()
-            runner = aoti_load_package(str(path))
-            if expected["device"].startswith("cpu"):  # CUDA runners may load kernel binaries later
-                for directory in _extracted() - before:
-                    shutil.rmtree(directory, ignore_errors=True)
-        found = runner.get_metadata()
+            if not expected["device"].startswith("cpu"):
+                from torch._inductor import aoti_load_package
+
+                return aoti_load_package(str(path)).loader.boxed_run
+            return _load_on_cpu(path).run
     except Exception as e:  # noqa: BLE001 - a corrupt or partial package is built again
         log.warning("ignoring the compiled graph %s: it cannot be loaded (%s); compiling it again", path, e)
         return None
-    differ = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v}
-    if differ:
-        why = "; ".join(f"{k} {a!r} here {b!r}" for k, (a, b) in differ.items())
-        log.warning("ignoring the compiled graph %s: it was built for %s; compiling it again", path, why)
-        return None
-    return runner.loader.boxed_run
+
+
+def _load_on_cpu(path: Path) -> shared.Graph:
+    with zipfile.ZipFile(path) as archive, tempfile.TemporaryDirectory(prefix="nmt-serve-graph-") as directory:
+        (member,) = [m for m in archive.namelist() if m.endswith(".so") and "/aotinductor/" in m]
+        library = Path(archive.extract(member, directory))
+        graph = shared.share(torch._C._aoti.AOTIModelContainerRunnerCpu(str(library), 1))
+        shared.drop_constant_pages(library)
+    return graph
 
 
 def temporary_for(path: Path) -> Path:

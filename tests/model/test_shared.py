@@ -1,0 +1,85 @@
+"""model/compile/shared.py: the graphs a process loads hold each constant once, decode as before, and keep alive the
+graphs whose constants they took."""
+
+import gc
+import shutil
+import tempfile
+import weakref
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.compile import compile_graphs, shared
+from model.decoding import KVCache, greedy_decode
+from tests.conftest import ONE_ROW
+from tests.model.helpers import SOURCES, batch
+
+pytestmark = pytest.mark.compiles
+
+
+def loaded(trained_checkpoint, directory):
+    model = load_checkpoint(trained_checkpoint)[0]
+    cache = KVCache(model, **ONE_ROW)
+    graphs = compile_graphs(model, cache, steps=("greedy",), directory=directory, mode="default")
+    assert graphs.built == [] and graphs.loaded == ["greedy_step-1-1", "prefill-1-1"]
+    return model, cache, graphs
+
+
+def held(compiled) -> dict[str, shared.Graph]:
+    return {fn: f.graphs[0][2].__self__ for fn, f in compiled.functions.items()}
+
+
+def test_a_second_load_of_the_same_graphs_holds_no_constant_of_its_own(one_row_packages, trained_checkpoint,
+                                                                         tmp_path):  # fmt: skip
+    shutil.copytree(one_row_packages[0], tmp_path, dirs_exist_ok=True)
+    first, second = loaded(trained_checkpoint, tmp_path), loaded(trained_checkpoint, tmp_path)
+    for fn, graph in held(second[2]).items():
+        before = held(first[2])[fn]
+        assert graph.constants.keys() == before.constants.keys() and graph.constants
+        for name, t in graph.constants.items():
+            assert t is before.constants[name], f"{fn}: {name} is a copy"
+        assert before in graph.keeps
+    # the first load's graphs go; the second's keep the constants they took from them alive, and decode as eagerly
+    model, cache, compiled = second
+    del first
+    gc.collect()
+    eager = load_checkpoint(trained_checkpoint)[0]
+    for source in SOURCES:
+        got, want = greedy_decode(model, batch([source]), 30, cache)[0], greedy_decode(eager, batch([source]), 30)[0]
+        assert got.tokens == want.tokens and got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+    assert compiled.missed == 0
+    gone = [weakref.ref(g) for g in [*held(compiled).values(), *graph.keeps]]
+    del model, cache, compiled, second, graph, before
+    gc.collect()
+    assert all(ref() is None for ref in gone), "a graph nothing refers to is still held"
+
+
+def test_within_one_load_the_graphs_share_what_they_both_hold(one_row_packages, trained_checkpoint, tmp_path):
+    shutil.copytree(one_row_packages[0], tmp_path, dirs_exist_ok=True)
+    step, prefill = held(loaded(trained_checkpoint, tmp_path)[2]).values()
+    ptr = lambda t: torch.ops.mkldnn.data_ptr(t) if t.is_mkldnn else t.data_ptr()  # noqa: E731
+    common = {ptr(t) for t in step.constants.values()} & {ptr(t) for t in prefill.constants.values()}
+    assert common, "the step and the prefill hold no constant in common (the shared embedding table at least)"
+
+
+def test_constants_are_the_same_only_bit_for_bit():
+    zero, minus_zero, nan = torch.tensor([0.0]), torch.tensor([-0.0]), torch.tensor([float("nan")])
+    assert torch.equal(zero, minus_zero) and not torch.equal(shared._bytes(zero), shared._bytes(minus_zero))
+    assert torch.equal(shared._bytes(nan), shared._bytes(nan.clone()))
+    assert shared._kind(torch.zeros(4, 2)) != shared._kind(torch.zeros(2, 4).t())
+
+
+def test_a_librarys_pages_of_constants_are_handed_back_and_the_graph_still_runs(one_row_packages):
+    package = next(p for p in sorted(Path(one_row_packages[0]).rglob("prefill-*.pt2")))
+    with zipfile.ZipFile(package) as archive, tempfile.TemporaryDirectory() as directory:
+        (member,) = [m for m in archive.namelist() if m.endswith(".so")]
+        library = Path(archive.extract(member, directory))
+        runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(library), 1)
+        src = torch.tensor([[5, 6, 7, 2]])
+        want = runner.run([src])[0]
+        _, size = shared._section(library, ".lrodata")
+        assert shared.drop_constant_pages(library) >= size - 2 * 4096 > 0
+        assert torch.equal(runner.run([src])[0], want)
