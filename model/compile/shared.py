@@ -6,7 +6,7 @@ step the same packed weights, the step graphs for 1 and for 2-15 rows the same G
 embedding table. At NLLB-200-distilled-600M's size each float32 step graph held 2.8 GB of them and a one-row server
 15.8 GB in all (docs/performance-history.md). So a runner's constants are compared with those of the graphs loaded
 before it (by dtype, shape, strides, oneDNN's memory descriptor for its packed weights, then every byte): the runner
-takes theirs where they are the same, copies of its own for the rest, and frees the copy it loaded. Its library's
+takes theirs where they are the same, and the pages of its own copy of those go back to the system. Its library's
 pages of constants, read once while loading, are handed back too (`drop_constant_pages`).
 
     graph = share(runner)        # runner: an AOTIModelContainerRunnerCpu; graph.run runs it
@@ -25,7 +25,12 @@ from pathlib import Path
 
 import torch
 
-_AS_INTEGERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # compared bit for bit, not as numbers
+# Compared and handed back with the C library's memcmp and madvise: one thread, the GIL released. torch's ops would
+# start OpenMP teams beside the engine's, decoding meanwhile: on 2 cores both crawled (a load took 5x as long).
+_libc = ctypes.CDLL(None)
+_libc.memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_MADV_DONTNEED = 4
 _lock = threading.Lock()
 _held: dict[tuple, list[tuple[weakref.ref, str]]] = {}  # constants by what they are: (graph, its constant's name)
 
@@ -43,102 +48,120 @@ class Graph:
 
 
 def share(runner) -> Graph:
-    """Point `runner` at the constants the graphs loaded before hold, where they are the same, and free its own copy
-    of those. Constants a runner folds at run time (none in our packages) leave it as loaded."""
+    """Point `runner` at the constants the graphs loaded before hold, where they are the same, and hand back the
+    pages of its own copy of those. Constants a runner folds at run time (none in our packages) leave it as loaded."""
     fqns = runner.get_constant_names_to_original_fqns()  # the runner's constant names -> the constants
     loaded = runner.extract_constants_map(False)  # by constant: views of the runner's own copy
     if set(fqns.values()) != set(loaded):
         return Graph(runner, loaded, set())
     with _lock:
         found = {fqn: hit for fqn, t in loaded.items() if (hit := _find(t)) is not None}
-        if not found:
-            graph = Graph(runner, loaded, set())
-        else:
-            constants = {fqn: found[fqn][1] if fqn in found else t.clone() for fqn, t in loaded.items()}
-            # user-managed: the runner keeps pointers to these tensors; the Graph keeps them (and their owners) alive
-            runner.update_constant_buffer({name: constants[fqn] for name, fqn in fqns.items()}, True, True, True)
-            runner.swap_constant_buffer()
-            runner.free_inactive_constant_buffer()  # the copy the runner loaded
-            graph = Graph(runner, constants, {owner for owner, _ in found.values()})
-        for fqn, t in graph.constants.items():
-            if fqn not in found and _bytes(t).numel():
+        if found:  # user-managed: the runner keeps pointers to these tensors; the Graph keeps their owners alive
+            runner.update_constant_buffer({n: found[fqn][1] for n, fqn in fqns.items() if fqn in found}, False, False,
+                                          True)  # fmt: skip
+            for fqn in found:
+                _hand_back(*_span(loaded[fqn]))  # the runner's copy: nothing reads it any more
+        constants = {fqn: found[fqn][1] if fqn in found else t for fqn, t in loaded.items()}
+        graph = Graph(runner, constants, {owner for owner, _ in found.values()})
+        for fqn, t in constants.items():
+            if fqn not in found and _span(t) is not None:
                 _held.setdefault(_kind(t), []).append((weakref.ref(graph), fqn))
     return graph
 
 
 def _find(t: torch.Tensor) -> tuple[Graph, torch.Tensor] | None:
     """A graph holding a constant identical to `t`, and that constant."""
-    mine = _bytes(t)
-    if not mine.numel():
+    if _span(t) is None:
         return None
     entries = _held.get(_kind(t), [])
     entries[:] = [e for e in entries if e[0]() is not None]  # graphs gone since
     for ref, fqn in entries:
         graph = ref()
-        if graph is None:
-            continue
-        theirs = graph.constants[fqn]
-        other = _bytes(theirs)
-        if torch.equal(other[:256], mine[:256]) and torch.equal(other, mine):  # most differ within their first bytes
-            return graph, theirs
+        if graph is not None and same(graph.constants[fqn], t):
+            return graph, graph.constants[fqn]
     return None
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two constants are the same bit for bit (-0.0 is not 0.0; a NaN equals itself) in the same layout."""
+    spans = _span(a), _span(b)
+    if None in spans or _kind(a) != _kind(b) or spans[0][1] != spans[1][1]:
+        return False
+    return _libc.memcmp(spans[0][0], spans[1][0], spans[0][1]) == 0
 
 
 def _kind(t: torch.Tensor) -> tuple:
     if t.is_mkldnn:  # an opaque packed weight: its layout is in oneDNN's memory descriptor
         return "mkldnn", t.dtype, tuple(t.shape), bytes(torch.ops.mkldnn._get_mkldnn_serialized_md(t).tolist())
-    return "strided", t.dtype, tuple(t.shape), t.stride(), t.storage_offset()
+    return "strided", t.dtype, tuple(t.shape), t.stride()
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    """t's contents as integers (bits, not values: -0.0 is not 0.0, and NaN equals itself), without a copy."""
+def _span(t: torch.Tensor) -> tuple[int, int] | None:
+    """(address, bytes) of a constant's contents, None where they are not one dense run of bytes (not shared)."""
     if t.is_mkldnn:
         size = torch.ops.mkldnn._nbytes(t)
-        if not size:
-            return torch.empty(0, dtype=torch.uint8)
-        memory = (ctypes.c_char * size).from_address(torch.ops.mkldnn.data_ptr(t))
-        return torch.frombuffer(memory, dtype=torch.uint8)
-    return t.view(_AS_INTEGERS[t.element_size()])
+        return (torch.ops.mkldnn.data_ptr(t), size) if size else None
+    return (t.data_ptr(), t.numel() * t.element_size()) if t.numel() and t.is_contiguous() else None
+
+
+def _hand_back(address: int, size: int) -> int:
+    """Hand the whole pages of [address, address + size) back to the system (they read as zeros if touched again);
+    returns the bytes handed back."""
+    lo = -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
+    hi = (address + size) // mmap.PAGESIZE * mmap.PAGESIZE
+    return hi - lo if hi > lo and _libc.madvise(lo, hi - lo, _MADV_DONTNEED) == 0 else 0
 
 
 def drop_constant_pages(library: Path) -> int:
     """Hand back the pages of `library`'s constants this process has read (the runner copies them out while it
     loads, and never reads them again): they stay resident otherwise, as many bytes as the constants. Only whole
-    pages inside the constants' section of a read-only mapping of the file; a page read again would come back from
-    the file. Returns the bytes handed back."""
-    section = _section(library, ".lrodata")  # where AOTInductor puts them on x86-64
-    if section is None:
+    pages between the constants' start and end symbols, in private mappings of the file: a page read again would
+    come back from the file. Returns the bytes handed back."""
+    span = _constants_span(library)
+    if span is None:
         return 0
-    offset, size = section
-    libc, dropped = ctypes.CDLL(None, use_errno=True), 0
+    first, last = span
+    dropped = 0
     for line in Path("/proc/self/maps").read_text().splitlines():
         fields = line.split(maxsplit=5)
-        if len(fields) < 6 or fields[5] != str(library) or fields[1] != "r--p":
+        if len(fields) < 6 or fields[5] != str(library) or not fields[1].endswith("p"):
             continue
         start, end = (int(x, 16) for x in fields[0].split("-"))
         mapped_at = int(fields[2], 16)  # the file offset the mapping starts at
-        lo = max(start, start + offset - mapped_at)
-        hi = min(end, start + offset + size - mapped_at)
-        lo, hi = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE, hi // mmap.PAGESIZE * mmap.PAGESIZE
-        if hi > lo and libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), 4) == 0:  # MADV_DONTNEED
-            dropped += hi - lo
+        lo, hi = max(start, start + first - mapped_at), min(end, start + last - mapped_at)
+        if hi > lo:
+            dropped += _hand_back(lo, hi - lo)
     return dropped
 
 
-def _section(library: Path, name: str) -> tuple[int, int] | None:
-    """(file offset, size) of a section of a 64-bit little-endian ELF file, or None."""
+def _constants_span(library: Path) -> tuple[int, int] | None:
+    """The file offsets of AOTInductor's constants in a 64-bit little-endian ELF library, or None: between its symbols
+    _binary_constants_bin_start and _end, or (over 2 GB) at the end of the file, which the runner maps itself."""
     with open(library, "rb") as f:
-        head = f.read(64)
-        if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01":
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    with data:
+        if data[:6] != b"\x7fELF\x02\x01":
             return None
-        (table_at,) = struct.unpack_from("<Q", head, 0x28)
-        entry, count, names_index = struct.unpack_from("<HHH", head, 0x3A)
-        f.seek(table_at)
-        table = f.read(entry * count)
-        headers = [struct.unpack_from("<IIQQQQ", table, i * entry) for i in range(count)]
-        f.seek(headers[names_index][4])
-        names = f.read(headers[names_index][5])
-    for name_at, _, _, _, at, size in headers:
-        if names[name_at : names.find(b"\0", name_at)] == name.encode():
-            return at, size
-    return None
+        (table_at,) = struct.unpack_from("<Q", data, 0x28)
+        entry, count = struct.unpack_from("<HH", data, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, table_at + i * entry) for i in range(count)]
+        found = {}
+        for _, kind, _, _, at, size, link, _, _, sym_size in sections:
+            if kind != 2:  # SHT_SYMTAB
+                continue
+            names_at = sections[link][4]
+            for i in range(size // sym_size):
+                name_at, _, _, index, value, _ = struct.unpack_from("<IBBHQQ", data, at + i * sym_size)
+                name = data[names_at + name_at : data.find(b"\0", names_at + name_at)]
+                if name in (b"_binary_constants_bin_start", b"_binary_constants_bin_end") and index < count:
+                    _, _, _, address, offset, _, _, _, _, _ = sections[index]
+                    found[name] = offset + value - address
+        if len(found) < 2:
+            return None
+        first, last = found[b"_binary_constants_bin_start"], found[b"_binary_constants_bin_end"]
+        if last - first == 16:  # over 2 GB: appended to the file, the symbols holding their size and a magic number
+            size, magic = struct.unpack_from("<QQ", data, first)
+            if not 16 <= size <= len(data) or struct.unpack_from("<Q", data, len(data) - 8)[0] != magic:
+                return None
+            return len(data) - size, len(data)
+        return first, last
