@@ -54,11 +54,13 @@ def share(runner) -> Graph:
     loaded = runner.extract_constants_map(False)  # by constant: views of the runner's own copy
     if set(fqns.values()) != set(loaded):
         return Graph(runner, loaded, set())
-    with _lock:
-        found = {fqn: hit for fqn, t in loaded.items() if (hit := _find(t)) is not None}
+    names: dict[str, list[str]] = {}
+    for name, fqn in fqns.items():
+        names.setdefault(fqn, []).append(name)
+    with _lock:  # a constant several names stand for (max-autotune's GEMM blocks) stays: its tensor is one name's
+        found = {fqn: hit for fqn, t in loaded.items() if len(names[fqn]) == 1 and (hit := _find(t)) is not None}
         if found:  # user-managed: the runner keeps pointers to these tensors; the Graph keeps their owners alive
-            runner.update_constant_buffer({n: found[fqn][1] for n, fqn in fqns.items() if fqn in found}, False, False,
-                                          True)  # fmt: skip
+            runner.update_constant_buffer({names[fqn][0]: t for fqn, (_, t) in found.items()}, False, False, True)
             for fqn in found:
                 _hand_back(*_span(loaded[fqn]))  # the runner's copy: nothing reads it any more
         constants = {fqn: found[fqn][1] if fqn in found else t for fqn, t in loaded.items()}
