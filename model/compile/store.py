@@ -13,7 +13,6 @@ import logging
 import os
 import secrets
 import tempfile
-import threading
 import time
 import zipfile
 from pathlib import Path
@@ -43,9 +42,6 @@ def use_cache_dir(path: str | os.PathLike) -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
 
 
-_loading = threading.Lock()  # one load at a time in this process: what a load newly maps is its own
-
-
 def load(path: Path, expected: dict[str, str]):
     """The package's graph, a callable taking a list of tensors, when it was built for `expected`, else None (with a
     warning saying why).
@@ -67,12 +63,11 @@ def load(path: Path, expected: dict[str, str]):
             why = "; ".join(f"{k} {a!r} here {b!r}" for k, (a, b) in differ.items())
             log.warning("ignoring the compiled graph %s: it was built for %s; compiling it again", path, why)
             return None
-        with _loading:
-            if not expected["device"].startswith("cpu"):
-                from torch._inductor import aoti_load_package
+        if not expected["device"].startswith("cpu"):
+            from torch._inductor import aoti_load_package
 
-                return aoti_load_package(str(path)).loader.boxed_run
-            return _load_on_cpu(path).run
+            return aoti_load_package(str(path)).loader.boxed_run
+        return _load_on_cpu(path).run  # each in a directory of its own; shared.share takes its own lock
     except Exception as e:  # noqa: BLE001 - a corrupt or partial package is built again
         log.warning("ignoring the compiled graph %s: it cannot be loaded (%s); compiling it again", path, e)
         return None
