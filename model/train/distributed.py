@@ -6,9 +6,11 @@ import argparse
 import datetime
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -29,6 +31,17 @@ def init_distributed(args: argparse.Namespace) -> tuple[int, int, torch.device]:
     # Rank 0 validates and writes at the end of an epoch while the others wait in the next step's collectives.
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(hours=2))
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def leave(code: int) -> NoReturn:
+    """Ends a process of a multi-process run, its work done and its process group destroyed, without finalizing
+    the interpreter. torch keeps gloo's worker threads past destroy_process_group once DistributedDataParallel has
+    held the group; one that lets go of a tensor Python created (the last collective's) after the interpreter began
+    finalizing takes the GIL there and aborts the process ("terminate called without an active exception",
+    pytorch/pytorch#190489): a run that had saved everything would end failed. Rare, and only under load."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def share(obj, world: int):

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from model.train.bpe_dropout import epoch_pairs, forget_epoch_sources, save_epoch_sources
 from model.train.data import collate, make_batches
-from model.train.distributed import stop_on_signals
+from model.train.distributed import leave, stop_on_signals
 from model.train.loss import batch_loss, teacher_probs
 from model.train.run import Run, set_up
 from model.train.state import save_state
@@ -26,7 +26,17 @@ from model.train.validate import end_epoch, try_average
 
 def main(argv: list[str] | None = None) -> None:
     with stop_on_signals() as signals:
-        train(set_up(argv), signals)
+        run = set_up(argv)
+        if run.world == 1:
+            train(run, signals)
+            return
+        try:
+            train(run, signals)
+        except SystemExit as stop:  # a signal: 128 + its number
+            if not isinstance(stop.code, int):
+                raise
+            leave(stop.code)
+        leave(0)
 
 
 def train(run: Run, signals: list[int]) -> None:
