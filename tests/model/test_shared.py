@@ -85,3 +85,25 @@ def test_a_librarys_pages_of_constants_are_handed_back_and_the_graph_still_runs(
         first, last = shared._constants_span(library)
         assert shared.drop_constant_pages(library) >= last - first - 2 * 4096 > 0
         assert torch.equal(runner.run([src])[0], want)
+
+
+def test_constants_appended_past_the_library_are_found_and_handed_back_too(tmp_path):
+    """Over 2 GB of constants, AOTInductor appends them to the library's file and the runner maps them itself; the
+    layout forced on a small graph (force_mmap_weights, what that size switches on) is read from the file's end."""
+    module = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64)).eval()
+    x = torch.randn(4, 64)
+    with torch._inductor.config.patch({"aot_inductor.force_mmap_weights": True}):
+        package = torch._inductor.aoti_compile_and_package(
+            torch.export.export(module, (x,)), package_path=str(tmp_path / "m.pt2")
+        )
+    with zipfile.ZipFile(package) as archive:
+        (member,) = [m for m in archive.namelist() if m.endswith(".so")]
+        library = Path(archive.extract(member, tmp_path))
+    runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(library), 1)
+    want = runner.run([x])[0]
+    torch.testing.assert_close(want, module(x))
+    first, last = shared._constants_span(library)
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    assert last == library.stat().st_size and last - first >= weights
+    assert shared.drop_constant_pages(library) >= weights - 2 * 4096
+    assert torch.equal(runner.run([x])[0], want)
