@@ -98,9 +98,12 @@ class Linear(nn.Linear):
 
 def release(model: nn.Module) -> int:
     """Drop every packed copy the model's layers hold (they pack again if called eagerly) and hand the memory back;
-    returns how many were dropped."""
+    returns how many were dropped. The float32 layers' PackedWeights, and the copy of any layer with a `drop_packed`
+    (model/quantize.py's int8 layers)."""
     dropped = 0
     for module in model.modules():
+        drop = getattr(module, "drop_packed", None)
+        dropped += bool(callable(drop) and drop())
         for value in vars(module).values():
             if isinstance(value, PackedWeight) and value.held:
                 value.clear()

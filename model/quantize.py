@@ -123,6 +123,12 @@ class Int8Linear(nn.Module):
             self._onednn = (self.qweight, torch.ops.onednn.qlinear_prepack(self.qweight, None))
         return self._onednn[1]
 
+    def drop_packed(self) -> bool:
+        """Forget the packed copy (model/packed.py's `release`; packed again on the next eager call) -> whether
+        there was one."""
+        held, self._onednn = self._onednn is not None, None
+        return held
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
 

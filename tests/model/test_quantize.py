@@ -12,6 +12,7 @@ import torch
 from model import quantize
 from model.checkpoint import load_checkpoint
 from model.decoding import greedy_decode
+from model.packed import release
 from model.quantize import ACTIVATION_EPS, ACTIVATION_MAX, Int8Linear, activation_qparams, quantize_int8
 from tests.model.helpers import SOURCES, batch
 
@@ -47,7 +48,7 @@ def test_an_eager_int8_layer_runs_onednns_kernel_and_computes_the_integer_result
 
 
 @needs_onednn
-def test_a_copied_int8_layer_packs_its_own_weight():
+def test_a_copied_or_released_int8_layer_packs_its_own_weight_again():
     torch.manual_seed(1)
     linear = torch.nn.Linear(64, 32)
     layer = Int8Linear(linear.weight, linear.bias)
@@ -56,6 +57,9 @@ def test_a_copied_int8_layer_packs_its_own_weight():
     copied = copy.deepcopy(layer)  # a packed weight has no storage: the copy leaves it behind
     assert copied._onednn is None
     assert torch.equal(copied(x), first) and copied._onednn is not None
+    model = torch.nn.Sequential(copied)
+    assert release(model) == 1 and copied._onednn is None  # what adopt does once graphs run every step
+    assert release(model) == 0 and torch.equal(copied(x), first) and copied._onednn is not None
 
 
 @needs_onednn
