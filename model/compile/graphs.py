@@ -65,6 +65,12 @@ def row_ranges(max_rows: int, screen_rows: int | None) -> list[tuple[int, int, i
     return [(lo, hi, max_rows if lo == LARGE_ROWS else lo) for lo, hi in zip(starts, ends, strict=True)]
 
 
+def uncalled(cache: KVCache) -> frozenset[str]:
+    """The Steps fields a cache never calls: the packed prefill where it holds one row (KVCache.add packs two sources
+    or more)."""
+    return frozenset({"prefill_packed"}) if cache.max_batch <= 1 else frozenset()
+
+
 def graphs_for(model: Transformer, cache: KVCache, steps: Iterable[str] = ("greedy", "logprobs")) -> list[Graph]:
     """Every graph a cache's steps and admissions run, in the order they are built: the first step's (what most
     requests run), the prefill's, the other steps'. steps: "greedy" (greedy_step), "logprobs" (logprob_step)."""

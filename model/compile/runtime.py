@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from model.compile.graphs import build, graph_mode, graphs_for
+from model.compile.graphs import build, graph_mode, graphs_for, uncalled
 from model.compile.identity import environment, weights_digest
 from model.compile.store import default_dir, load, remove_leftovers
 from model.decoding import KVCache
@@ -77,6 +77,7 @@ class Compiled:
     loaded: list[str] = field(default_factory=list)  # graphs read from packages
     started: float = field(default_factory=time.perf_counter)
     order: list[str] = field(default_factory=list)  # every graph's name, in the order they are built or loaded
+    uncalled: frozenset[str] = frozenset()  # Steps fields the cache never calls (graphs.uncalled): none needed
 
     @property
     def missed(self) -> int:
@@ -95,7 +96,7 @@ class Compiled:
             functions[name] = copy.copy(f)
             functions[name].graphs, functions[name].partial = list(f.graphs), True
         return Compiled(self.directory, functions, time.perf_counter() - self.started, list(self.built),
-                        list(self.loaded), self.started, self.order)  # fmt: skip
+                        list(self.loaded), self.started, self.order, self.uncalled)  # fmt: skip
 
 
 def compile_graphs(
@@ -118,7 +119,7 @@ def compile_graphs(
     screen = model.screen
     quantized = getattr(model, "quantized", None)  # "int8": model/quantize.py's layers, which Inductor lowers to int8
     graphs = graphs_for(model, cache, steps)
-    compiled = Compiled(directory, order=[g.name for g in graphs])
+    compiled = Compiled(directory, order=[g.name for g in graphs], uncalled=uncalled(cache))
     t0 = compiled.started
     for i, graph in enumerate(graphs):
         if cancelled is not None and cancelled():
@@ -150,13 +151,14 @@ def compile_graphs(
 def adopt(model: Transformer, compiled: Compiled) -> None:
     """The model steps with the compiled graphs from its next step on (KVCache takes model.steps' functions every
     step; call this between steps): they take their functions' places in model.steps, the others stay as they are.
-    The cache's contents are the same either way, so sequences in flight go on. Once graphs run every step, the
-    eager layers' packed weights (model/packed.py) are dropped: they pack again if something runs eagerly."""
+    The cache's contents are the same either way, so sequences in flight go on. Once graphs run every step the cache
+    calls, the eager layers' packed weights (model/packed.py) are dropped: they pack again if something runs eagerly."""
     model.steps = replace(model.steps, **compiled.functions)
     eager = Steps.eager(model)
-    if all(getattr(model.steps, f.name) != getattr(eager, f.name) for f in fields(Steps)) and not any(
-        f.partial for f in compiled.functions.values()
-    ):
+    compiled_or_uncalled = (
+        getattr(model.steps, f.name) != getattr(eager, f.name) or f.name in compiled.uncalled for f in fields(Steps)
+    )
+    if all(compiled_or_uncalled) and not any(f.partial for f in compiled.functions.values()):
         release(model)
 
 

@@ -189,6 +189,25 @@ def test_the_graphs_so_far_can_serve_while_the_others_are_built(one_row, trained
     assert len(graphs.functions["greedy_step"].graphs) == 1 and graphs.seconds >= first.seconds
 
 
+def test_the_packed_weights_go_once_graphs_run_every_step_the_cache_calls(trained_checkpoint, monkeypatch):
+    """adopt drops the eager layers' packed copies (model/packed.py's release) once no step the cache calls runs
+    eagerly: with one row the packed prefill is never called, so graphs for the others are enough."""
+    from model.compile import runtime
+
+    model, released = load_checkpoint(trained_checkpoint)[0], []
+    monkeypatch.setattr(runtime, "release", released.append)
+
+    def graphs(cache: KVCache) -> runtime.Compiled:  # every step but the packed prefill (never called here)
+        functions = {fn: CompiledStep(model, fn) for fn in ("greedy_step", "logprob_step")}
+        functions["prefill"] = CompiledPrefill(model, "prefill")
+        return runtime.Compiled(None, functions, uncalled=runtime.uncalled(cache))
+
+    model_compile.adopt(model, graphs(KVCache(model, max_batch=2, max_len=31, max_src_len=16)))
+    assert released == [] and model.steps.prefill_packed == model.prefill_packed  # two rows pack their sources
+    model_compile.adopt(model, graphs(KVCache(model, **ONE_ROW)))
+    assert released == [model]
+
+
 def test_packages_are_found_by_the_weights_and_say_what_they_were_built_for(trained_checkpoint, tiny_model):
     model, again = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
     assert weights_digest(model) == weights_digest(again) != weights_digest(tiny_model)
