@@ -73,10 +73,16 @@ def load(path: Path, expected: dict[str, str]):
         return None
 
 
-def _load_on_cpu(path: Path) -> shared.Graph:
-    with zipfile.ZipFile(path) as archive, tempfile.TemporaryDirectory(prefix="nmt-serve-graph-") as directory:
+def unpack_library(path: Path, directory: str | os.PathLike) -> Path:
+    """The package's AOTInductor library (its one .so), written into `directory`."""
+    with zipfile.ZipFile(path) as archive:
         (member,) = [m for m in archive.namelist() if m.endswith(".so") and "/aotinductor/" in m]
-        library = Path(archive.extract(member, directory))
+        return Path(archive.extract(member, directory))
+
+
+def _load_on_cpu(path: Path) -> shared.Graph:
+    with tempfile.TemporaryDirectory(prefix="nmt-serve-graph-") as directory:
+        library = unpack_library(path, directory)
         graph = shared.share(torch._C._aoti.AOTIModelContainerRunnerCpu(str(library), 1))
         shared.drop_constant_pages(library)
     return graph

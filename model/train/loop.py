@@ -27,16 +27,14 @@ from model.train.validate import end_epoch, try_average
 def main(argv: list[str] | None = None) -> None:
     with stop_on_signals() as signals:
         run = set_up(argv)
-        if run.world == 1:
-            train(run, signals)
-            return
         try:
             train(run, signals)
         except SystemExit as stop:  # a signal: 128 + its number
-            if not isinstance(stop.code, int):
+            if run.world == 1 or not isinstance(stop.code, int):
                 raise
             leave(stop.code)
-        leave(0)
+        if run.world > 1:
+            leave(0)
 
 
 def train(run: Run, signals: list[int]) -> None:

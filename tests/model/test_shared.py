@@ -5,7 +5,6 @@ import gc
 import shutil
 import tempfile
 import weakref
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 
 from model.checkpoint import load_checkpoint
 from model.compile import compile_graphs, shared
+from model.compile.store import unpack_library
 from model.decoding import KVCache, greedy_decode
 from tests.conftest import ONE_ROW
 from tests.model.helpers import SOURCES, batch
@@ -76,9 +76,8 @@ def test_constants_are_the_same_only_bit_for_bit():
 
 def test_a_librarys_pages_of_constants_are_handed_back_and_the_graph_still_runs(one_row_packages):
     package = next(p for p in sorted(Path(one_row_packages[0]).rglob("prefill-*.pt2")))
-    with zipfile.ZipFile(package) as archive, tempfile.TemporaryDirectory() as directory:
-        (member,) = [m for m in archive.namelist() if m.endswith(".so")]
-        library = Path(archive.extract(member, directory))
+    with tempfile.TemporaryDirectory() as directory:
+        library = unpack_library(package, directory)
         runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(library), 1)
         src = torch.tensor([[5, 6, 7, 2]])
         want = runner.run([src])[0]
@@ -96,9 +95,7 @@ def test_constants_appended_past_the_library_are_found_and_handed_back_too(tmp_p
         package = torch._inductor.aoti_compile_and_package(
             torch.export.export(module, (x,)), package_path=str(tmp_path / "m.pt2")
         )
-    with zipfile.ZipFile(package) as archive:
-        (member,) = [m for m in archive.namelist() if m.endswith(".so")]
-        library = Path(archive.extract(member, tmp_path))
+    library = unpack_library(Path(package), tmp_path)
     runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(library), 1)
     want = runner.run([x])[0]
     torch.testing.assert_close(want, module(x))
