@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi.responses import StreamingResponse
 
@@ -13,21 +11,26 @@ from app import schemas as s
 from app.calls import decoding, protected
 from app.engine import Engine, InvalidRequest
 from app.engine.documents import weakest
+from app.engine.streaming import Finished, Token
 from app.errors import error_kind
 from app.glossaries import Glossary
 from app.responses import judged
+from app.schemas.stream import STREAM_EVENT, event_bytes
 
 log = logging.getLogger("nmt_serve")
 SSE_EXAMPLE = (
     'data: {"index": 0, "token": {"id": 412, "text": "Ein"}, "text_so_far": "Ein"}\n\n'
     'data: {"index": 1, "token": {"id": 95, "text": " Mann"}, "text_so_far": "Ein Mann"}\n\n'
     'data: {"text": "Ein Mann", "finish_reason": "eos", "usage": {"input_tokens": 4, "output_tokens": 3}, '
-    '"truncated": false, "confidence": 0.93, "flags": []}\n\n'
+    '"truncated": false, "calibrated": true, "confidence": 0.93, "flags": []}\n\n'
 )
-# One server-sent event: its `data` field carries a JSON object (a token event, the last event, or an error).
+# One server-sent event: its `data` field carries one of app/schemas/stream.py's events as JSON
 SSE_EVENT_SCHEMA = {
     "type": "object",
-    "properties": {"data": {"type": "string", "contentMediaType": "application/json"}, "event": {"type": "string"}},
+    "properties": {
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": STREAM_EVENT.json_schema()},
+        "event": {"type": "string"},
+    },
     "required": ["data"],
 }
 
@@ -51,24 +54,31 @@ async def stream_translation(
     return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)
 
 
-async def server_sent(events: AsyncIterator[dict[str, Any]], scores: bool) -> AsyncIterator[bytes]:
+async def server_sent(events: AsyncIterator[Token | Finished], scores: bool) -> AsyncIterator[bytes]:
     """`data: {json}` per event. A failure after the stream began ends it with an `{"error", "type"}` event."""
     try:
         async for event in events:
-            if "finish_reason" in event:
-                score = event.pop("score", None)
-                if scores and score is not None:
-                    event["score"] = round(score, 4)
-                qualities, withheld = event.pop("quality"), event.pop("withheld")
-                event |= judged(weakest(qualities))
-                if withheld:
-                    event["withheld"] = [{"segment": i, **judged(qualities[i])} for i in withheld]
-            yield b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
+            yield event_bytes(wire_event(event, scores))
     except Exception as e:  # the status line is gone: the error travels as the last event
         status, kind = error_kind(e)
         if status == 500 and kind == "internal_error":
             log.exception("unhandled error while streaming", exc_info=e)
         message = str(e) if kind != "internal_error" else f"internal server error ({type(e).__name__})"
-        yield b"data: " + json.dumps({"error": message, "type": kind}).encode() + b"\n\n"
+        yield event_bytes(s.ErrorEvent(error=message, type=kind))
     finally:
         await events.aclose()  # drops the sequence if the client went away mid-stream
+
+
+def wire_event(event: Token | Finished, scores: bool) -> s.TokenEvent | s.EndEvent:
+    """The engine's event as the API sends it: the last one with its text's confidence and flags (a document's:
+    its least confident sentence's, every sentence's flags), the score with return_scores, what was withheld."""
+    if isinstance(event, Token):
+        return s.TokenEvent(index=event.index, token=s.StreamedToken(id=event.id, text=event.text),
+                          text_so_far=event.text_so_far)  # fmt: skip
+    withheld = [s.WithheldSegment(segment=i, **judged(event.qualities[i])) for i in event.withheld]
+    return s.EndEvent(
+        text=event.text, finish_reason=event.finish_reason,
+        usage=s.Usage(input_tokens=event.input_tokens, output_tokens=event.output_tokens), truncated=event.truncated,
+        score=round(event.score, 4) if scores and event.score is not None else None, calibrated=event.calibrated,
+        withheld=withheld or None, **judged(weakest(list(event.qualities))),
+    )  # fmt: skip

@@ -27,7 +27,7 @@ from app.engine.limits import GREEDY, Decoding, Limits
 from app.engine.offload import inline_or_on_thread
 from app.engine.protected import protect_documents, restored
 from app.engine.results import Translation, as_decoded, translations
-from app.engine.streaming import stream_events
+from app.engine.streaming import Finished, Token, stream_events
 from app.metrics import EngineMetrics, Metrics
 from app.segment import Split
 from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration
@@ -336,14 +336,14 @@ class Engine:
     async def translate_stream(
         self, text: str, max_new_tokens: int | None = None, truncate: bool = False, decoding: Decoding = GREEDY,
         split: Split = "sentences", min_confidence: float | None = None, protect: Protect | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
-        """Validate, tokenize and queue `text` (raising here what `translate` would), then return its events: one
-        per generated token, and a last one with the whole translation. A text of several segments decodes them
-        together and sends their tokens one segment after another, the whitespace between two segments in the
-        `text` of the next one's first token. With `protect`, a segment that had spans sends its tokens once it has
-        ended and its spans are placed, each span in the text of the token it follows; the last segment's last token
-        carries the rest of the text, so the tokens' texts add up to the last event's. Closing the iterator drops the
-        sequences."""
+    ) -> AsyncIterator[Token | Finished]:  # fmt: skip
+        """Validate, tokenize and queue `text` (raising here what `translate` would), then return its events: a
+        Token per generated token, and a last one (Finished) with the whole translation. A text of several segments
+        decodes them together and sends their tokens one segment after another, the whitespace between two segments
+        in the `text` of the next one's first token. With `protect`, a segment that had spans sends its tokens once
+        it has ended and its spans are placed, each span in the text of the token it follows; the last segment's
+        last token carries the rest of the text, so the tokens' texts add up to the last event's. Closing the
+        iterator drops the sequences."""
         decoding = self.directions.resolve(decoding)
         if decoding.return_word_confidence:
             raise InvalidRequest("return_word_confidence needs the whole translation: leave out stream to have it")

@@ -1,11 +1,12 @@
 """A translation streamed token by token (`Engine.translate_stream`'s events): the text's segments decode
 together and send their tokens one segment after another; a segment with protected spans sends its tokens once its
-spans are placed; the last event carries the whole translation, its confidence and what was withheld."""
+spans are placed; the last event carries the whole translation, its confidence and what was withheld. The events
+are typed values (`Token`, then `Finished`); app/sse.py writes them as app/schemas/stream.py's server-sent events."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app.detokenize import IncrementalText
@@ -13,13 +14,39 @@ from app.engine.limits import Decoding
 from app.engine.offload import inline_or_on_thread
 from app.engine.results import aligned, as_decoded
 from app.segment import Segment
-from model.confidence import judge
+from model.confidence import Quality, judge
 from model.hypothesis import Hypothesis
 from model.options import GREEDY as SEARCH_GREEDY
 
 if TYPE_CHECKING:
     from app.engine.engine import Engine
     from app.protect import Masked, Restored
+
+
+@dataclass(frozen=True)
+class Token:
+    """One generated token: its place in the stream, its id, the text it adds and the text so far."""
+
+    index: int
+    id: int
+    text: str
+    text_so_far: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last event: the whole translation (withheld sentences left out), how it ended, the tokens read and
+    written, and each segment's quality (None: protected spans alone) with the indices of those withheld."""
+
+    text: str
+    finish_reason: str
+    input_tokens: int
+    output_tokens: int
+    truncated: bool
+    calibrated: bool
+    score: float | None = None
+    qualities: tuple[Quality | None, ...] = ()
+    withheld: tuple[int, ...] = ()
 
 
 async def stream_events(
@@ -45,9 +72,7 @@ async def stream_events(
             )  # fmt: skip
     if not any(piece.strip() for piece in pieces):  # a blank text, or protected spans alone: no model call
         yield None
-        yield {"text": text if text.strip() else "", "finish_reason": "eos",
-               "usage": {"input_tokens": 0, "output_tokens": 0}, "truncated": False, "quality": [],
-               "withheld": [], "calibrated": engine.calibration is not None}  # fmt: skip
+        yield Finished(text if text.strip() else "", "eos", 0, 0, False, engine.calibration is not None)
         return
     request = object()  # the segments take their turns to be admitted as one request
     streams = [engine.core.stream(src, budget, o, request) if piece.strip() else None  # blank: spans alone
@@ -82,7 +107,7 @@ async def stream_events(
                     sent, delta, _ = waiting.pop(0)
                     delta = pending + delta
                     shown, pending = shown + delta, ""
-                    yield {"index": index, "token": {"id": sent, "text": delta}, "text_so_far": shown}
+                    yield Token(index, sent, delta, shown)
                     index += 1
             hyps.append(await tokens.result())
             model_texts.append(engine.tokenizer.decode(hyps[-1].tokens))
@@ -96,7 +121,7 @@ async def stream_events(
             for (token, _, _), delta in zip(waiting, deltas, strict=True):
                 delta = pending + delta
                 shown, pending = shown + delta, ""
-                yield {"index": index, "token": {"id": token, "text": delta}, "text_so_far": shown}
+                yield Token(index, token, delta, shown)
                 index += 1
             done.append((text[start:end], translated))
         real = [h for h in hyps if h is not None]
@@ -109,14 +134,15 @@ async def stream_events(
         ]  # fmt: skip
         withheld = [i for i, q in enumerate(qualities) if q is not None and q.confidence < min_confidence]
         engine.metrics.judged(qualities, len(withheld))
-        yield {
-            "text": "".join(gap + ("" if i in withheld else translated) for i, (gap, translated) in enumerate(done))
+        yield Finished(
+            text="".join(gap + ("" if i in withheld else translated) for i, (gap, translated) in enumerate(done))
             + (text[gaps[-1][0] :] if segments else ""),
-            "finish_reason": "length" if any(h.finish_reason == "length" for h in real) else "eos",
-            "usage": {"input_tokens": sum(len(s) for s, h in zip(srcs, hyps) if h), "output_tokens": steps},
-            "truncated": bool(truncated), "score": real[0].score if len(real) == 1 else sum(h.score * len(h.logprobs) for h in real) / steps,
-            "quality": qualities, "withheld": withheld, "calibrated": engine.calibration is not None,
-        }  # fmt: skip
+            finish_reason="length" if any(h.finish_reason == "length" for h in real) else "eos",
+            input_tokens=sum(len(s) for s, h in zip(srcs, hyps) if h), output_tokens=steps, truncated=bool(truncated),
+            calibrated=engine.calibration is not None,
+            score=real[0].score if len(real) == 1 else sum(h.score * len(h.logprobs) for h in real) / steps,
+            qualities=tuple(qualities), withheld=tuple(withheld),
+        )  # fmt: skip
     finally:
         for tokens in streams:
             if tokens is not None:

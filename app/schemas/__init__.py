@@ -3,6 +3,7 @@
 - `fields.py`       the checked field types (Text, Texts, Ids, Glossary, Entries; scrub), Request, ErrorResponse
 - `translate.py`    TranslateRequest
 - `translation.py`  TranslateResponse and what it holds (TranslationOut, HypothesisOut, SegmentOut, Signals, ...)
+- `stream.py`       the server-sent events of `"stream": true` (TokenEvent, EndEvent, ErrorEvent)
 - `tokens.py`       /tokenize and /detokenize
 - `attention.py`    /attention
 - `info.py`         /health, /ready, /models and /info
@@ -36,6 +37,7 @@ from app.schemas.info import (
     WorkerInfo,
 )
 from app.schemas.jobs import JobOut, ProgressOut
+from app.schemas.stream import EndEvent, ErrorEvent, StreamedToken, StreamEvent, TokenEvent, WithheldSegment
 from app.schemas.tokens import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -63,10 +65,11 @@ from app.schemas.translation import (
 
 __all__ = [
     "CONFIDENCE", "FLAGS", "SURROGATES", "AlignedOut", "AttentionRequest", "AttentionResponse", "CompileInfo",
-    "DetokenizeRequest", "DetokenizeResponse", "Entries", "ErrorResponse", "Flag", "GlossariesResponse", "Glossary",
-    "GlossaryEntriesResponse", "GlossaryOut", "GlossaryRequest", "HypothesisOut", "Ids", "InfoResponse",
-    "JobOut", "LanguageOut", "MemoryInfo", "ModelOut", "ModelsResponse", "ProgressOut", "ReadyResponse", "Request",
-    "SegmentOut", "Side", "Signals", "StatusResponse", "Text", "TextOut", "Texts", "TokenOut", "TokenizeRequest",
-    "TokenizeResponse", "TokenizeResult", "TranslateRequest", "TranslateResponse", "TranslationOut", "Usage",
-    "WithheldOut", "WordOut", "WorkerInfo", "scrub",
+    "DetokenizeRequest", "DetokenizeResponse", "EndEvent", "Entries", "ErrorEvent", "ErrorResponse", "Flag",
+    "GlossariesResponse", "Glossary", "GlossaryEntriesResponse", "GlossaryOut", "GlossaryRequest", "HypothesisOut",
+    "Ids", "InfoResponse", "JobOut", "LanguageOut", "MemoryInfo", "ModelOut", "ModelsResponse", "ProgressOut",
+    "ReadyResponse", "Request", "SegmentOut", "Side", "Signals", "StatusResponse", "StreamEvent", "StreamedToken",
+    "Text", "TextOut", "Texts", "TokenEvent", "TokenOut", "TokenizeRequest", "TokenizeResponse", "TokenizeResult",
+    "TranslateRequest", "TranslateResponse", "TranslationOut", "Usage", "WithheldOut", "WithheldSegment", "WordOut",
+    "WorkerInfo", "scrub",
 ]  # fmt: skip

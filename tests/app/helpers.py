@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.fastpath import FastTranslate
+from app.schemas.stream import STREAM_EVENT
 
 TEXTS = [
     "A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps.", "A dog runs near the water.",
@@ -52,7 +53,10 @@ def sse(r: httpx.Response) -> list[dict]:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
     chunks = r.text.split("\n\n")
     assert chunks[-1] == "" and all(c.startswith("data: ") for c in chunks[:-1]), r.text
-    return [json.loads(c.removeprefix("data: ")) for c in chunks[:-1]]
+    events = [json.loads(c.removeprefix("data: ")) for c in chunks[:-1]]
+    for event in events:  # each as the API's schema says (app/schemas/stream.py: no field more or less)
+        STREAM_EVENT.validate_python(event)
+    return events
 
 
 def assert_stream_matches(events: list[dict], plain: dict) -> None:

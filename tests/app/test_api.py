@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import jsonschema
 import pytest
 import torch
 
@@ -207,10 +208,12 @@ async def test_a_stream_can_carry_the_score_and_a_blank_text_streams_only_the_en
     plain = (await client.post("/translate", json={"text": SENTENCES[0], "return_scores": True})).json()
     events = sse(await client.post("/translate", json={"text": SENTENCES[0], "stream": True, "return_scores": True}))
     assert events[-1]["score"] == plain["translations"][0]["score"]
+    blank = (await client.post("/translate", json={"text": " "})).json()
     assert sse(await client.post("/translate", json={"text": " ", "stream": True})) == [
         {"text": "", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0}, "truncated": False,
-         "calibrated": False}
+         "calibrated": False, "flags": []}  # as the JSON answer has them: no confidence, no flag
     ]  # fmt: skip
+    assert "confidence" not in blank["translations"][0] and blank["translations"][0]["flags"] == []
 
 
 async def test_a_stream_of_a_list_is_refused(client):
@@ -263,6 +266,20 @@ async def test_openapi_lists_every_endpoint(client):
         ("/detokenize", "post"), ("/translate", "post"), ("/attention", "post"),
     }  # fmt: skip
     assert (await client.get("/docs")).status_code == 200
+
+
+async def test_openapi_describes_the_events_a_stream_sends(client):
+    spec = (await client.get("/openapi.json")).json()
+    content = spec["paths"]["/translate"]["post"]["responses"]["200"]["content"]["text/event-stream"]
+    schema = content["schema"]["properties"]["data"]["contentSchema"]
+    assert {"TokenEvent", "EndEvent", "ErrorEvent"} <= set(schema["$defs"])
+    body = {"text": f"{SENTENCES[0]} {SENTENCES[1]}", "stream": True, "return_scores": True, "min_confidence": 1.0}
+    events = sse(await client.post("/translate", json=body))
+    assert {"score", "withheld", "confidence", "flags"} <= set(events[-1])  # every optional field of the last event
+    for event in events:
+        jsonschema.validate(event, schema)
+    with pytest.raises(jsonschema.ValidationError):  # the schema binds: a field it does not name is refused
+        jsonschema.validate({**events[0], "logprob": -0.1}, schema)
 
 
 async def test_model_work_runs_on_the_configured_number_of_threads(settings):

@@ -101,17 +101,17 @@ async def test_a_stream_has_an_event_per_token_and_ends_with_the_plain_translati
         (plain,) = await engine.translate(text)
         events = [e async for e in await engine.translate_stream(text)]
         *tokens, last = events
-        assert [e["index"] for e in tokens] == list(range(len(plain.token_ids)))
-        assert [e["token"]["id"] for e in tokens] == plain.token_ids
+        assert [e.index for e in tokens] == list(range(len(plain.token_ids)))
+        assert [e.id for e in tokens] == plain.token_ids
         shown = ""
         for e in tokens:
-            assert e["text_so_far"] == shown + e["token"]["text"]
-            shown = e["text_so_far"]
-        assert last["text"].startswith(shown)
-        assert (last["text"], last["finish_reason"]) == (plain.text, plain.finish_reason)
-        assert last["usage"] == {"input_tokens": plain.input_tokens, "output_tokens": plain.output_tokens}
+            assert e.text_so_far == shown + e.text
+            shown = e.text_so_far
+        assert last.text.startswith(shown)
+        assert (last.text, last.finish_reason) == (plain.text, plain.finish_reason)
+        assert (last.input_tokens, last.output_tokens) == (plain.input_tokens, plain.output_tokens)
     (blank,) = [e async for e in await engine.translate_stream("  ")]
-    assert blank["text"] == "" and blank["usage"]["output_tokens"] == 0
+    assert blank.text == "" and blank.output_tokens == 0
 
 
 async def test_a_stream_checks_limits_and_the_queue_before_it_starts(engine, monkeypatch):

@@ -150,7 +150,7 @@ async def test_a_stream_sends_the_spans_in_its_tokens_and_ends_as_the_plain_answ
         assert_each_once(text, last["text"], spans)
     alone = sse(await client.post("/translate", json={"text": " {x} ", "stream": True, "protect": True}))
     assert alone == [{"text": " {x} ", "finish_reason": "eos", "usage": {"input_tokens": 0, "output_tokens": 0},
-                      "truncated": False, "calibrated": False}]  # fmt: skip
+                      "truncated": False, "calibrated": False, "flags": []}]  # fmt: skip
 
 
 @pytest.mark.parametrize(
