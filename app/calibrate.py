@@ -99,8 +99,8 @@ def choose_thresholds(rows: list[Signals], chrf: list[float]) -> dict[str, float
     nearer than half the default), `hallucination` at its lowest 1% of mean log-probability, so that it fires on one
     in-domain sentence in a hundred (on bench/hallucinations.py's test2016 sets it then finds 90% and 93% of the
     hallucinations of the bundled en-de and en-fr models at precision 0.95 and 0.88; capped at -1.25 as it was, it
-    found 8% and 73%); `repetition` and `copy` keep their defaults, which mark the outputs they name whatever the
-    data."""
+    found 8% and 73%); `repetition`'s loops and `copy` keep their defaults, which mark the outputs they name whatever
+    the data."""
     thresholds = dict(DEFAULT_THRESHOLDS)
     lengths = np.asarray([r.length for r in rows])
     means = np.asarray([r.mean_logprob for r in rows])

@@ -19,6 +19,10 @@ texts), so it costs no model call:
 - `coverage`: the share of the source's tokens (its closing `</s>` left out) that no token of the translation
   aligns to (each step's most attended source token): a dropped clause leaves its tokens uncovered.
 - `tokens`: the log of the translation's token count: long sentences are harder.
+- `loop`, `token_loop`: the most copies in a row of one n-gram (n <= 4) in the translation's words and in its tokens
+  ("Welt Welt Welt Welt." loops 4 times), where the source has no loop as long (else 1): what the `repetition` flag
+  looks at. A loop's words often come out as different pieces ("▁P o - P o - P o" is "Po-Po-Po"), and a loop inside
+  a word ("Serererer") is one word of many pieces.
 
 `Calibration` turns them into a `confidence` in [0, 1]: a logistic regression fitted by `nmt-calibrate` on a
 development set with references, on the first five signals (FEATURES) and those of the others (EXTRA_FEATURES) that
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
@@ -44,10 +49,14 @@ CALIBRATION = "confidence.json"  # beside config.json in a checkpoint directory
 FEATURES = ("mean_logprob", "min_logprob", "length", "repetition", "copied")  # every calibration's
 EXTRA_FEATURES = ("attention", "coverage", "tokens")  # a calibration's where they help on its development set
 SIGNALS = FEATURES + EXTRA_FEATURES
+LOOPS = ("loop", "token_loop")  # the repetition flag's: signals returned, not features of the confidence
 FLAGS = ("repetition", "length", "copy", "coverage", "hallucination")
 MAX_NGRAM = 4
 DEFAULT_THRESHOLDS = {
-    "repetition": 0.25,  # a quarter of the tokens repeat what came just before (beyond the source's own share)
+    # repetition: a word n-gram 3 times in a row, or a token n-gram 4 times, more than the source has (the bundled
+    # models' val sets: bench/hallucinations.py)
+    "loop": 3,
+    "token_loop": 4,
     "length": 4.0,  # the length ratio four spreads from the typical one
     "copy": 0.9,  # nine words of ten taken from the source (sentences of 4 words or more)
     "coverage": 0.6,  # six source tokens in ten aligned to by no token of the translation (sources of 4 or more)
@@ -72,6 +81,8 @@ class Signals:
     attention: float = math.nan  # nan where the decoding kept no attention facts (Hypothesis.attention)
     coverage: float = math.nan
     tokens: float = 0.0
+    loop: int = 0
+    token_loop: int = 0
     words: int = field(default=0, repr=False)  # words in the translation (copy applies from COPY_MIN_WORDS)
     source_tokens: int = field(default=0, repr=False)  # source tokens coverage counts (from COVERAGE_MIN_TOKENS)
 
@@ -79,7 +90,9 @@ class Signals:
         return [getattr(self, f) for f in features]
 
     def as_dict(self) -> dict[str, float | None]:
-        return {f: None if math.isnan(v := getattr(self, f)) else round(v, 4) for f in SIGNALS}
+        return {f: None if math.isnan(v := getattr(self, f)) else round(v, 4) for f in SIGNALS} | {
+            f: getattr(self, f) for f in LOOPS
+        }
 
 
 @dataclass
@@ -109,6 +122,23 @@ def repeated(tokens: list[int] | list[str]) -> int:
 def repeated_share(tokens: list[int] | list[str]) -> float:
     """The share of tokens that repeat the n-gram just before them (`repeated`)."""
     return repeated(tokens) / len(tokens) if tokens else 0.0
+
+
+def copies(units: list[int] | list[str]) -> int:
+    """The most copies in a row of one n-gram (n = 1..MAX_NGRAM): 4 in w w w w, 3 in a b a b a b c, 1 where nothing
+    repeats, 0 for nothing."""
+    most = 1 if units else 0
+    for n in range(1, MAX_NGRAM + 1):
+        same = bytes(map(operator.eq, units[n:], units))  # 1 where a unit equals the one n before it
+        if 1 in same:  # a run of r such units is 1 + r // n copies of an n-gram
+            most = max(most, 1 + max(map(len, same.split(b"\0"))) // n)
+    return most
+
+
+def loop(source: list[int] | list[str], target: list[int] | list[str]) -> int:
+    """The target's most copies in a row of one n-gram, where the source has fewer; else 1 (0 for no target)."""
+    found = copies(target)
+    return found if found <= 1 or found > copies(source) else 1
 
 
 def words(text: str) -> list[str]:
@@ -160,7 +190,8 @@ def signals(
         mean_logprob=mean, min_logprob=low, length=length.distance(len(source_ids), len(logprobs)),
         repetition=excess / len(token_ids) if token_ids else 0.0, copied=copied,
         attention=sum(spread) / len(spread) if spread else math.nan, coverage=uncovered,
-        tokens=math.log(max(len(logprobs), 1)), words=n_words, source_tokens=covered,
+        tokens=math.log(max(len(logprobs), 1)), loop=loop(words(source), words(target)),
+        token_loop=loop(source_ids, token_ids), words=n_words, source_tokens=covered,
     )  # fmt: skip
 
 
@@ -212,7 +243,9 @@ class Calibration:
                 raise ValueError(f"features {unknown} are not among this version's signals {list(SIGNALS)}")
             data["features"] = features
             data["length"] = LengthModel(**data.get("length", {}))
-            data["thresholds"] = DEFAULT_THRESHOLDS | data.get("thresholds", {})
+            # an older file's threshold for the repetition share (the flag's rule until loops replaced it) is dropped
+            kept = {k: v for k, v in data.get("thresholds", {}).items() if k in DEFAULT_THRESHOLDS}
+            data["thresholds"] = DEFAULT_THRESHOLDS | kept
             calibration = cls(**data)
             if not len(calibration.weights) == len(calibration.mean) == len(calibration.scale) == len(features):
                 raise ValueError(f"weights, mean and scale need {len(features)} values each, one a feature")
@@ -224,7 +257,7 @@ class Calibration:
 def flags(s: Signals, thresholds: dict[str, float]) -> list[str]:
     """The flags a translation's signals raise, in FLAGS order."""
     raised = {
-        "repetition": s.repetition >= thresholds["repetition"],
+        "repetition": s.loop >= thresholds["loop"] or s.token_loop >= thresholds["token_loop"],
         "length": s.length >= thresholds["length"],
         "copy": s.words >= COPY_MIN_WORDS and s.copied >= thresholds["copy"],
         "coverage": s.source_tokens >= COVERAGE_MIN_TOKENS and s.coverage >= thresholds["coverage"],  # nan: False

@@ -45,6 +45,10 @@ class Signals(BaseModel):
         None, description="the share of the source's tokens no token of the translation aligns to (null: not kept)"
     )
     tokens: float = Field(0.0, description="the log of the translation's token count")
+    loop: int = Field(
+        0, description="the most copies in a row of one word n-gram (n <= 4) where the source has no such run (else 1)"
+    )
+    token_loop: int = Field(0, description="the same in the translation's tokens")
 
 
 class WithheldOut(BaseModel):

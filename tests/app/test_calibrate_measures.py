@@ -54,8 +54,7 @@ def test_the_hallucination_threshold_flags_the_lowest_hundredth_of_the_developme
     assert sum(m < thresholds["hallucination"] for m in means) == 1
     assert thresholds["hallucination"] == pytest.approx(-0.98 + shift)
     assert thresholds["length"] == DEFAULT_THRESHOLDS["length"] / 2  # no nearer than half the default
-    assert thresholds["repetition"] == DEFAULT_THRESHOLDS["repetition"]
-    assert thresholds["copy"] == DEFAULT_THRESHOLDS["copy"]
+    assert all(thresholds[k] == DEFAULT_THRESHOLDS[k] for k in ("loop", "token_loop", "copy"))
 
 
 def test_the_length_threshold_is_the_edge_of_the_worst_half_percent():

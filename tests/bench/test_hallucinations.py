@@ -11,7 +11,16 @@ import numpy as np
 import pytest
 
 from bench.confidence import DATA
-from bench.hallucinations import Case, best_threshold, judge, main, oscillates, perturbations, precision_recall
+from bench.hallucinations import (
+    Case,
+    best_loops,
+    best_threshold,
+    judge,
+    main,
+    oscillates,
+    perturbations,
+    precision_recall,
+)
 from model.confidence import Signals
 from tests.bench.calibration_fixture import needs_data, saved_calibration
 
@@ -83,6 +92,19 @@ def test_the_threshold_is_the_highest_recall_at_the_precision_asked_for():
     assert best_threshold(scores, positives, 0.8) == pytest.approx(0.75)  # two flagged, both right
     assert best_threshold(scores, positives, 1.01) == pytest.approx(0.55)  # out of reach: the best F1 (6/7)
     assert best_threshold([0.9, 0.9, 0.1], [True, False, False], 0.9) == pytest.approx(0.5)  # equal scores go together
+
+
+def test_the_loops_chosen_find_the_most_at_the_precision_asked_for_the_surer_first():
+    def looped(words: int, tokens: int) -> Signals:
+        return Signals(mean_logprob=-0.5, min_logprob=-1.0, length=0.0, repetition=0.0, copied=0.0, loop=words,
+                       token_loop=tokens)  # fmt: skip
+
+    # (copies in words, in tokens, oscillatory): three loops, a word doubled, pieces stuttering three times
+    cases = [(3, 3, True), (4, 5, True), (1, 5, True), (2, 2, False), (1, 3, False), (1, 1, False)]
+    signals, positives = [looped(w, t) for w, t, _ in cases], [o for _, _, o in cases]
+    assert best_loops(signals, positives, 0.8) == {"loop": 3, "token_loop": 4}  # all three, nothing else
+    assert best_loops(signals, positives, 0.5) == {"loop": 3, "token_loop": 4}  # as many found, and surer
+    assert best_loops(signals, [True, True, True, False, True, False], 0.8) == {"loop": 3, "token_loop": 3}
 
 
 def test_precision_and_recall_leave_unlabelled_outputs_out_and_count_them():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import numpy as np
 import pytest
@@ -16,9 +17,11 @@ from model.confidence import (
     Signals,
     assess,
     copied_share,
+    copies,
     fit,
     flags,
     length_model,
+    loop,
     repeated_share,
     select,
     signals,
@@ -49,17 +52,54 @@ def test_signals_of_a_degenerate_translation():
     assert s.mean_logprob == pytest.approx(-2.0 / 6)
     assert s.min_logprob == -0.7
     assert s.repetition == pytest.approx(3 / 5)
+    assert (s.loop, s.token_loop) == (4, 4)  # "Welt" four times in a row, in words and in tokens
     assert s.copied == 0.0
     assert s.length == pytest.approx(abs(math.log(6 / 3)) / LengthModel().spread)
     # the source's own repetition is not held against the translation
     echoed = signals([4, 4, 4, 2], [7, 7, 7], [-0.1] * 4, "very very very", "sehr sehr sehr")
     assert echoed.repetition == 0.0
+    assert (echoed.loop, echoed.token_loop) == (1, 1)
+
+
+def test_a_loop_is_the_most_copies_in_a_row_of_one_ngram_beyond_the_source():
+    units = ("w w w w", "a b a b a b c", "x a b c a b c a b c", "a b c", "")
+    assert [copies(u.split()) for u in units] == [4, 3, 3, 1, 0]
+    assert copies("a b a c a b".split()) == 1  # a word again, but no n-gram twice in a row
+    long = "ein Hund " * 200  # every copy of a long loop counts
+    assert copies(long.split()) == 200
+
+
+def test_the_loop_count_equals_a_plain_count_of_copies_from_each_place():
+    def plain(units: list[int]) -> int:  # from each place, each n: how many times its n-gram follows itself
+        most = 1 if units else 0
+        for n in range(1, 5):
+            for i in range(len(units) - n):
+                k = 1
+                while units[i + k * n : i + (k + 1) * n] == units[i : i + n]:
+                    k += 1
+                most = max(most, k)
+        return most
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        units = [rng.randrange(3) for _ in range(rng.randrange(30))]
+        assert copies(units) == plain(units), units
+    # a loop counts where the source has none as long: a translation that echoes it is not held to it
+    assert loop("dog dog dog".split(), "Hund Hund Hund".split()) == 1
+    assert loop("dog dog".split(), "Hund Hund Hund".split()) == 3
+    # a loop inside a word is a run of its pieces: "Po-Po-Po" in words, "Serererer" in tokens
+    s = signals([5, 6, 2], [11, 12, 13, 12, 13, 12, 13, 12, 13, 3], [-0.1] * 11, "a bird", "Ein Serererer.")
+    assert (s.loop, s.token_loop) == (1, 4)
+    s = signals([5, 6, 2], [11, 12, 13, 14, 12, 13, 14, 12, 13, 14], [-0.1] * 11, "a bird", "Ein Po-Po-Po.")
+    assert (s.loop, s.token_loop) == (3, 3)
 
 
 def test_flags_use_the_thresholds():
-    base = {"mean_logprob": -0.2, "min_logprob": -1.0, "length": 0.5, "repetition": 0.0, "copied": 0.0, "words": 5}
-    assert flags(Signals(**base), DEFAULT_THRESHOLDS) == []
-    assert flags(Signals(**base | {"repetition": 0.6}), DEFAULT_THRESHOLDS) == ["repetition"]
+    base = {"mean_logprob": -0.2, "min_logprob": -1.0, "length": 0.5, "repetition": 0.6, "copied": 0.0, "words": 5,
+            "loop": 2, "token_loop": 3}  # fmt: skip
+    assert flags(Signals(**base), DEFAULT_THRESHOLDS) == []  # twice in words, three times in tokens: not a loop
+    assert flags(Signals(**base | {"loop": 3}), DEFAULT_THRESHOLDS) == ["repetition"]
+    assert flags(Signals(**base | {"token_loop": 4}), DEFAULT_THRESHOLDS) == ["repetition"]
     assert flags(Signals(**base | {"length": 9.0, "copied": 1.0}), DEFAULT_THRESHOLDS) == ["length", "copy"]
     assert flags(Signals(**base | {"copied": 1.0, "words": 2}), DEFAULT_THRESHOLDS) == []  # too short to tell
     assert flags(Signals(**base | {"mean_logprob": -3.0}), DEFAULT_THRESHOLDS) == ["hallucination"]
@@ -142,6 +182,9 @@ def test_calibration_file_round_trips_and_bad_files_are_refused_by_name(tmp_path
     assert json.loads(path.read_text())["meaning"].endswith("at least 45")
     assert Calibration.load(tmp_path / "none") is None
     data = json.loads(path.read_text())
+    old = {k: v for k, v in data["thresholds"].items() if k not in ("loop", "token_loop")} | {"repetition": 0.25}
+    path.write_text(json.dumps(data | {"thresholds": old}))  # an older file: the share rule's threshold, no loops
+    assert Calibration.load(tmp_path).thresholds == k.thresholds
     path.write_text(json.dumps(data | {"features": ["mean_logprob", "sparkle"]}))
     with pytest.raises(ValueError, match=r"confidence.json.*features \['sparkle'\] are not among"):
         Calibration.load(tmp_path)
