@@ -19,6 +19,8 @@ texts), so it costs no model call:
 - `coverage`: the share of the source's tokens (its closing `</s>` left out) that no token of the translation
   aligns to (each step's most attended source token): a dropped clause leaves its tokens uncovered.
 - `tokens`: the log of the translation's token count: long sentences are harder.
+- `sum_logprob`: the sum of the generated tokens' log-probabilities (the log of the probability of the whole
+  translation: the mean times the token count).
 - `loop`, `token_loop`: the most copies in a row of one n-gram (n <= 4) in the translation's words and in its tokens
   ("Welt Welt Welt Welt." loops 4 times), where the source has no loop as long (else 1): what the `repetition` flag
   looks at. A loop's words often come out as different pieces ("▁P o - P o - P o" is "Po-Po-Po"), and a loop inside
@@ -47,7 +49,7 @@ import numpy as np
 
 CALIBRATION = "confidence.json"  # beside config.json in a checkpoint directory
 FEATURES = ("mean_logprob", "min_logprob", "length", "repetition", "copied")  # every calibration's
-EXTRA_FEATURES = ("attention", "coverage", "tokens")  # a calibration's where they help on its development set
+EXTRA_FEATURES = ("attention", "coverage", "tokens", "sum_logprob")  # a calibration's where they help on its dev set
 SIGNALS = FEATURES + EXTRA_FEATURES
 LOOPS = ("loop", "token_loop")  # the repetition flag's: signals returned, not features of the confidence
 FLAGS = ("repetition", "length", "copy", "coverage", "hallucination")
@@ -81,6 +83,7 @@ class Signals:
     attention: float = math.nan  # nan where the decoding kept no attention facts (Hypothesis.attention)
     coverage: float = math.nan
     tokens: float = 0.0
+    sum_logprob: float = 0.0
     loop: int = 0
     token_loop: int = 0
     words: int = field(default=0, repr=False)  # words in the translation (copy applies from COPY_MIN_WORDS)
@@ -190,7 +193,7 @@ def signals(
         mean_logprob=mean, min_logprob=low, length=length.distance(len(source_ids), len(logprobs)),
         repetition=excess / len(token_ids) if token_ids else 0.0, copied=copied,
         attention=sum(spread) / len(spread) if spread else math.nan, coverage=uncovered,
-        tokens=math.log(max(len(logprobs), 1)), loop=loop(words(source), words(target)),
+        tokens=math.log(max(len(logprobs), 1)), sum_logprob=sum(chosen), loop=loop(words(source), words(target)),
         token_loop=loop(source_ids, token_ids), words=n_words, source_tokens=covered,
     )  # fmt: skip
 

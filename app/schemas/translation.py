@@ -45,6 +45,7 @@ class Signals(BaseModel):
         None, description="the share of the source's tokens no token of the translation aligns to (null: not kept)"
     )
     tokens: float = Field(0.0, description="the log of the translation's token count")
+    sum_logprob: float = Field(0.0, description="the sum of the generated tokens' log-probabilities")
     loop: int = Field(
         0, description="the most copies in a row of one word n-gram (n <= 4) where the source has no such run (else 1)"
     )

@@ -45,7 +45,7 @@ async def test_a_degenerate_translation_is_flagged_and_a_good_one_trusted(client
     assert "repetition" in bad["flags"] and bad["confidence"] < 0.3
     assert good["flags"] == [] and good["confidence"] > 0.7
     assert set(good["signals"]) == {"mean_logprob", "min_logprob", "length", "repetition", "copied", "attention",
-                                    "coverage", "tokens", "loop", "token_loop"}  # fmt: skip
+                                    "coverage", "tokens", "sum_logprob", "loop", "token_loop"}  # fmt: skip
     assert 0 <= good["signals"]["attention"] < 1 and 0 <= good["signals"]["coverage"] < 1
     assert bad["signals"]["repetition"] > good["signals"]["repetition"]
     assert bad["signals"]["loop"] >= 3 and (good["signals"]["loop"], good["signals"]["token_loop"]) == (1, 1)

@@ -50,6 +50,7 @@ def test_signals_of_a_degenerate_translation():
         [10, 11, 2], [7, 7, 7, 7, 9], [-0.1, -0.5, -0.2, -0.2, -0.3, -0.7], "Hello world", "Welt Welt Welt Welt."
     )
     assert s.mean_logprob == pytest.approx(-2.0 / 6)
+    assert s.sum_logprob == pytest.approx(-2.0)  # the whole translation's log-probability
     assert s.min_logprob == -0.7
     assert s.repetition == pytest.approx(3 / 5)
     assert (s.loop, s.token_loop) == (4, 4)  # "Welt" four times in a row, in words and in tokens
