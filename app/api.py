@@ -11,12 +11,13 @@ from app import schemas as s
 from app.calls import detect_source, run_attention, run_translate
 from app.deps import EngineDep, GlossariesDep, ModelsDep
 from app.disconnect import unless_disconnected
-from app.engine import EngineUnavailable, inspection
+from app.engine import EngineUnavailable
 from app.errors import ERRORS, error
 from app.glossaries import language, parse, short
 from app.metrics import CONTENT_TYPE_LATEST
 from app.responses import translation_response
 from app.sse import SSE_EVENT_SCHEMA, SSE_EXAMPLE, stream_translation
+from app.text import inspection
 
 try:
     VERSION = version("nmt-serve")

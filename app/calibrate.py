@@ -42,9 +42,9 @@ async def translate_file(
     """Each source line's translation through the serving engine (compiled graphs off: the same tokens), with the
     engine for what it knows of the model. Their confidence and flags are `calibration`'s, as a server holding it
     gives them; by default none: the raw signals, not those of a calibration the model directory already has."""
-    from app.engine.limits import Decoding
     from app.loading import load_engine
     from app.settings import Settings
+    from app.text.limits import Decoding
 
     engine = load_engine(Settings(model_dir=model_dir, compile="off", max_batch_texts=CHUNK))
     engine.calibration = calibration

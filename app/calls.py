@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from app import detect
 from app import schemas as s
-from app.engine import Attention, Engine, InvalidRequest, Translation, inspection
-from app.engine.limits import Decoding
+from app.engine import InvalidRequest
 from app.glossaries import Glossary, fits, terms
 from app.protect.spans import Protect, protection
+from app.text import Attention, Engine, Translation, inspection
+from app.text.limits import Decoding
 
 
 async def run_translate(engine: Engine, body: s.TranslateRequest, stored: Glossary | None = None) -> list[Translation]:

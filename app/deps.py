@@ -8,10 +8,10 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.engine import Engine
 from app.glossaries import GlossaryStore
 from app.models import Models
 from app.settings import Settings
+from app.text import Engine
 
 bearer = HTTPBearer(auto_error=False, description="the server's NMT_API_KEY")
 

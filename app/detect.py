@@ -8,7 +8,7 @@ from functools import cache
 
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-from app.engine import INLINE_CHARS
+from app.text import INLINE_CHARS
 
 TOP = 3  # candidates an answer lists, as LibreTranslate's /detect
 

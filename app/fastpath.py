@@ -22,11 +22,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api import router
 from app.calls import run_translate
 from app.disconnect import unless_disconnected
-from app.engine import Engine
 from app.errors import ENGINE_ERRORS, engine_error
 from app.responses import translation_response
 from app.schemas import TranslateRequest
 from app.settings import MAX_BODY_BYTES
+from app.text import Engine
 
 PATH = "/translate"
 ENGINE_ERROR_TYPES = tuple(ENGINE_ERRORS)

@@ -16,13 +16,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from app import schemas as s
 from app.calls import detect_source
 from app.deps import ModelsDep
-from app.engine import Engine, InvalidRequest
+from app.engine import InvalidRequest
 from app.errors import ERRORS
 from app.files import FORMATS
 from app.glossaries import Glossary, fits
 from app.jobs import Job, JobError, Runner, UnknownJob
 from app.jobs.intake import Upload, job_for, read
 from app.models import Models
+from app.text import Engine
 
 POLL_S = 1.0  # an events stream reads the job at least this often (another worker may run it)
 KEEPALIVE_S = 15.0  # a comment line when nothing changed for this long, so that proxies keep the stream open

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Literal
 
 from app.durable import sync_directory
-from app.engine import Engine
 from app.languages import UnknownLanguage, equivalents
+from app.text import Engine
 
 log = logging.getLogger("nmt_serve")
 MAX_GLOSSARIES = 1000  # stored at once (DeepL's per account)

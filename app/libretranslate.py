@@ -17,9 +17,7 @@ from starlette.exceptions import HTTPException
 from app import detect
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
-from app.engine import Engine, EngineUnavailable, Translation
-from app.engine.directions import MULTILINGUAL
-from app.engine.limits import GREEDY, MAX_BEAM, Decoding
+from app.engine import EngineUnavailable
 from app.errors import ENGINE_ERRORS, RETRY_AFTER_S, ClientDisconnected, error, error_kind
 from app.files import FORMATS
 from app.files_api import disposition
@@ -28,6 +26,9 @@ from app.jobs.intake import extensions, job_for, read
 from app.jobs.store import ID
 from app.models import Models
 from app.schemas import ErrorResponse, scrub
+from app.text import Engine, Translation
+from app.text.directions import MULTILINGUAL
+from app.text.limits import GREEDY, MAX_BEAM, Decoding
 
 # English names of ISO 639-1 codes: LibreTranslate's languages and a few more; another code is named by itself.
 NAMES = dict(

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.engine.directions import start_tokens
-from app.engine.engine import DEFAULT_QUEUE, Engine
 from app.metrics import Metrics
 from app.settings import Settings
+from app.text.directions import start_tokens
+from app.text.engine import DEFAULT_QUEUE, Engine
 from model.confidence import Calibration
 from model.metadata import read_metadata
 from model.tokenizer import load_tokenizer

@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from app.engine import Engine, EngineUnavailable, InvalidRequest
+from app.engine import EngineUnavailable, InvalidRequest
 from app.loading import load_engine
 from app.metrics import Metrics
 from app.settings import Settings
+from app.text import Engine
 
 log = logging.getLogger("nmt_serve")
 State = Literal["loading", "ready", "failed", "stopped"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from app import schemas as s
-from app.engine import Engine, Translation
+from app.text import Engine, Translation
 from model.confidence import Quality
 
 

@@ -5,7 +5,7 @@ A model trained on single sentences garbles a paragraph (and drops its later sen
 split into segments, each translated as a sequence of its own in the running batch, and the translations put back
 between the text's own whitespace: paragraph breaks, line breaks, indentation and the leading and trailing
 whitespace come back exactly as they were. A segment is a span of the text without whitespace at either end.
-/translate splits its texts with it (app/engine/documents.py).
+/translate splits its texts with it (app/text/documents.py).
 
 - `sentences` (the default): each line is split into sentences by sentencex (Wikimedia's rule-based splitter,
   ~250 languages with fallbacks, no dependencies). A sentence never spans lines: a line break is kept where it

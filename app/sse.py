@@ -9,13 +9,14 @@ from fastapi.responses import StreamingResponse
 
 from app import schemas as s
 from app.calls import decoding, protected
-from app.engine import Engine, InvalidRequest
-from app.engine.documents import weakest
-from app.engine.streaming import Finished, Token
+from app.engine import InvalidRequest
 from app.errors import error_kind
 from app.glossaries import Glossary
 from app.responses import judged
 from app.schemas.stream import STREAM_EVENT, event_bytes
+from app.text import Engine
+from app.text.documents import weakest
+from app.text.streaming import Finished, Token
 
 log = logging.getLogger("nmt_serve")
 SSE_EXAMPLE = (

@@ -114,9 +114,9 @@ async def timed(engine, groups: list[tuple[list[str], list[tuple]]], decoding) -
 async def main(args: argparse.Namespace) -> None:
     import sacrebleu
 
-    from app.engine.limits import Decoding
     from app.loading import load_engine
     from app.settings import Settings
+    from app.text.limits import Decoding
 
     src_lang, tgt_lang = args.pair.split("-")
     split = SPLITS[args.split]

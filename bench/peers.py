@@ -154,7 +154,7 @@ def ours(model, pad_id: int, cache=None, device=None, judge: Callable | None = N
 
 
 def judging(model_dir: str, tokenizer, sentences: list[str]) -> Callable:
-    """What the server adds to each translation for its confidence (app/engine/results.py): the translation's text,
+    """What the server adds to each translation for its confidence (app/text/results.py): the translation's text,
     the signals and the calibrated confidence and flags. The source texts are looked up, as the server has them."""
     from model.confidence import Calibration, Quality, judge
 

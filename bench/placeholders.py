@@ -33,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from app.text.streaming import Token
 from bench.common import cpu_description
 from bench.confidence import DATA, checkpoint
 from model.tokenizer import read_lines
@@ -111,10 +112,10 @@ async def stream(engine, texts: list[str], protect) -> list[tuple[str, str]]:
     async def one(text: str) -> tuple[str, str]:
         deltas, last = [], None
         async for event in await engine.translate_stream(text, protect=protect):
-            if "token" in event:
-                deltas.append(event["token"]["text"])
+            if isinstance(event, Token):
+                deltas.append(event.text)
             else:
-                last = event["text"]
+                last = event.text
         return "".join(deltas), last
 
     out = []

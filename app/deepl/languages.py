@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 
 from app.deepl.errors import DeepLError
-from app.engine import Engine, EngineUnavailable
+from app.engine import EngineUnavailable
 from app.libretranslate import NAMES, targets
 from app.models import Models, UnknownModel
+from app.text import Engine
 
 REGIONS = {  # the target codes DeepL lists for a language with variants, and their names
     "en": {"EN-GB": "English (British)", "EN-US": "English (American)"},

@@ -30,12 +30,12 @@ from app.deepl.languages import REGIONS, base, deepl_code, engine_for, name, pai
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable
-from app.engine.limits import GREEDY
 from app.files import FORMATS
 from app.files_api import disposition
 from app.html import ignoring
 from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
+from app.text.limits import GREEDY
 
 CHARACTER_LIMIT = 10**12  # what /v2/usage reports: no quota here
 

@@ -24,8 +24,8 @@ from typing import Any, Literal, get_args
 import torch
 
 from app.engine.errors import EngineUnavailable
+from app.engine.metrics import Metrics
 from app.engine.scheduler import Batcher
-from app.metrics import Metrics
 from model.compile import PACKAGE_DIR, Cancelled, Compiled, adopt, compile_graphs, uncompile, use_cache_dir
 from model.cuda_graphs import GraphedSteps, capture_graphs, graph_name
 from model.cuda_graphs import compiled as captured_so_far

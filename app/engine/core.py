@@ -3,7 +3,7 @@
 It owns the model, its KV cache, the running batch (the batcher's worker thread) and the compiled graphs, and answers
 in typed values: source ids and decoding options in; hypotheses (ids, log-probabilities), token streams, alignments
 and attention weights out. Text (tokenizing, sentences, HTML, protected spans, confidence, the API's shapes) is the
-`Engine`'s, above it (app/engine/engine.py), which reaches the model only through these methods, so that the core can
+`Engine`'s, above it (app/text/engine.py), which reaches the model only through these methods, so that the core can
 live in another process (as vLLM's EngineCore does) behind the same ones.
 """
 
@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
+from app.engine.attention import AttentionWeights
 from app.engine.compiling import Compiler, Mode
 from app.engine.device import device_name
 from app.engine.memory import Sizing
-from app.engine.results import AttentionWeights
+from app.engine.metrics import EngineMetrics
 from app.engine.scheduler import Batcher
 from app.engine.sequence import TokenStream
-from app.metrics import EngineMetrics
 from model.compile import Compiled
 from model.hypothesis import Hypothesis
 from model.options import GREEDY, DecodingOptions

@@ -18,8 +18,8 @@ import zmq
 from app.engine import wire
 from app.engine.core import EngineCore
 from app.engine.errors import EngineUnavailable
+from app.engine.metrics import Metrics
 from app.engine.wire import HWM, Reply, Request
-from app.metrics import Metrics
 from model.options import DecodingOptions
 
 log = logging.getLogger("nmt_serve.remote")

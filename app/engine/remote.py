@@ -2,7 +2,7 @@
 
 As vLLM's API servers reach its EngineCore: one engine process owns the models, their KV caches, the running batch
 and the compiled graphs (app/engine/core_server.py's `CoreServer`), and each HTTP front-end process does the text
-work (app/engine/engine.py) through `RemoteCore`s, which have EngineCore's methods, signatures and errors, in token
+work (app/text/engine.py) through `RemoteCore`s, which have EngineCore's methods, signatures and errors, in token
 ids over the messages of app/engine/wire.py. A front-end process has one socket (`Connection`) for all its models; one reader task hands each
 reply to the future or stream of its request id.
 
@@ -39,10 +39,10 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from app.engine import wire
+from app.engine.attention import AttentionWeights
 from app.engine.errors import EngineUnavailable, QueueFull
-from app.engine.results import AttentionWeights
+from app.engine.metrics import EngineMetrics, Metrics
 from app.engine.wire import HWM, Reply, Request
-from app.metrics import EngineMetrics, Metrics
 from model.hypothesis import Hypothesis
 from model.options import GREEDY, DecodingOptions
 
@@ -143,7 +143,7 @@ class Connection:
         raise EngineUnavailable(f"the engine process at {self.address} did not answer")
 
     async def metrics(self) -> bytes:
-        """The engine process's exposition of the series its cores feed (app/metrics.py's ENGINE_FAMILIES)."""
+        """The engine process's exposition of the series its cores feed (app/engine/metrics.py's ENGINE_FAMILIES)."""
         if self.gone is not None:
             raise EngineUnavailable(self.gone)
         return await asyncio.wait_for(self._request(Request(next(self._ids), "metrics")).future, self.timeout_s)

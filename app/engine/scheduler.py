@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from app.engine.errors import EngineUnavailable, OutOfMemory, QueueFull
+from app.engine.metrics import EngineMetrics, Metrics
 from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, deliver, fail, settle
 from app.engine.waiting import WaitingLine
-from app.metrics import EngineMetrics, Metrics
 from model.batch import RowBatch, new_search
 from model.decoding import Hypothesis, KVCache
 from model.search import GREEDY, DecodingOptions, Search

@@ -11,7 +11,7 @@ The encoding is pickle (protocol 5): both ends are this project's own processes 
 in a folder only the server's user can reach (`check_private` refuses anything else), so nothing from a stranger is
 ever unpickled; pickle carries Hypothesis, DecodingOptions (its `glued` array) and AttentionWeights as they are, with
 no schema to keep in step. None holds a tensor, and their classes' modules import no torch (model/hypothesis.py,
-model/options.py, app/engine/results.py): a front-end that unpickles them never imports it. A socket others could reach (tcp://) would need an encoding that cannot run code instead.
+model/options.py, app/engine/attention.py): a front-end that unpickles them never imports it. A socket others could reach (tcp://) would need an encoding that cannot run code instead.
 """
 
 from __future__ import annotations

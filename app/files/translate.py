@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from app.engine.limits import GREEDY, Decoding
 from app.files import Unit
 from app.protect.spans import protection
+from app.text.limits import GREEDY, Decoding
 
 if TYPE_CHECKING:
-    from app.engine.engine import Engine
+    from app.text.engine import Engine
 
 PLACEHOLDERS = protection(["placeholders"], None, None)
 

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import PurePath, PureWindowsPath
 
-from app.engine import Engine, InvalidRequest
-from app.engine.directions import MULTILINGUAL
-from app.engine.limits import Decoding
+from app.engine import InvalidRequest
 from app.files import FORMATS, FileLimits, FileTooLarge, Format, Unit, detect
 from app.jobs.segments import Segments, segments
 from app.jobs.store import Job, new_id
+from app.text import Engine
+from app.text.directions import MULTILINGUAL
+from app.text.limits import Decoding
 
 UNSAFE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\"\\/:*?<>|]")
 MAX_NAME = 200  # characters of a file name kept

@@ -24,9 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from app import glossaries as g
-from app.engine import Engine, EngineUnavailable, InputTooLong, OutOfMemory, QueueFull, RequestTimeout
-from app.engine.directions import MULTILINGUAL
-from app.engine.limits import Decoding
+from app.engine import EngineUnavailable, InputTooLong, OutOfMemory, QueueFull, RequestTimeout
 from app.errors import error_kind
 from app.files import FORMATS, Extracted, FileLimits, Unit
 from app.files.translate import translate_units
@@ -35,6 +33,9 @@ from app.jobs.share import Activity, Share
 from app.jobs.store import Job, JobError, JobNotDone, JobStore, UnknownJob
 from app.models import Models
 from app.settings import Settings
+from app.text import Engine
+from app.text.directions import MULTILINGUAL
+from app.text.limits import Decoding
 
 log = logging.getLogger("nmt_serve")
 RETRIES = 3  # a chunk that times out or runs out of memory this often fails its job

@@ -19,7 +19,7 @@ then each span is put back into the translation, as written, exactly once, where
   share of the way through the text puts it. Spaces: one before it where the source had whitespace before it, one
   after it where the source had whitespace after it, never two in a row, none before closing punctuation or after
   opening punctuation (a quote faces by what follows it), and never two words glued that the source kept apart.
-- A whole text is split into sentences with its groups taken out (app/engine/protected.py): a group between two
+- A whole text is split into sentences with its groups taken out (app/text/protected.py): a group between two
   sentences stays there as written; the splitter never sees a span.
 - A piece that is nothing but spans, whitespace and punctuation is not translated: it comes back as written.
 

@@ -130,7 +130,7 @@ async def test_alignments_come_from_the_decoding_without_a_second_pass(client, m
     """Each step's most attended source token is kept as the hypothesis is decoded: the alignment a teacher-forced
     pass over the tokens finds, at no pass's cost."""
     import app.engine.core as core
-    import app.engine.engine as engine
+    import app.text.engine as engine
 
     texts = [*SENTENCES, "A café, 42 years old — naïve!"]
     body = {"text": texts, "return_alignment": True, "beam_size": 2, "num_hypotheses": 2}

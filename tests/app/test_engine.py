@@ -7,16 +7,10 @@ import asyncio
 import pytest
 import torch
 
-from app.engine import (
-    INLINE_CHARS,
-    Engine,
-    InputTooLong,
-    InvalidRequest,
-    QueueFull,
-    RequestTimeout,
-)
+from app.engine import InputTooLong, InvalidRequest, QueueFull, RequestTimeout
 from app.loading import load_engine
 from app.settings import BUNDLED_MODEL_DIR, Settings
+from app.text import INLINE_CHARS, Engine
 from model.checkpoint import load_checkpoint
 from model.decoding import max_new_tokens_for
 from model.evaluate import translate_corpus

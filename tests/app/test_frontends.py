@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -199,6 +200,21 @@ class Barred:
 
 sys.meta_path.insert(0, Barred())
 """
+
+
+def test_the_engine_package_imports_nothing_of_app_outside_itself():
+    """app/engine/ is the layer below the text and HTTP sides: no import of theirs, at a module's top or in a
+    function (app/text/ and app/*.py may import the engine, never the other way round)."""
+    root = Path(__file__).parents[2]
+    found = []
+    for path in sorted((root / "app" / "engine").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names
+                      if n.split(".")[0] == "app" and n.split(".")[:2] != ["app", "engine"]]  # fmt: skip
+    assert found == []
 
 
 def test_the_front_side_of_app_imports_without_torch():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from app.engine.errors import InputTooLong, InvalidRequest
-from app.engine.protected import protect_documents
 from app.protect.masking import mask
 from app.protect.spans import KINDS, Protect, protection
 from app.schemas import TranslateRequest
+from app.text.protected import protect_documents
 
 
 def spans_of(p: Protect, text: str) -> list[str]:

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from app.engine import Engine
 from app.settings import Settings
+from app.text import Engine
 from model.tokenizer import read_lines
 from tests.app.conftest import serve
 from tests.app.helpers import TEXTS, until

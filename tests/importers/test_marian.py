@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.engine import Engine
+from app.text import Engine
 from model.checkpoint import load_checkpoint
 from model.decoding import greedy_decode
 from model.importers import CannotImport, main, resolve

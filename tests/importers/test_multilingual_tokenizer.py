@@ -202,7 +202,7 @@ def test_running_it_never_imports_transformers_or_sentencepiece(directories, tmp
 
 
 def test_a_truncated_source_keeps_its_code_and_end_of_sentence(pair):
-    from app.engine.limits import Limits
+    from app.text.limits import Limits
 
     name, _, ours = pair
     language = KINDS[name][1]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.engine.errors import InvalidRequest
-from app.engine.limits import Decoding
 from app.languages import Languages, UnknownLanguage
+from app.text.limits import Decoding
 from model.multilingual_tokenizer import MultilingualTokenizer
 from model.token import TextTokenizer
 

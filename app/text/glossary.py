@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.engine.errors import InvalidRequest
-from app.engine.limits import Decoding, Limits
 from app.terms import find, rendering_token
+from app.text.limits import Decoding, Limits
 from model.constraints import Phrase
 from model.options import DecodingOptions
 

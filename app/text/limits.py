@@ -25,7 +25,7 @@ class Decoding:
     sampling_temperature: float = 1.0
     seed: int | None = None
     return_alignment: bool = False
-    return_word_confidence: bool = False  # each word's probability (app/engine/results.py): no change to decoding
+    return_word_confidence: bool = False  # each word's probability (app/text/results.py): no change to decoding
     # (source term, target term) pairs: where a source term occurs in a text (whole words, longest first) its target
     # term is forced into the translation (app/terms.py, model/search.py's constrained search)
     glossary: tuple[tuple[str, str], ...] = ()

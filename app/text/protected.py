@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app import protect as spans
-from app.engine.documents import Documents, check_chars, split_texts
-from app.engine.results import Aligned, Translation
 from app.segment import Split, segment
+from app.text.documents import Documents, check_chars, split_texts
+from app.text.results import Aligned, Translation
 
 if TYPE_CHECKING:
     from app.protect import Masked, Protect

@@ -10,17 +10,17 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app.detokenize import IncrementalText
-from app.engine.limits import Decoding
-from app.engine.offload import inline_or_on_thread
-from app.engine.results import aligned, as_decoded
 from app.segment import Segment
+from app.text.limits import Decoding
+from app.text.offload import inline_or_on_thread
+from app.text.results import aligned, as_decoded
 from model.confidence import Quality, judge
 from model.hypothesis import Hypothesis
 from model.options import GREEDY as SEARCH_GREEDY
 
 if TYPE_CHECKING:
-    from app.engine.engine import Engine
     from app.protect import Masked, Restored
+    from app.text.engine import Engine
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from app.engine.documents import check_chars
 from app.engine.errors import InputTooLong, InvalidRequest
-from app.engine.results import Attention
+from app.text.documents import check_chars
+from app.text.results import Attention
 from model.options import max_new_tokens_for
 from model.token import Token
 
 if TYPE_CHECKING:
-    from app.engine.engine import Engine
+    from app.text.engine import Engine
 
 
 async def tokenize(

@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from app.engine.errors import InputTooLong, InvalidRequest
-from app.engine.results import Aligned, Translation
 from app.html import HtmlDocument, MalformedHtml, parse
 from app.segment import Segment, Split, assemble, segment
+from app.text.results import Aligned, Translation
 from model.confidence import FLAGS, Quality
 
 if TYPE_CHECKING:

@@ -10,8 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.engine.directions import Directions, start_tokens
-from app.engine.documents import (
+from app.engine.errors import InvalidRequest, RequestTimeout
+from app.engine.metrics import EngineMetrics, Metrics
+from app.segment import Split
+from app.text.directions import Directions, start_tokens
+from app.text.documents import (
     Documents,
     Format,
     check_chars,
@@ -21,15 +24,12 @@ from app.engine.documents import (
     split_texts,
     withhold,
 )
-from app.engine.errors import InvalidRequest, RequestTimeout
-from app.engine.glossary import Terms
-from app.engine.limits import GREEDY, Decoding, Limits
-from app.engine.offload import inline_or_on_thread
-from app.engine.protected import protect_documents, restored
-from app.engine.results import Translation, as_decoded, translations
-from app.engine.streaming import Finished, Token, stream_events
-from app.metrics import EngineMetrics, Metrics
-from app.segment import Split
+from app.text.glossary import Terms
+from app.text.limits import GREEDY, Decoding, Limits
+from app.text.offload import inline_or_on_thread
+from app.text.protected import protect_documents, restored
+from app.text.results import Translation, as_decoded, translations
+from app.text.streaming import Finished, Token, stream_events
 from model.confidence import DEFAULT_THRESHOLDS, RAW_MEANING, Calibration
 from model.options import DecodingOptions, max_new_tokens_for
 from model.token import TextTokenizer
@@ -189,7 +189,7 @@ class Engine:
     ) -> list[Translation]:  # fmt: skip
         """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
         (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
-        whitespace (app/engine/documents.py). Blank texts translate to "" without a model call. `format="html"`
+        whitespace (app/text/documents.py). Blank texts translate to "" without a model call. `format="html"`
         translates the pages' text (app/html/) and gives back their markup. Segments whose confidence is below
         `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`. `protect`'s
         spans are kept out of the model's sight and put back as written (app/protect/)."""
@@ -266,7 +266,7 @@ class Engine:
         self, texts: list[str], split: Split, decoding: Decoding, protect: Protect
     ) -> tuple[Documents, list[Masked]]:
         """The texts split as `_split` does, their protected spans out of the splitter's sight, and each piece masked
-        (app/engine/protected.py)."""
+        (app/text/protected.py)."""
         return await inline_or_on_thread(
             sum(map(len, texts)), protect_documents, texts, split, self.directions.split_language(decoding),
             self.max_request_chars, self.max_request_sequences, protect,

@@ -35,7 +35,7 @@ class Translation:
     piece: Callable[[int], str] = field(repr=False, compare=False)  # a token id's piece
     hypotheses: list[Translation] = field(default_factory=list)  # the n-best list, this one first, when asked for
     alignment: list[Aligned] | None = None
-    # a text split into segments (app/engine/documents.py): each one's [start, end) in the text and in the translation
+    # a text split into segments (app/text/documents.py): each one's [start, end) in the text and in the translation
     segments: list[tuple[tuple[int, int], tuple[int, int]]] | None = None
     quality: Quality | None = (
         None  # the confidence and flags (model/confidence.py); a document's: its weakest segment's
@@ -50,17 +50,6 @@ class Translation:
     def tokens(self) -> list[str]:
         """The generated pieces, looked up when asked for: most requests do not return them."""
         return [self.piece(i) for i in self.token_ids]
-
-
-@dataclass
-class AttentionWeights:
-    """A teacher-forced pass's attention weights, the chosen layers and heads (rounded to 4 decimals): the core's
-    answer, in lists, which an engine turns into an `Attention`."""
-
-    decoder_ids: list[int]  # <s>, the start tokens and the target: the rows of the decoder's weights
-    encoder: list  # [L][H][S][S]
-    decoder: list  # [L][H][T][T]
-    cross: list  # [L][H][T][S]
 
 
 @dataclass
