@@ -24,7 +24,7 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.settings import Settings
 from app.workers import (
@@ -36,6 +36,9 @@ from app.workers import (
     shared_jobs,
     supervise,
 )
+
+if TYPE_CHECKING:
+    from app.models import Models
 
 log = logging.getLogger("nmt_serve")
 
@@ -52,7 +55,7 @@ def run_engine(settings: Settings, address: str, parent: int) -> None:
 
 
 async def engine_main(settings: Settings, address: str) -> int | str:
-    from app.engine.core_server import CoreServer
+    """Load every model and serve their cores on `address` until SIGTERM or SIGINT."""
     from app.metrics import Metrics
     from app.models import Models
 
@@ -63,18 +66,25 @@ async def engine_main(settings: Settings, address: str) -> int | str:
         return "nmt-serve: the engine process loaded no model: " + "; ".join(
             f"{n}: {e}" for n, e in models.errors.items()
         )
-    server = CoreServer({name: engine.core for name, engine in models.engines.items()}, address, metrics=metrics)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await serve_cores(models, address, stop)
+    return 0
+
+
+async def serve_cores(models: Models, address: str, stop: asyncio.Event) -> None:
+    """Serve the loaded models' cores on `address` until `stop` is set, then stop the models."""
+    from app.engine.core_server import CoreServer
+
+    server = CoreServer({name: engine.core for name, engine in models.engines.items()}, address,
+                        metrics=models.metrics)  # fmt: skip
     serving = asyncio.create_task(server.serve())
     log.info("engine process serving %s on %s", ", ".join(models.engines), address)
     await asyncio.wait([serving, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     serving.cancel()
     await asyncio.gather(serving, return_exceptions=True)
     await asyncio.to_thread(models.stop)
-    return 0
 
 
 def run_frontend(settings: Settings, index: int, count: int, flags: Any, port: int, parent: int) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import tempfile
 import threading
 from contextlib import asynccontextmanager
 
@@ -9,7 +12,10 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
+from app.frontends import serve_cores
 from app.main import create_app
+from app.metrics import Metrics
+from app.models import Models
 from app.settings import Settings
 from model.checkpoint import save_checkpoint
 
@@ -29,6 +35,70 @@ async def serve(settings: Settings, startup_timeout: float = 60):
         transport = httpx.ASGITransport(app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://nmt") as client:
             yield app, client
+
+
+MODES = ("one process", "front-end")  # a server whole, or a front-end whose models an engine process serves
+
+
+@asynccontextmanager
+async def engine_process(settings: Settings):
+    """The settings' models loaded and served as NMT_FRONTENDS's engine process serves them (app/frontends.py's
+    serve_cores, on a thread and event loop of their own, over ZeroMQ on a private ipc socket); yields the settings of a
+    front-end of it and the models (their cores: what the engine process holds)."""
+    settings = settings.model_copy(update={"frontends": 1})
+    private = tempfile.mkdtemp(prefix="nmt-test-engine-")  # mode 0700, as the server's
+    address, loaded, held = f"ipc://{private}/engine", threading.Event(), {}
+
+    async def main() -> None:
+        held["loop"], held["stop"] = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            held["models"] = Models(settings, Metrics())
+            await held["models"].load()
+        finally:
+            loaded.set()
+        await serve_cores(held["models"], address, held["stop"])
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), name="test-engine-process", daemon=True)
+    thread.start()
+    loaded.wait()
+    try:
+        assert held["models"].engines, held["models"].errors
+        yield settings.model_copy(update={"engine_address": address}), held["models"]
+    finally:
+        held["loop"].call_soon_threadsafe(held["stop"].set)
+        thread.join(60)
+        shutil.rmtree(private, ignore_errors=True)
+
+
+@asynccontextmanager
+async def serve_in(mode: str, settings: Settings, startup_timeout: float = 60):
+    """`serve` in one of MODES: the app whole, or a front-end whose models an engine process (`engine_process`) serves;
+    yields (app, client) alike. Behind a front-end, app.state.behind holds the engine process's models."""
+    if mode == "front-end":
+        async with engine_process(settings) as (front, models), serve(front, startup_timeout) as (app, client):
+            app.state.behind = models
+            yield app, client
+    else:
+        assert mode == "one process", mode
+        async with serve(settings, startup_timeout) as pair:
+            yield pair
+
+
+async def served_in(settings: Settings, request: pytest.FixtureRequest):
+    """A module's `served` in the mode its parameter names: `served = pytest.fixture(scope="module", params=MODES,
+    name="served")(served_in)` runs its tests against one process and against a front-end."""
+    async with serve_in(request.param, settings) as pair:
+        yield pair
+
+
+def engine_side(app) -> Models:
+    """The models whose cores serve the app: its own in one process, the engine process's behind a front-end."""
+    return getattr(app.state, "behind", None) or app.state.models
+
+
+def core_of(app, model: str | None = None):
+    """The EngineCore that serves the app's model (its default), wherever it runs (`engine_side`)."""
+    return engine_side(app).engines[model or app.state.engine.name].core
 
 
 def english_to(target: str, tmp_path_factory, model, tokenizer):
@@ -119,4 +189,11 @@ async def trained(trained_checkpoint):
     """A server (app, client) on the tiny model trained on the synthetic sentences: their translations do not hang
     on near-ties, so they are the same in any batch."""
     async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False)) as pair:
+        yield pair
+
+
+async def trained_in(trained_checkpoint, request: pytest.FixtureRequest):
+    """A module's `trained` in the mode its parameter names, as `served_in`."""
+    settings = Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False)
+    async with serve_in(request.param, settings) as pair:
         yield pair

@@ -10,7 +10,7 @@ import torch
 
 from app.settings import Settings
 from model.evaluate import translate_corpus
-from tests.app.conftest import StepGate, serve
+from tests.app.conftest import MODES, StepGate, core_of, serve, served_in
 from tests.app.helpers import (
     SENTENCES,
     assert_attention_of_the_served_translation,
@@ -21,6 +21,7 @@ from tests.app.helpers import (
 )
 
 pytestmark = pytest.mark.anyio
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)  # one process, a front-end
 
 
 async def test_health_and_ready(app, client):
@@ -110,11 +111,11 @@ async def test_translate_plain_has_no_optional_fields_and_respects_max_new_token
 
 
 async def test_empty_text_translates_to_empty_without_a_model_call(client, app):
-    steps = app.state.engine.core.batcher.steps
+    steps = core_of(app).batcher.steps
     body = (await client.post("/translate", json={"text": ["", "  "]})).json()
     assert [t["text"] for t in body["translations"]] == ["", ""]
     assert body["usage"] == {"input_tokens": 0, "output_tokens": 0}
-    assert app.state.engine.core.batcher.steps == steps
+    assert core_of(app).batcher.steps == steps
 
 
 async def test_translate_equals_nmt_eval(client, tiny_checkpoint):
@@ -147,7 +148,7 @@ async def test_64_concurrent_requests_are_all_admitted_batched_and_equal_to_alon
     requests += [{"text": t} for t in texts[:4]]  # the default budget: 2 x source tokens + 10
     assert len(requests) == 64
     alone = [(await client.post("/translate", json=r)).json()["translations"] for r in requests]
-    app.state.engine.core.batcher.peak_rows = 0
+    core_of(app).batcher.peak_rows = 0
     together = await asyncio.gather(*(client.post("/translate", json=r) for r in requests))
     assert [r.status_code for r in together] == [200] * 64
     # the same translations; their confidence within rounding (a batch's sums run in another order)
@@ -155,7 +156,7 @@ async def test_64_concurrent_requests_are_all_admitted_batched_and_equal_to_alon
     confidences = [[t.pop("confidence") for t in r] for r in alone]
     assert [[t.pop("confidence") for t in r] for r in batched] == [pytest.approx(c, abs=1.5e-3) for c in confidences]
     assert batched == alone
-    assert app.state.engine.core.batcher.peak_rows > 1
+    assert core_of(app).batcher.peak_rows > 1
 
 
 LONG = {"text": "Two girls are playing in the park.", "max_new_tokens": 40, "return_tokens": True}
@@ -164,7 +165,7 @@ LONG = {"text": "Two girls are playing in the park.", "max_new_tokens": 40, "ret
 async def test_a_short_request_joins_a_long_one_mid_decode_and_leaves_first(client, app, monkeypatch):
     alone = (await client.post("/translate", json=LONG)).json()
     assert alone["translations"][0]["finish_reason"] == "length"  # the random model does not stop early
-    gate, batcher = StepGate(app.state.engine.core.model, monkeypatch), app.state.engine.core.batcher
+    gate, batcher = StepGate(core_of(app).model, monkeypatch), core_of(app).batcher
     gate.hold(lambda sizes: len(sizes) == 5)  # the long one is 5 tokens in
     long = asyncio.create_task(client.post("/translate", json=LONG))
     try:

@@ -13,16 +13,19 @@ import pytest
 
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from model.confidence import CALIBRATION
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve, serve_in
 from tests.app.helpers import assert_error
 
 pytestmark = pytest.mark.anyio
 GOOD, BAD = "A man is riding a bike.", "Hello world"  # the second comes back as "Welt Welt Welt Welt."
 
 
-@pytest.fixture(scope="module")
-async def bundled():
-    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, device="cpu", compile=False)) as (app, client):
+@pytest.fixture(scope="module", params=MODES)
+async def bundled(request):
+    async with serve_in(request.param, Settings(model_dir=BUNDLED_MODEL_DIR, device="cpu", compile=False)) as (
+        app,
+        client,
+    ):
         yield app, client
 
 

@@ -8,10 +8,11 @@ import pytest
 
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from model.search import DecodingOptions, beam_search_reference
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, core_of, serve, served_in
 from tests.app.helpers import SENTENCES, sse
 
 pytestmark = pytest.mark.anyio
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)  # one process, a front-end
 
 
 async def post(client, **body) -> dict:
@@ -27,7 +28,7 @@ async def test_beam_search_over_http_equals_the_reference_with_an_n_best_list(cl
                           return_tokens=True, return_scores=True)  # fmt: skip
         src = engine.tokenizer.encode(text, "source")
         ref = beam_search_reference(
-            engine.core.model, src, 20, DecodingOptions(beam_size=4, num_hypotheses=3, length_penalty=0.6)
+            core_of(app).model, src, 20, DecodingOptions(beam_size=4, num_hypotheses=3, length_penalty=0.6)
         )
         assert [h["token_ids"] for h in t["hypotheses"]] == [h.tokens for h in ref]
         assert [h["score"] for h in t["hypotheses"]] == pytest.approx([h.score for h in ref], abs=1e-3)

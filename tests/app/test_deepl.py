@@ -8,19 +8,19 @@ import pytest
 
 from app import glossaries as g
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve, serve_in
 
 pytestmark = pytest.mark.anyio
 TEXT = "A man is riding a bike."
 
 
-@pytest.fixture(scope="module")
-async def served(german, french, tmp_path_factory):
+@pytest.fixture(scope="module", params=MODES)
+async def served(german, french, tmp_path_factory, request):
     settings = Settings(
         models=f"en-de={german},en-fr={french}", max_new_tokens=8, max_batch_texts=4, max_request_chars=200,
         compile=False, glossary_dir=tmp_path_factory.mktemp("glossaries"),
     )  # fmt: skip
-    async with serve(settings) as pair:
+    async with serve_in(request.param, settings) as pair:
         yield pair
 
 

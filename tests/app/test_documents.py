@@ -7,11 +7,12 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from app.settings import Settings
-from tests.app.conftest import StepGate, serve
+from tests.app.conftest import MODES, StepGate, core_of, serve, trained_in
 from tests.app.helpers import assert_stream_matches, stream_and_plain
 from tests.synthetic import synthetic_pairs
 
 pytestmark = pytest.mark.anyio
+trained = pytest.fixture(scope="module", params=MODES, name="trained")(trained_in)  # one process, a front-end
 SENTENCES = [en for en, _ in synthetic_pairs(20, seed=7)]
 
 
@@ -52,7 +53,7 @@ async def test_a_paragraph_is_its_sentences_translated_alone_between_its_own_whi
 
 
 async def test_twenty_sentences_decode_together_and_equal_twenty_requests(app, client, monkeypatch):
-    gate = StepGate(app.state.engine.core.model, monkeypatch)
+    gate = StepGate(core_of(app).model, monkeypatch)
     text = " ".join(SENTENCES)
     t = (await client.post("/translate", json={"text": text})).json()["translations"][0]
     assert max(gate.sizes) == len(SENTENCES), "every sentence is a row of the same batch"

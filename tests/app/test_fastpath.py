@@ -8,10 +8,11 @@ import pytest
 
 from app.fastpath import FastTranslate
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve, served_in
 from tests.app.helpers import assert_error, full_app_only
 
 pytestmark = pytest.mark.anyio
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)  # one process, a front-end
 LONG = "A man in a red shirt rides a bike down the hill. " * 20  # over the tiny settings' 64 source tokens
 
 

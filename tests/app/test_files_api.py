@@ -12,7 +12,7 @@ import time
 import pytest
 
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve_in
 from tests.app.files_api import PARAGRAPHS, finished, holding, ours, text_file, upload
 from tests.app.helpers import until
 
@@ -20,13 +20,13 @@ pytestmark = pytest.mark.anyio
 CAP = 3  # NMT_JOB_SEGMENTS_IN_FLIGHT here
 
 
-@pytest.fixture(scope="module")
-async def served(trained_checkpoint, tmp_path_factory):
+@pytest.fixture(scope="module", params=MODES)
+async def served(trained_checkpoint, tmp_path_factory, request):
     settings = Settings(
         model_dir=trained_checkpoint, max_new_tokens=40, compile=False, job_dir=tmp_path_factory.mktemp("jobs"),
         job_segments_in_flight=CAP, max_batch_texts=8,
     )  # fmt: skip
-    async with serve(settings) as pair:
+    async with serve_in(request.param, settings) as pair:
         yield pair
 
 

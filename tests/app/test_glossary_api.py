@@ -7,19 +7,19 @@ import pytest
 
 from app.glossaries import MAX_ENTRIES
 from app.settings import BUNDLED_MODEL_DIR, Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve, serve_in
 
 pytestmark = pytest.mark.anyio
 TEXT = "A man is riding a bike."
 
 
-@pytest.fixture(scope="module")
-async def served(german, french, tmp_path_factory):
+@pytest.fixture(scope="module", params=MODES)
+async def served(german, french, tmp_path_factory, request):
     settings = Settings(
         models=f"en-de={german},en-fr={french}", max_new_tokens=40, compile=False,
         glossary_dir=tmp_path_factory.mktemp("glossaries"),
     )  # fmt: skip
-    async with serve(settings) as pair:
+    async with serve_in(request.param, settings) as pair:
         yield pair
 
 

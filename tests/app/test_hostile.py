@@ -17,11 +17,13 @@ from app.settings import MAX_BODY_BYTES, Settings
 from model.checkpoint import load_checkpoint
 from model.evaluate import translate_corpus
 from model.tokenizer import BOS, EOS, PAD, UNK
+from tests.app.conftest import MODES, served_in
 from tests.app.helpers import assert_error, full_app_only
 from tests.app.hostile import DEEP, DEEPL, LIBRE, LIVE
 from tests.app.live import start_server, wait_ready
 
 pytestmark = pytest.mark.anyio
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)  # one process, a front-end
 HOSTILE = hypothesis.settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
 VALID = {  # a request each POST endpoint accepts, to mutate; the LibreTranslate ones translate with `fr` (en->fr)
     "/translate": {"text": ["A dog runs.", "Two </s> cats."], "max_new_tokens": 5, "return_tokens": True,

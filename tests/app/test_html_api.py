@@ -5,10 +5,12 @@ import re
 import pytest
 
 from app.html import parse
+from tests.app.conftest import MODES, trained_in
 from tests.app.helpers import assert_error
 from tests.synthetic import synthetic_pairs
 
 pytestmark = pytest.mark.anyio
+trained = pytest.fixture(scope="module", params=MODES, name="trained")(trained_in)  # one process, a front-end
 S = [en for en, _ in synthetic_pairs(12, seed=7)]
 PAGE = f"""<!DOCTYPE html>
 <html lang="en">

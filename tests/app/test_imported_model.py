@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve_in
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.anyio
@@ -21,10 +21,10 @@ def hf(marian_models):
     return model, transformers.MarianTokenizer.from_pretrained(hf_dir)
 
 
-@pytest.fixture(scope="module")
-async def client(marian_models):
+@pytest.fixture(scope="module", params=MODES)
+async def client(marian_models, request):
     settings = Settings(model_dir=marian_models["separate"][1], compile=False, max_new_tokens=40, max_input_tokens=64)
-    async with serve(settings) as (_, client):
+    async with serve_in(request.param, settings) as (_, client):
         yield client
 
 

@@ -17,7 +17,7 @@ from libretranslatepy import LibreTranslateAPI
 from app.engine import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
 from app.jobs.intake import extensions
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve
 from tests.app.libre import ours
 from tests.app.live import start_server, wait_ready
 
@@ -27,10 +27,12 @@ KEY = "s3cret-key"
 BEARER = {"Authorization": f"Bearer {KEY}"}
 
 
-@pytest.fixture(scope="module")
-def servers(trained_checkpoint, french):
-    """Two live servers, started together: en-de and en-fr without a key (`open`), and en-de with NMT_API_KEY."""
-    small = {"NMT_COMPILE": "off", "NMT_MAX_NEW_TOKENS": "40", "NMT_MAX_REQUEST_CHARS": "2000"}
+@pytest.fixture(scope="module", params=MODES)
+def servers(trained_checkpoint, french, request):
+    """Two live servers, started together: en-de and en-fr without a key (`open`), and en-de with NMT_API_KEY; one
+    process each, or (front-end) an engine process and a front-end each (NMT_FRONTENDS=1)."""
+    small = {"NMT_COMPILE": "off", "NMT_MAX_NEW_TOKENS": "40", "NMT_MAX_REQUEST_CHARS": "2000",
+             "NMT_FRONTENDS": "1" if request.param == "front-end" else "0"}  # fmt: skip
     procs = {
         "open": start_server(trained_checkpoint, NMT_MODELS=f"en-de={trained_checkpoint},en-fr={french}", **small),
         "keyed": start_server(trained_checkpoint, NMT_API_KEY=KEY, **small),

@@ -7,9 +7,11 @@ import asyncio
 import pytest
 
 from app.metrics import Metrics
+from tests.app.conftest import MODES, served_in
 from tests.app.helpers import scrape, sse, value
 
 pytestmark = pytest.mark.anyio
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)  # one process, a front-end
 
 
 async def test_metrics_expose_every_series_with_sensible_values_after_traffic(app, client):

@@ -9,7 +9,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import StepGate, serve
+from tests.app.conftest import MODES, StepGate, core_of, engine_side, serve, serve_in
 from tests.app.helpers import assert_error, scrape, value
 
 pytestmark = pytest.mark.anyio
@@ -21,9 +21,9 @@ def two_models(trained_checkpoint, french, **overrides) -> Settings:
     return Settings(models=spec, max_new_tokens=40, compile=False, **overrides)
 
 
-@pytest.fixture(scope="module")
-async def served(trained_checkpoint, french):
-    async with serve(two_models(trained_checkpoint, french)) as pair:
+@pytest.fixture(scope="module", params=MODES)
+async def served(trained_checkpoint, french, request):
+    async with serve_in(request.param, two_models(trained_checkpoint, french)) as pair:
         yield pair
 
 
@@ -107,7 +107,7 @@ async def test_models_ready_and_info_describe_each_model(app, client):
 
 
 async def test_the_cores_are_shared_out_among_the_models_unless_nmt_threads_says(app):
-    models = app.state.models
+    models = engine_side(app)
     expected = max(1, models.cores // 2)
     assert [e.core.batcher.threads for e in models.engines.values()] == [expected, expected]
 
@@ -124,7 +124,7 @@ async def test_metrics_are_per_model(client):
 
 async def test_a_busy_model_does_not_hold_up_another(app, client, monkeypatch):
     """en-de's worker is held in the middle of a decoder step with a full batch waiting; en-fr still answers."""
-    gate = StepGate(app.state.models.engines["en-de"].core.model, monkeypatch)
+    gate = StepGate(core_of(app, "en-de").model, monkeypatch)
     gate.hold(lambda sizes: len(sizes) == 2)
     busy = [asyncio.create_task(client.post("/translate", json={"text": f"{TEXT} {i}"})) for i in range(8)]
     try:

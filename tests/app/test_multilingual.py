@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, core_of, serve_in
 from tests.app.helpers import assert_handled
 from tests.app.multilingual import BUDGET, PER_DIRECTION, generate
 from tests.importers.marian_fixture import held_out_sentences
@@ -44,10 +44,10 @@ def hf_eager(dirs):
     return transformers.M2M100ForConditionalGeneration.from_pretrained(dirs[0], attn_implementation="eager").eval()
 
 
-@pytest.fixture(scope="module")
-async def served(dirs):
+@pytest.fixture(scope="module", params=MODES)
+async def served(dirs, request):
     settings = Settings(model_dir=dirs[1], compile=False, max_new_tokens=BUDGET, max_input_tokens=64)
-    async with serve(settings) as pair:
+    async with serve_in(request.param, settings) as pair:
         yield pair
 
 
@@ -58,14 +58,14 @@ def client(served):
 
 async def test_three_directions_at_once_give_generates_tokens_and_text_in_one_running_batch(served, client, hf, dirs):
     app, _ = served
-    engine = app.state.engine
-    engine.core.batcher.peak_rows = 0
+    core = core_of(app)
+    core.batcher.peak_rows = 0
     cases = [(src, tgt, held_out_sentences(lang)[:PER_DIRECTION]) for src, _, tgt, _, lang in DIRECTIONS]
     answers = await asyncio.gather(*(
         client.post("/translate", json={"text": texts, "source": src, "target": tgt, "return_tokens": True})
         for src, tgt, texts in cases
     ))  # fmt: skip
-    assert engine.core.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
+    assert core.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
     for (_, src, _, tgt, _), (_, _, texts), r in zip(DIRECTIONS, cases, answers):
         assert r.status_code == 200, r.text
         ids, wanted = generate(hf, dirs, src, tgt, texts, num_beams=1)

@@ -10,11 +10,12 @@ import re
 import pytest
 
 from app.settings import BUNDLED_MODEL_DIR, Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve, trained_in
 from tests.app.helpers import assert_error, sse
 from tests.synthetic import synthetic_pairs
 
 pytestmark = pytest.mark.anyio
+trained = pytest.fixture(scope="module", params=MODES, name="trained")(trained_in)  # one process, a front-end
 SPANS = {  # one list a kind: what the request protects
     "placeholders": ["{name}", "{{ user.name }}", "{0}", "%s", "%d", "%1$s", "%(count)d", "${total}"],
     "tags": ['<x id="1"/>', '<g id="2">', "</g>", "<bx id='3'/>"],

@@ -11,9 +11,10 @@ import pytest
 
 from app.settings import Settings
 from app.viewer import ASSETS, STATIC_DIR
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve, served_in
 
 pytestmark = pytest.mark.anyio
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)  # one process, a front-end
 ROOT = Path(__file__).resolve().parents[2]
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 # A module's static imports and re-exports: `import {a, b} from "./x.js"` (over several lines too), `import "./x.js"`
