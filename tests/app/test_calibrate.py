@@ -12,7 +12,7 @@ import pytest
 from app.calibrate import main, translate_file
 from app.settings import Settings
 from model.confidence import CALIBRATION, Calibration, Signals
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve_in
 from tests.synthetic import synthetic_pairs
 
 pytest.importorskip("transformers")
@@ -45,11 +45,12 @@ def test_nmt_calibrate_writes_a_calibration_with_its_meaning_and_fit(calibrated,
 
 
 @pytest.mark.anyio
-async def test_the_server_applies_the_calibration_it_finds(calibrated):
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_server_applies_the_calibration_it_finds(calibrated, mode):
     model, _ = calibrated
     calibration = Calibration.load(model)
     texts = [en for en, _ in synthetic_pairs(6, seed=11)]
-    async with serve(Settings(model_dir=model, compile=False)) as (_, client):
+    async with serve_in(mode, Settings(model_dir=model, compile=False)) as (_, client):
         r = await client.post("/translate", json={"text": texts, "return_signals": True})
         assert r.status_code == 200, r.text
         assert r.json()["calibrated"] is True

@@ -9,6 +9,7 @@ import pytest
 from deep_translator import LibreTranslator
 from libretranslatepy import LibreTranslateAPI
 
+from tests.app.conftest import MODES
 from tests.app.libre import ours
 from tests.app.live import start_server, wait_ready
 from tests.importers.marian_fixture import held_out_sentences
@@ -19,10 +20,16 @@ pytest.importorskip("sentencepiece")
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
+def imported(tmp_path_factory):
     sources = model_directories(tmp_path_factory.mktemp("sources"), ("nllb",))
-    imported = import_all(sources, tmp_path_factory.mktemp("imported"))["nllb"]
-    proc, url = start_server(imported, NMT_COMPILE="off", NMT_MAX_NEW_TOKENS="16", NMT_MAX_INPUT_TOKENS="64")
+    return import_all(sources, tmp_path_factory.mktemp("imported"))["nllb"]
+
+
+@pytest.fixture(scope="module", params=MODES)
+def base(imported, request):
+    """A live server of the imported NLLB-layout model: one process, or an engine process and a front-end."""
+    proc, url = start_server(imported, NMT_COMPILE="off", NMT_MAX_NEW_TOKENS="16", NMT_MAX_INPUT_TOKENS="64",
+                             NMT_FRONTENDS="1" if request.param == "front-end" else "0")  # fmt: skip
     try:
         wait_ready(proc, url)
         yield url
