@@ -150,11 +150,15 @@ def words(text: str) -> list[str]:
 
 def copied_share(source: str, target: str) -> tuple[float, int]:
     """The share of the target's words that occur among the source's, and the target's word count."""
-    target_words = words(target)
+    return copied_words(words(source), words(target))
+
+
+def copied_words(source_words: list[str], target_words: list[str]) -> tuple[float, int]:
+    """`copied_share` of texts already split into words."""
     if not target_words:
         return 0.0, 0
-    source_words = set(words(source))
-    return sum(w in source_words for w in target_words) / len(target_words), len(target_words)
+    known = set(source_words)
+    return sum(w in known for w in target_words) / len(target_words), len(target_words)
 
 
 @dataclass
@@ -185,7 +189,8 @@ def signals(
     mean = sum(chosen) / len(chosen) if chosen else 0.0
     low = min(chosen) if chosen else 0.0
     excess = max(0, repeated(token_ids) - repeated(source_ids))  # the source's own repetition is not held against it
-    copied, n_words = copied_share(source, target)
+    source_words, target_words = words(source), words(target)  # each text split once, for copying and loops
+    copied, n_words = copied_words(source_words, target_words)
     spread = [a for i, a in enumerate(attention) if i not in skip] or list(attention)
     covered = len(source_ids) - 1 if len(source_ids) > 1 else len(source_ids)  # the closing </s> left out
     uncovered = len(set(range(covered)) - set(aligned)) / covered if aligned and covered else math.nan
@@ -193,7 +198,7 @@ def signals(
         mean_logprob=mean, min_logprob=low, length=length.distance(len(source_ids), len(logprobs)),
         repetition=excess / len(token_ids) if token_ids else 0.0, copied=copied,
         attention=sum(spread) / len(spread) if spread else math.nan, coverage=uncovered,
-        tokens=math.log(max(len(logprobs), 1)), sum_logprob=sum(chosen), loop=loop(words(source), words(target)),
+        tokens=math.log(max(len(logprobs), 1)), sum_logprob=sum(chosen), loop=loop(source_words, target_words),
         token_loop=loop(source_ids, token_ids), words=n_words, source_tokens=covered,
     )  # fmt: skip
 
