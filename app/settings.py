@@ -127,8 +127,9 @@ class Settings(BaseSettings):
     compile_mode: CompileKernels = Field(
         "max-autotune",
         description="how the graphs are compiled: `max-autotune` benchmarks candidate GEMM kernels for the decoder "
-        "steps of fewer than 16 rows and keeps the fastest (longer to compile, faster small batches); `default` does "
-        "not",
+        "steps of fewer than 16 rows and keeps the fastest, and on a CPU builds the steps of 16 rows or more both "
+        "ways (oneDNN's packed GEMMs; max-autotune's) and keeps the one that steps faster on this CPU (`/info`'s "
+        "`compile.gemms`): longer to compile, faster batches; `default` does neither",
     )
     compile_cache_dir: Path | None = Field(
         None,
@@ -144,7 +145,11 @@ class Settings(BaseSettings):
         "them, compiled or eager (before the graphs are in, with `NMT_COMPILE=off`, for `/attention`: the same "
         "kernels on the same inputs). CPU and `float32` only; about 86–88% of sentences keep float32's tokens, BLEU "
         "within 0.12 (`docs/performance.md`); a translation can depend on the sentences batched with it (one input "
-        "scale per batch); the logit screen is off. `/info` reports it (`quantize`)",
+        "scale per batch); the logit screen is off. `/info` reports it (`quantize`). It pays only on a CPU with an "
+        "int8 dot product (VNNI: `avx512_vnni`, `avx_vnni` or `amx_int8` among its flags), and there at large "
+        "batches: on an AVX2-only AMD EPYC it decoded at 0.44× float32's speed at batch 1 and 0.97× at batch 32, so on "
+        "such a CPU the server logs a warning and `/info` lists it (`warnings`); serve float32 there unless memory is "
+        "short",
     )
     min_confidence: float = Field(
         0.0,

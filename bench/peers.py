@@ -233,6 +233,8 @@ def our_engine(name: str, args, max_batch: int) -> tuple[Engine, list[list[int]]
     compiled = compile_model(model, cache, steps=("greedy",) if args.beam == 1 else ("logprobs",))
     print(f"  {name}: compiling took {compiled.seconds:.0f} s ({len(compiled.built)} graphs built, "
           f"{len(compiled.loaded)} loaded from {compiled.directory})", file=sys.stderr, flush=True)  # fmt: skip
+    for graph, chosen in compiled.choices.items():  # the large-row steps' GEMMs, timed on this CPU
+        print(f"  {name}: {graph} runs {chosen.describe()}", file=sys.stderr, flush=True)
     if args.beam > 1:
         return ours_beam(model, args.beam, args.length_penalty, cache), encoded
     judge = None

@@ -8,6 +8,7 @@ weights) in several ways and times a step of --rows rows, the variants taking tu
   default    what nmt-serve builds: Inductor's default mode; float32 linears run oneDNN's packed GEMMs
   mkl        weight pre-packing off: the linears run aten's mm/addmm, that is MKL's sgemm
   autotune   max-autotune: Inductor benchmarks its C++ GEMM templates against oneDNN per linear
+  mkl-autotune  max-autotune with pre-packing off: its C++ GEMM templates against MKL's sgemm per linear
 
 Then one step of the default graph is profiled kernel by kernel (Inductor's kernel profiling on) and its time split
 into the GEMMs (oneDNN's linears), attention (the fused softmax/bmm kernels), the log-probability (logsumexp over the
@@ -36,6 +37,8 @@ VARIANTS = {
     "default": {},
     "mkl": {"cpp.weight_prepack": False},
     "autotune": {"max_autotune": True, "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False},
+    "mkl-autotune": {"max_autotune": True, "cpp.weight_prepack": False, "autotune_num_choices_displayed": 0,
+                     "max_autotune_report_choices_stats": False},
 }
 
 

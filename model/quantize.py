@@ -151,3 +151,26 @@ def quantize_int8(model: Transformer) -> int:
     gc.collect()
     release_freed_memory()
     return swapped
+
+
+# The instructions that multiply uint8 by int8 and add into int32 in one step (VNNI: vpdpbusd), which oneDNN's int8
+# GEMMs need to beat float32's. Without them each product takes vpmaddubsw and vpmaddwd, and on a 2-core AMD EPYC
+# with AVX2 only (no AVX-512) the compiled int8 model decoded test2016 at 0.44x float32's speed at batch 1 and 0.97x
+# at batch 32 (bench/peers.py, docs/performance-history.md#int8); with AVX-512 VNNI it was 1.11x at batch 32.
+INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def int8_warning(flags: tuple[str, ...] | None = None) -> str | None:
+    """What to tell a user who asked for int8 on this CPU (its flags: /proc/cpuinfo's by default), or None where
+    int8 pays: an x86 CPU without an int8 dot-product instruction runs the int8 model slower than float32."""
+    if flags is None:
+        from model.cpu import cpu_info
+
+        flags = cpu_info().flags
+    if "avx2" not in flags or any(f in flags for f in INT8_DOT_FLAGS):
+        return None  # not an x86 CPU oneDNN's int8 kernels were measured on, or one with VNNI
+    return (
+        "NMT_QUANTIZE=int8 on a CPU without VNNI (no avx512_vnni, avx_vnni or amx_int8 in its flags): int8 is "
+        "expected to decode slower than float32 here (on an AVX2-only AMD EPYC it ran at 0.44x float32's speed at "
+        "batch 1 and 0.97x at batch 32); serve float32 (NMT_QUANTIZE=none) unless memory is what you are short of"
+    )

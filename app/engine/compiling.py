@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -65,9 +66,11 @@ class Compiler:
     def info(self) -> dict[str, Any]:
         seconds = None if self.seconds is None else round(self.seconds, 1)
         built, loaded = (None, None) if self.graphs is None else (len(self.graphs.built), len(self.graphs.loaded))
+        gemms = {} if self.graphs is None else {name: asdict(c) for name, c in self.graphs.choices.items()}
         return {
             "mode": self.mode, "state": self.state, "seconds": seconds, "built": built, "loaded": loaded,
-            "serving": self.serving, "graphs": "cuda" if self.cuda else "aotinductor",
+            "serving": self.serving, "graphs": "cuda" if self.cuda else "aotinductor", "kernels": self.kernels,
+            "gemms": gemms,
         }  # fmt: skip
 
     async def before_ready(self) -> None:

@@ -25,7 +25,7 @@ from app.engine.sequence import TokenStream
 from model.compile import Compiled
 from model.hypothesis import Hypothesis
 from model.options import GREEDY, DecodingOptions
-from model.quantize import quantize_int8
+from model.quantize import int8_warning, quantize_int8
 from model.search import alignments
 from model.transformer import Transformer
 
@@ -45,9 +45,12 @@ class EngineCore:
         self.model, self.config = model, model.config
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        self.quantize = quantize
+        self.quantize, self.warnings = quantize, []  # warnings: what /info and the start-up log say is amiss
         if quantize == "int8":
             quantize_int8(model)  # before compiling: the graphs are traced from the int8 layers
+            if (warning := int8_warning()) is not None:
+                log.warning("%s", warning)
+                self.warnings.append(warning)
         self.screened = model.use_screen(screen_logits and quantize == "none")  # before compiling, as the int8 layers
         self.batcher = Batcher(
             model, max_batch_size, max_len, max_src_len, prefill_tokens, max_queue, metrics, threads,
@@ -166,6 +169,7 @@ class EngineCore:
             "device": str(self.device), "device_name": device_name(self.device),
             "dtype": str(self.dtype).removeprefix("torch."), "compiled": self.compiled, "compile": self.compiler.info(),
             "screened_logits": self.screened, "quantize": self.quantize, "threads": self.batcher.threads,
+            "warnings": self.warnings,
         }  # fmt: skip
 
     def memory(self) -> dict[str, Any]:

@@ -48,6 +48,18 @@ class ModelsResponse(BaseModel):
     models: list[ModelOut]
 
 
+class GemmChoice(BaseModel):
+    """How a large-row decoder step's GEMMs were chosen on this CPU: the graph built both ways and timed."""
+
+    chosen: Literal["default", "max-autotune"] = Field(
+        description="`default`: oneDNN's packed GEMMs; `max-autotune`: Inductor's pick per linear among its C++ GEMM "
+        "templates and oneDNN's"
+    )
+    ms: dict[str, float] = Field(description="each build's milliseconds a step, the best of several rounds")
+    rows: int = Field(description="the rows of the timed step (the graph's largest)")
+    window: int = Field(description="cached and source tokens of the timed step")
+
+
 class CompileInfo(BaseModel):
     """Where compiling stands (NMT_COMPILE)."""
 
@@ -67,6 +79,14 @@ class CompileInfo(BaseModel):
         default_factory=list,
         description="the compiled graphs serving now, by name (step, rows): in the background they serve one by one "
         "as they are ready, the greedy step's first",
+    )
+    kernels: Literal["max-autotune", "default"] = Field(
+        "max-autotune", description="NMT_COMPILE_MODE: how the graphs' GEMM kernels are chosen"
+    )
+    gemms: dict[str, GemmChoice] = Field(
+        default_factory=dict,
+        description="with `max-autotune` on a CPU: the large-row decoder steps' GEMMs, by graph, chosen by timing "
+        "the step built each way on this CPU (docs/configuration.md)",
     )
 
 
@@ -112,6 +132,11 @@ class InfoResponse(BaseModel):
     )
     quantize: Quantize = Field(description="`int8`: the linear layers run in int8 (NMT_QUANTIZE)")
     threads: int = Field(description="CPU threads the model's work runs on (NMT_THREADS)")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what the server found amiss in its settings on the CPU it runs on, as its start-up log says: e.g. "
+        "NMT_QUANTIZE=int8 on a CPU where int8 decodes slower than float32",
+    )
     limits: dict[str, int]
     memory: MemoryInfo
     languages: dict[str, str] = Field(description='the language pair, e.g. {"source": "en", "target": "de"}')

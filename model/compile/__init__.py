@@ -17,6 +17,7 @@ every start compiled every graph again; without freezing the graphs cache but de
 (docs/performance.md, Start-up). A package holds the frozen graph whole, and loads in well under a second.
 
     graphs.py     which graphs a cache's steps run, and one exported and built into a package
+    choice.py     the large-row steps' GEMMs, chosen on this CPU by timing the graph built each way
     identity.py   what a package is found by and was built for (weights, environment, this code)
     store.py      the package directory: written whole or not at all, loaded, leftovers of killed builds removed
     runtime.py    compile_graphs, and the graphs stepping the model (adopt, uncompile)

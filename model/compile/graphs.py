@@ -36,11 +36,16 @@ LARGE_ROWS = 16
 
 
 def graph_mode(graph: Graph, mode: str) -> str:
-    """The mode `graph` is built in: `mode` for the decoder steps of fewer than LARGE_ROWS rows, "default" for the
-    rest. Max-autotune's C++ GEMM kernels ran a 1-row step in 0.3-0.5 ms against oneDNN's 1.8 ms (4 rows: 0.6
-    against 0.8-1.2 ms); from LARGE_ROWS rows on it picked oneDNN's packed GEMMs anyway (32 rows: 3.5-3.7 ms, the
-    default mode's 3.2-3.3 ms), as for the prefill's rows x source tokens, so there it only doubled the build."""
-    return mode if graph.fn.endswith("_step") and graph.hi < LARGE_ROWS else "default"
+    """The mode `graph` is built in: `mode` for the decoder steps of fewer than LARGE_ROWS rows; "measured" for the
+    larger steps when `mode` is max-autotune (built both ways and timed on this CPU: model/compile/choice.py);
+    "default" for the prefill. Max-autotune's C++ GEMM kernels ran a 1-row step in 0.3-0.5 ms against oneDNN's
+    1.8 ms (4 rows: 0.6 against 0.8-1.2 ms), on every CPU tried; from LARGE_ROWS rows on which is faster depends on
+    the CPU. For the prefill's rows x source tokens it picked oneDNN's packed GEMMs anyway."""
+    if not graph.fn.endswith("_step"):
+        return "default"
+    if graph.hi < LARGE_ROWS:
+        return mode
+    return "measured" if mode == "max-autotune" else "default"
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,17 @@ def example_inputs(model: Transformer, cache: KVCache, graph: Graph):
     window, source = _dim("T", MIN_WINDOW, cache.max_len), _dim("S", MIN_WINDOW, cache.max_src_len)
     ds = ({0: rows}, {0: rows}, {2: rows, 4: window}, {2: rows, 4: source}, {0: rows, 1: source})
     return _Step(model, graph.fn), inputs, ds
+
+
+def timing_inputs(cache: KVCache, graph: Graph, window: int) -> list[torch.Tensor]:
+    """A decoder step's inputs at the graph's tuned row count and `window` cached (and source) tokens, to time it
+    with: the keys and values are views of the cache's own buffers, which a step only reads (so the worker may go on
+    decoding with them), the rest copies of them that every row holds valid."""
+    n, t, s = graph.hint, min(window, cache.max_len), min(window, cache.max_src_len)
+    tokens = torch.full_like(cache.tokens, 3)
+    positions = torch.full_like(cache.positions, t - 1)
+    src_keep = torch.ones_like(cache.src_keep)
+    return [tokens[:n], positions[:n], cache.kv[:, :, :n, :, :t], cache.cross_kv[:, :, :n, :, :s], src_keep[:n, :s]]
 
 
 def build(model: Transformer, cache: KVCache, graph: Graph, path: Path, metadata: dict[str, str], mode: str):

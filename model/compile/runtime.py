@@ -7,6 +7,7 @@ A function's graphs each cover a range of row counts (CompiledStep); `adopt` put
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from model.compile.graphs import build, graph_mode, graphs_for, uncalled
+from model.compile import choice
+from model.compile.graphs import Graph, build, graph_mode, graphs_for, timing_inputs, uncalled
 from model.compile.identity import environment, weights_digest
 from model.compile.store import default_dir, load, remove_leftovers
 from model.decoding import KVCache
@@ -78,6 +80,7 @@ class Compiled:
     started: float = field(default_factory=time.perf_counter)
     order: list[str] = field(default_factory=list)  # every graph's name, in the order they are built or loaded
     uncalled: frozenset[str] = frozenset()  # Steps fields the cache never calls (graphs.uncalled): none needed
+    choices: dict[str, choice.Choice] = field(default_factory=dict)  # by graph: the GEMMs timed on this CPU
 
     @property
     def missed(self) -> int:
@@ -96,7 +99,7 @@ class Compiled:
             functions[name] = copy.copy(f)
             functions[name].graphs, functions[name].partial = list(f.graphs), True
         return Compiled(self.directory, functions, time.perf_counter() - self.started, list(self.built),
-                        list(self.loaded), self.started, self.order, self.uncalled)  # fmt: skip
+                        list(self.loaded), self.started, self.order, self.uncalled, dict(self.choices))  # fmt: skip
 
 
 def compile_graphs(
@@ -108,7 +111,8 @@ def compile_graphs(
     """Every graph the cache's steps (and admissions) run, loaded from `directory` (default_dir()) or built into it;
     `model` and `cache` are only read. `cancelled` is asked before each graph: True raises Cancelled. `steps`: which
     steps to compile, the greedy one and the full one (log-probabilities) by default. mode: "max-autotune" (the GEMMs
-    of the small-row steps benchmarked, the results cached: graph_mode) or "default". `ready`, when given, is handed
+    of the small-row steps benchmarked, the results cached; on a CPU the large-row steps built both ways and the
+    faster kept: graph_mode, model/compile/choice.py) or "default". `ready`, when given, is handed
     Compiled.so_far() after each graph but the last (the server adopts them one by one); `building` is called before
     each graph that has to be built rather than loaded."""
     device = cache.kv.device
@@ -126,15 +130,18 @@ def compile_graphs(
             raise Cancelled("compiling cancelled")
         screened = f"-screen{screen.min_rows}" if screen is not None and graph.fn == "greedy_step" else ""
         built_as = graph_mode(graph, mode) if not quantized else "default"  # max-autotune's GEMM choices are float's
-        path = directory / f"{graph.name}-{shape}{screened}{f'-{quantized}' if quantized else ''}-{built_as}.pt2"
-        run, how = (load(path, expected) if path.exists() else None), "loaded"
-        if run is None:
-            if building is not None:
-                building()
-            build(model, cache, graph, path, {**expected, "graph": path.name}, built_as)
-            run, how = load(path, expected), "built"
-            if run is None:
-                raise RuntimeError(f"the compiled graph {path} does not load")
+        if built_as == "measured" and device.type != "cpu":
+            built_as = "default"
+        stem = f"{graph.name}-{shape}{screened}{f'-{quantized}' if quantized else ''}"
+        get = functools.partial(_load_or_build, model, cache, graph, expected, building)
+        if built_as == "measured":
+            record = directory / f"{stem}-measured.json"
+            run, how, chosen = _measured(get, cache, graph, record, expected)
+            compiled.choices[graph.name] = chosen
+            if log:
+                log(f"the {graph.fn} graph for {graph.lo}-{graph.hi} rows runs {chosen.describe()}")
+        else:
+            run, how = get(directory / f"{stem}-{built_as}.pt2", built_as)
         getattr(compiled, how).append(graph.name)
         if graph.fn not in compiled.functions:
             kind = CompiledPrefill if graph.fn.startswith("prefill") else CompiledStep
@@ -146,6 +153,55 @@ def compile_graphs(
             ready(compiled.so_far())
     compiled.seconds = time.perf_counter() - t0
     return compiled
+
+
+def _load_or_build(
+    model: Transformer, cache: KVCache, graph: Graph, expected: dict[str, str], building: Callable[[], None] | None,
+    path: Path, built_as: str,
+) -> tuple[Callable, str]:  # fmt: skip
+    """The graph's package at `path`, loaded, or built (in mode `built_as`) and loaded -> (its run, "loaded" or
+    "built")."""
+    run = _load_if_there(path, expected)
+    if run is not None:
+        return run, "loaded"
+    if building is not None:
+        building()
+    build(model, cache, graph, path, {**expected, "graph": path.name}, built_as)
+    run = load(path, expected)
+    if run is None:
+        raise RuntimeError(f"the compiled graph {path} does not load")
+    return run, "built"
+
+
+def _measured(
+    get: Callable[[Path, str], tuple[Callable, str]], cache: KVCache, graph: Graph, record: Path,
+    expected: dict[str, str],
+) -> tuple[Callable, str, choice.Choice]:  # fmt: skip
+    """A large-row step graph whose GEMMs were chosen on this CPU (model/compile/choice.py): the chosen package, once
+    measured in this environment; else each candidate built (or loaded), timed, and the fastest kept, the others'
+    packages removed."""
+    found = choice.read(record, expected)
+    if found is not None and (run := _load_if_there(choice.package(record, found.chosen), expected)) is not None:
+        return run, "loaded", found
+    runs, how = {}, "loaded"
+    for mode in choice.CANDIDATES:
+        runs[mode], got = get(choice.package(record, mode), mode)
+        how = "built" if got == "built" else how
+    ms = choice.time_graphs(runs, timing_inputs(cache, graph, choice.WINDOW))
+    found = choice.Choice(min(ms, key=ms.__getitem__), ms, graph.hint, choice.WINDOW)
+    choice.write(record, found, expected)
+    runs.clear()  # the winner is loaded again alone: loaded after the other, it could hold that one's constants
+    for mode in choice.CANDIDATES:
+        if mode != found.chosen:
+            choice.package(record, mode).unlink(missing_ok=True)
+    run = _load_if_there(choice.package(record, found.chosen), expected)
+    if run is None:
+        raise RuntimeError(f"the compiled graph {choice.package(record, found.chosen)} does not load")
+    return run, how, found
+
+
+def _load_if_there(path: Path, expected: dict[str, str]) -> Callable | None:
+    return load(path, expected) if path.exists() else None
 
 
 def adopt(model: Transformer, compiled: Compiled) -> None:

@@ -118,10 +118,11 @@ def _sync(path: Path) -> None:
 
 
 def remove_leftovers(directory: Path) -> None:
-    """Remove the temporary packages of builds killed while writing them: those nothing has written to for
-    LEFTOVER_S (another server's build writes its package in seconds, and never after LEFTOVER_S)."""
+    """Remove the temporary packages (and GEMM choices: model/compile/choice.py) of builds killed while writing them:
+    those nothing has written to for LEFTOVER_S (another server's build writes its package in seconds, and never
+    after LEFTOVER_S)."""
     now = time.time()
-    for tmp in directory.glob(".*.tmp.pt2"):
+    for tmp in [*directory.glob(".*.tmp.pt2"), *directory.glob(".*.tmp.json")]:
         try:
             if now - tmp.stat().st_mtime > LEFTOVER_S:
                 tmp.unlink()

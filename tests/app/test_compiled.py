@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from app.settings import Settings
+import model.compile as model_compile
 from model.compile import PACKAGE_DIR
 from tests.app.conftest import StepGate, serve
 from tests.app.helpers import assert_stream_matches, sse
@@ -29,7 +30,7 @@ async def translate(settings: Settings, startup_timeout: float = 60) -> tuple[di
 
 @pytest.mark.compiles
 async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_restart_loads_its_graphs(
-    trained_checkpoint, one_row_packages, tmp_path
+    trained_checkpoint, one_row_packages, tmp_path, monkeypatch
 ):
     # One row at a time, one_row_packages' limits: few graphs keep the compile short, and the prefill (built in the
     # "default" mode however NMT_COMPILE_MODE reads) is one_row_packages' own
@@ -40,7 +41,7 @@ async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_resta
     shutil.copy(prefill, tmp_path / PACKAGE_DIR / prefill.parent.name)
     info, compiled = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path), 600)
     eager_info, eager = await translate(Settings(**base, compile=False))
-    assert info["compiled"] is True and eager_info["compiled"] is False
+    assert info["compiled"] is True and eager_info["compiled"] is False and info["warnings"] == []
     assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0
     assert (info["compile"]["built"], info["compile"]["loaded"]) == (2, 1)  # the greedy and the full step for 1 row
     assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]
@@ -53,6 +54,24 @@ async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_resta
     restarted_info, restarted = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path))
     assert restarted_info["compile"]["built"] == 0 and restarted_info["compile"]["loaded"] == 3
     assert [t["text"] for t in restarted] == [t["text"] for t in eager]
+    assert restarted_info["compile"]["gemms"] == {}  # no step of LARGE_ROWS rows or more: nothing to choose
+
+    # Were 1 row a large one, each step is built both ways, timed on this CPU, and the faster serves (/info says
+    # which, and how fast each was); the default-mode greedy step is one_row_packages', the full step's is built
+    monkeypatch.setattr(model_compile.graphs, "LARGE_ROWS", 1)
+    (step,) = one_row_packages[0].glob("*/greedy_step-*-default.pt2")
+    shutil.copy(step, tmp_path / PACKAGE_DIR / prefill.parent.name)
+    measured_info, measured = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path), 600)
+    gemms = measured_info["compile"]["gemms"]
+    assert set(gemms) == {"greedy_step-1-1", "logprob_step-1-1"} and measured_info["compile"]["built"] == 1
+    for graph, chosen in gemms.items():
+        assert set(chosen["ms"]) == {"default", "max-autotune"} and min(chosen["ms"].values()) > 0
+        assert chosen["chosen"] == min(chosen["ms"], key=chosen["ms"].get) and chosen["rows"] == 1
+        (left,) = tmp_path.glob(f"*/*/{graph.split('-')[0]}-*.pt2")  # the other build's package is removed
+        assert left.name.endswith(f"-{chosen['chosen']}.pt2")
+    assert [t["text"] for t in measured] == [t["text"] for t in eager]
+    again_info, _ = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path))
+    assert again_info["compile"]["built"] == 0 and again_info["compile"]["gemms"] == gemms  # read, not timed again
 
 
 async def test_a_screened_server_translates_exactly_like_a_float32_one(trained_checkpoint):
@@ -86,7 +105,8 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         info = (await client.get("/info")).json()
         assert info["compiled"] is False and info["compile"] == {"mode": "background", "state": "compiling",
                                                                  "seconds": None, "built": None, "loaded": None,
-                                                                 "serving": [], "graphs": "aotinductor"}  # fmt: skip
+                                                                 "serving": [], "graphs": "aotinductor",
+                                                                 "kernels": "default", "gemms": {}}  # fmt: skip
         gate = StepGate(engine.core.model, monkeypatch, timeout=600)
         gate.hold(lambda sizes: len(sizes) == 3)  # the stream's third step waits for the compiled graphs
         stream = asyncio.create_task(client.post("/translate", json={**body, "stream": True}))
@@ -114,9 +134,13 @@ async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8
     only, with one_row_int8_packages' limits: the server loads the int8 greedy step's and prefill's graphs that
     fixture built (the server quantizes its model as it does), and needs not the full step's, which none would run
     (the int8 full step compiles the same layers: tests/model/test_compile.py has the int8 graphs' kernels)."""
+    import model.cpu
     from model.compile import graphs_for, runtime
+    from model.quantize import int8_warning
 
     monkeypatch.setattr(runtime, "graphs_for", lambda model, cache, steps: graphs_for(model, cache, ("greedy",)))
+    # on an AVX2-only CPU (no VNNI) int8 decodes slower than float32: /info and the log say so
+    monkeypatch.setattr(model.cpu, "cpu_info", lambda: model.cpu.CPUInfo("AMD EPYC", ("fma", "avx2")))
     base = dict(model_dir=trained_checkpoint, max_new_tokens=31, max_input_tokens=16, max_batch_size=1,
                 quantize="int8")  # fmt: skip
     shutil.copytree(one_row_int8_packages[0], tmp_path / PACKAGE_DIR)
@@ -125,6 +149,8 @@ async def test_an_int8_server_says_so_and_its_graphs_translate_as_its_eager_int8
     )
     eager_info, eager = await translate(Settings(**base, compile=False))
     assert (info["quantize"], info["screened_logits"], info["compiled"]) == ("int8", False, True)
+    warning = int8_warning(("fma", "avx2"))
+    assert info["warnings"] == eager_info["warnings"] == [warning] and "VNNI" in warning
     assert all("-int8-" in p.name for p in tmp_path.glob("*/*/*.pt2"))
     assert (info["compile"]["built"], info["compile"]["loaded"]) == (0, 2)
     assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1"]

@@ -370,3 +370,90 @@ def test_int8_graphs_run_their_linears_in_int8_and_decode_as_the_eager_int8_mode
     # a wrong scale or zero point decodes next to nothing as float32 does; the tiny model (d_model 32) is far more
     # sensitive to rounding than the bundled one (85-88% of test2016 as float32: bench/peers.py, docs/performance.md)
     assert same >= len(sources) / 2, f"{same} of {len(sources)} sources decode as in float32"
+
+
+def test_the_timing_takes_turns_and_returns_each_graphs_best_round():
+    """choice.time_graphs: each graph's milliseconds a step, its best round, the graphs taking turns."""
+    import time
+
+    from model.compile import choice
+
+    calls = []
+
+    def graph(name, seconds):
+        def run(inputs):
+            calls.append(name)
+            time.sleep(seconds)
+            return inputs
+
+        return run
+
+    ms = choice.time_graphs({"slow": graph("slow", 0.004), "fast": graph("fast", 0.001)}, [], rounds=2)
+    assert set(ms) == {"slow", "fast"} and 1.0 <= ms["fast"] < 2.5 <= 4.0 <= ms["slow"] < 8.0
+    turns = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
+    # a first call each, then round 1 in order and round 2 the other way round (fast twice in a row)
+    assert turns == ["slow", "fast", "slow", "fast", "slow"] and calls.count("slow") >= 1 + 2 * choice.MIN_STEPS
+
+
+@pytest.mark.compiles
+def test_the_large_row_steps_gemms_are_chosen_by_timing_both_builds_and_the_choice_is_kept(
+    one_row, trained_checkpoint, tmp_path, monkeypatch
+):
+    """With max-autotune asked for, a step graph from LARGE_ROWS rows on (here: 1, so the one-row step is one) is
+    built both ways (Inductor's default mode's oneDNN GEMMs, max-autotune's), each timed on the cache's own tensors,
+    and the faster serves: its package stays, the other's is removed, and the choice is written beside them with the
+    environment it was measured in. A restart loads the chosen package without timing anything; a record measured
+    elsewhere, or torn, is measured again. What is checked here is that bookkeeping: the timing is replaced to choose
+    either way (choice.time_graphs is tested above), and the max-autotune candidate is a copy of one_row_packages'
+    default-mode step, which computes the same (tests/app/test_compiled.py builds both for real and times them)."""
+    from model.compile import choice
+
+    model, cache, _ = one_row  # one_row_packages' default-mode step and prefill
+    monkeypatch.setattr(model_compile.graphs, "LARGE_ROWS", 1)
+    (default,) = tmp_path.glob("*/greedy_step-*-default.pt2")
+    autotuned = default.with_name(default.name.replace("-default.pt2", "-max-autotune.pt2"))
+    shutil.copy(default, autotuned)
+    spare = tmp_path / "spare"
+    shutil.copy(default, spare)
+    timed = []
+
+    def time_graphs(runs, inputs):
+        assert inputs[0].size(0) == 1 and inputs[2].size(-2) == min(choice.WINDOW, cache.max_len)
+        timed.append(sorted(runs))
+        return {"default": 2.0, "max-autotune": 1.0} if len(timed) < 3 else {"default": 1.0, "max-autotune": 2.0}
+
+    def candidates():
+        return sorted(p.name.rsplit("-", 1)[-1] for p in packages(tmp_path) if p.name.startswith("greedy"))
+
+    monkeypatch.setattr(choice, "time_graphs", time_graphs)
+    graphs = compile_model(model, cache, steps=("greedy",), directory=tmp_path, mode="max-autotune")
+    step = "greedy_step-1-1"
+    (record,) = tmp_path.glob("*/greedy_step-*-measured.json")
+    assert timed == [["default", "max-autotune"]] and graphs.loaded == [step, "prefill-1-1"]
+    assert graphs.choices[step] == choice.Choice("max-autotune", {"default": 2.0, "max-autotune": 1.0}, 1, 24)
+    assert candidates() == ["autotune.pt2"]  # the default's package is removed
+    written = json.loads(record.read_text())
+    assert written["chosen"] == "max-autotune" and written["environment"] == environment(torch.device("cpu"))
+    eager = load_checkpoint(trained_checkpoint)[0]
+    for source in SOURCES:
+        got, want = greedy_decode(model, batch([source]), 30, cache), greedy_decode(eager, batch([source]), 30)
+        assert got[0].tokens == want[0].tokens
+    assert graphs.missed == 0
+
+    again = compile_graphs(model, cache, steps=("greedy",), directory=tmp_path, mode="max-autotune")
+    assert again.loaded == [step, "prefill-1-1"] and again.choices == graphs.choices and len(timed) == 1  # not timed
+    record.write_text('{"chosen": "default", "ms"')  # torn: measured again
+    shutil.copy(spare, default)
+    again = compile_graphs(model, cache, steps=("greedy",), directory=tmp_path, mode="max-autotune")
+    assert len(timed) == 2 and again.choices[step].chosen == "max-autotune" and candidates() == ["autotune.pt2"]
+    written["environment"]["device"] = "cpu: another CPU [0123456789ab], avx512"
+    record.write_text(json.dumps(written))  # measured on another CPU: measured again here (the default faster now)
+    shutil.copy(spare, default)
+    again = compile_graphs(model, cache, steps=("greedy",), directory=tmp_path, mode="max-autotune")
+    assert len(timed) == 3 and again.choices[step].chosen == "default" and candidates() == ["default.pt2"]
+    assert json.loads(record.read_text())["chosen"] == "default"
+    autotuned.unlink(missing_ok=True)
+    again = compile_graphs(model, cache, steps=("greedy",), directory=tmp_path, mode="max-autotune")
+    assert len(timed) == 3 and again.loaded == [step, "prefill-1-1"]  # the chosen package is all a restart needs
+    assert model_compile.graph_mode(model_compile.Graph("prefill", 1, 1, 1), "max-autotune") == "default"
+    assert model_compile.graph_mode(model_compile.Graph("greedy_step", 1, 1, 1), "default") == "default"

@@ -104,3 +104,18 @@ def test_loading_the_int8_ops_logs_none_of_torchaos_import_warnings():
     assert "still heard" in done.stderr
     for noise in ("Failed to load", "Enum subclass", "no triton"):
         assert noise not in done.stderr, done.stderr
+
+
+def test_int8_is_said_to_lose_on_an_x86_cpu_without_vnni_only():
+    """model.quantize.int8_warning: an AVX2-only x86 CPU (oneDNN's int8 GEMMs without an int8 dot product) gets the
+    warning the server logs and /info shows; one with AVX-512 VNNI, AVX-VNNI or AMX does not, nor a CPU whose flags
+    say nothing of x86 (an ARM server) or that has none to read."""
+    from model.quantize import int8_warning
+
+    avx2 = ("fpu", "sse4_2", "fma", "avx", "avx2", "bmi2")
+    warning = int8_warning(avx2)
+    assert warning is not None and "NMT_QUANTIZE=none" in warning and "slower than float32" in warning
+    assert int8_warning((*avx2, "avx512f", "avx512bw")) is not None  # AVX-512 without VNNI (Skylake-SP)
+    for vnni in ("avx512_vnni", "avx_vnni", "amx_int8"):
+        assert int8_warning((*avx2, vnni)) is None
+    assert int8_warning(("fp", "asimd", "asimddp")) is None and int8_warning(()) is None
