@@ -153,7 +153,7 @@ def timing_inputs(cache: KVCache, graph: Graph, window: int) -> list[torch.Tenso
     with: the keys and values are views of the cache's own buffers, which a step only reads (so the worker may go on
     decoding with them), the rest copies of them that every row holds valid."""
     n, t, s = graph.hint, min(window, cache.max_len), min(window, cache.max_src_len)
-    tokens = torch.full_like(cache.tokens, 3)
+    tokens = torch.full_like(cache.tokens, 3)  # an id every vocabulary has (the bundled models' <unk>)
     positions = torch.full_like(cache.positions, t - 1)
     src_keep = torch.ones_like(cache.src_keep)
     return [tokens[:n], positions[:n], cache.kv[:, :, :n, :, :t], cache.cross_kv[:, :, :n, :, :s], src_keep[:n, :s]]
