@@ -156,7 +156,8 @@ def quantize_int8(model: Transformer) -> int:
 # The instructions that multiply uint8 by int8 and add into int32 in one step (VNNI: vpdpbusd), which oneDNN's int8
 # GEMMs need to beat float32's. Without them each product takes vpmaddubsw and vpmaddwd, and on a 2-core AMD EPYC
 # with AVX2 only (no AVX-512) the compiled int8 model decoded test2016 at 0.44x float32's speed at batch 1 and 0.97x
-# at batch 32 (bench/peers.py, docs/performance-history.md#int8); with AVX-512 VNNI it was 1.11x at batch 32.
+# at batch 32 (bench/peers.py; docs/performance-history.md, "The GEMMs of large batches, chosen per CPU"); with
+# AVX-512 VNNI it was 1.11x at batch 32 (its "int8" section).
 INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
