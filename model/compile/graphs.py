@@ -34,6 +34,14 @@ warnings.filterwarnings("ignore", message="To copy construct from a tensor", mod
 # slower than kernels tuned at 128 rows, and those ran a 4-row step ~1.5x slower.
 LARGE_ROWS = 16
 
+# The examples a graph is exported with set the sizes Inductor tunes its dynamic dimensions for: which loops it spreads
+# over the threads (a loop it believes short runs on one) and how oneDNN's packed GEMMs are blocked. So they are a
+# sentence's: SENTENCE_TOKENS source tokens (and cached tokens, for a step), and PREFILL_ROWS arrivals encoded
+# together. With the smallest sizes (3 tokens, 2 rows) as examples, a 32-sentence prefill took 33 ms against 26 and
+# loops of a step's attention ran on one thread (docs/performance-history.md, "Graphs tuned for a sentence's sizes").
+SENTENCE_TOKENS = 16
+PREFILL_ROWS = 8
+
 
 def graph_mode(graph: Graph, mode: str) -> str:
     """The mode `graph` is built in: `mode` for the decoder steps of fewer than LARGE_ROWS rows; "measured" for the
@@ -85,10 +93,11 @@ def graphs_for(model: Transformer, cache: KVCache, steps: Iterable[str] = ("gree
         screened = model.screen.min_rows if model.screen is not None and step == "greedy" else None
         per_step.append([Graph(fn, lo, hi, hint) for lo, hi, hint in row_ranges(cache.max_batch, screened)])
     prefill = [Graph("prefill", 1, 1, 1)]  # one source (a dynamic batch would not take size 1: export specializes it)
+    arrivals = max(2, min(PREFILL_ROWS, cache.max_batch))
     if cache.max_batch > 1:
-        prefill.append(Graph("prefill", 2, cache.max_batch, 2))
+        prefill.append(Graph("prefill", 2, cache.max_batch, arrivals))
     if cache.max_batch > 1 and cache.max_src_len > 2:  # KVCache.add packs sources of different lengths
-        prefill.append(Graph("prefill_packed", 2, cache.max_batch, 2))
+        prefill.append(Graph("prefill_packed", 2, cache.max_batch, arrivals))
     return [*per_step[0], *prefill, *(g for graphs in per_step[1:] for g in graphs)] if per_step else prefill
 
 
@@ -127,18 +136,19 @@ def example_inputs(model: Transformer, cache: KVCache, graph: Graph):
     """The module to export, example inputs of the strides the cache hands the graph, and their dynamic dims."""
     c, rows = model.config, _dim("rows", graph.lo, graph.hi)
     if graph.fn == "prefill":
-        src = torch.full((graph.hint, min(3, cache.max_src_len)), c.unk_id, device=cache.kv.device)
+        src = torch.full((graph.hint, min(SENTENCE_TOKENS, cache.max_src_len)), c.unk_id, device=cache.kv.device)
         return _Prefill(model), (src,), ({0: rows, 1: _dim("S", 1, cache.max_src_len)},)
-    if graph.fn == "prefill_packed":
-        b, s = graph.hint, 3
+    if graph.fn == "prefill_packed":  # sources of s, s - 1, s - 2, s - 3, s, ... tokens (the first is the longest)
+        b, s = graph.hint, min(SENTENCE_TOKENS, cache.max_src_len, PACK_MAX_TOKENS // graph.hint)
         src = torch.full((b, s), c.unk_id, device=cache.kv.device)
-        src[1:, 1:] = c.source_pad_id
+        for r in range(1, b):
+            src[r, max(1, s - r % 4) :] = c.source_pad_id
         keep = src != c.source_pad_id
         inputs = packed(src, keep, keep.sum(1), int(keep.sum()))
         tokens = Dim("T", min=2, max=PACK_MAX_TOKENS)
         ds = ({0: tokens}, {0: tokens}, {0: tokens}, {0: rows, 1: _dim("S", 2, cache.max_src_len)})
         return _PrefillPacked(model), inputs, ds
-    n, t, s = graph.hint, min(MIN_WINDOW + 1, cache.max_len), min(MIN_WINDOW + 1, cache.max_src_len)
+    n, t, s = graph.hint, min(SENTENCE_TOKENS + 1, cache.max_len), min(SENTENCE_TOKENS, cache.max_src_len)
     inputs = (  # views of the cache's buffers, as KVCache.step takes them
         cache.tokens[:n], cache.positions[:n], cache.kv[:, :, :n, :, :t], cache.cross_kv[:, :, :n, :, :s],
         cache.src_keep[:n, :s],

@@ -25,6 +25,7 @@ from model.compile import (
     uncompile,
     weights_digest,
 )
+from model.compile.graphs import PREFILL_ROWS, SENTENCE_TOKENS, example_inputs, graphs_for
 from model.decoding import KVCache, greedy_decode
 from model.screen import LogitScreen
 from model.search import DecodingOptions
@@ -42,6 +43,32 @@ def test_graphs_cover_one_row_two_rows_the_screens_minimum_and_the_large_rows():
     assert row_ranges(16, 4) == [(1, 1, 1), (2, 3, 2), (4, 15, 4), (16, 16, 16)]
     assert row_ranges(15, 2) == [(1, 1, 1), (2, 15, 2)]
     assert row_ranges(3, 4) == [(1, 1, 1), (2, 3, 2)] and row_ranges(1, 4) == [(1, 1, 1)]
+
+
+def test_graphs_are_exported_with_a_sentences_sizes_not_the_smallest_allowed(trained_checkpoint):
+    """Inductor tunes each dynamic size for its example (which loops run on every thread, how oneDNN's GEMMs are
+    blocked): the examples are a sentence's tokens and a group of arrivals, with sources of different lengths for the
+    packed prefill, inside every size the graph takes."""
+    model = load_checkpoint(trained_checkpoint)[0]
+    cache = KVCache(model, max_batch=32, max_len=60, max_src_len=40)
+    found = {g.name: g for g in graphs_for(model, cache, steps=("greedy",))}
+    assert found["prefill-2-32"].hint == found["prefill_packed-2-32"].hint == PREFILL_ROWS
+    (src,) = example_inputs(model, cache, found["prefill-2-32"])[1]
+    assert src.shape == (PREFILL_ROWS, SENTENCE_TOKENS)
+    ids, _, seq, index = example_inputs(model, cache, found["prefill_packed-2-32"])[1]
+    lengths = seq.bincount().tolist()
+    assert index.shape == (PREFILL_ROWS, SENTENCE_TOKENS) and max(lengths) == SENTENCE_TOKENS
+    assert len(set(lengths)) > 1 and len(ids) == sum(lengths)
+    tokens, positions, past_kv, cross_kv, src_keep = example_inputs(model, cache, found["greedy_step-16-32"])[1]
+    assert len(tokens) == 32 and past_kv.size(4) == SENTENCE_TOKENS + 1 and cross_kv.size(4) == SENTENCE_TOKENS
+    small = KVCache(model, max_batch=4, max_len=5, max_src_len=3)  # a small cache's examples stay inside its sizes
+    small_graphs = {g.name: g for g in graphs_for(model, small, steps=("greedy",))}
+    assert example_inputs(model, small, small_graphs["prefill-2-4"])[1][0].shape == (4, 3)
+    assert example_inputs(model, small, small_graphs["prefill_packed-2-4"])[1][3].shape == (4, 3)
+    step = example_inputs(model, small, next(g for g in small_graphs.values() if g.fn == "greedy_step" and g.hi == 4))[
+        1
+    ]
+    assert (step[2].size(4), step[3].size(4)) == (5, 3)
 
 
 @pytest.fixture(scope="module")
