@@ -93,7 +93,7 @@ def graphs_for(model: Transformer, cache: KVCache, steps: Iterable[str] = ("gree
         screened = model.screen.min_rows if model.screen is not None and step == "greedy" else None
         per_step.append([Graph(fn, lo, hi, hint) for lo, hi, hint in row_ranges(cache.max_batch, screened)])
     prefill = [Graph("prefill", 1, 1, 1)]  # one source (a dynamic batch would not take size 1: export specializes it)
-    arrivals = max(2, min(PREFILL_ROWS, cache.max_batch))
+    arrivals = min(PREFILL_ROWS, cache.max_batch)  # the example batch of the prefill graphs of 2 rows on
     if cache.max_batch > 1:
         prefill.append(Graph("prefill", 2, cache.max_batch, arrivals))
     if cache.max_batch > 1 and cache.max_src_len > 2:  # KVCache.add packs sources of different lengths

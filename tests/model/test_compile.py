@@ -65,9 +65,8 @@ def test_graphs_are_exported_with_a_sentences_sizes_not_the_smallest_allowed(tra
     small_graphs = {g.name: g for g in graphs_for(model, small, steps=("greedy",))}
     assert example_inputs(model, small, small_graphs["prefill-2-4"])[1][0].shape == (4, 3)
     assert example_inputs(model, small, small_graphs["prefill_packed-2-4"])[1][3].shape == (4, 3)
-    step = example_inputs(model, small, next(g for g in small_graphs.values() if g.fn == "greedy_step" and g.hi == 4))[
-        1
-    ]
+    largest_step = next(g for g in small_graphs.values() if g.fn == "greedy_step" and g.hi == 4)
+    step = example_inputs(model, small, largest_step)[1]
     assert (step[2].size(4), step[3].size(4)) == (5, 3)
 
 
