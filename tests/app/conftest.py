@@ -6,7 +6,7 @@ import asyncio
 import shutil
 import tempfile
 import threading
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 
 import httpx
 import pytest
@@ -40,11 +40,11 @@ async def serve(settings: Settings, startup_timeout: float = 60):
 MODES = ("one process", "front-end")  # a server whole, or a front-end whose models an engine process serves
 
 
-@asynccontextmanager
-async def engine_process(settings: Settings):
+@contextmanager
+def engine_process(settings: Settings):
     """The settings' models loaded and served as NMT_FRONTENDS's engine process serves them (app/frontends.py's
     serve_cores, on a thread and event loop of their own, over ZeroMQ on a private ipc socket); yields the settings of a
-    front-end of it and the models (their cores: what the engine process holds)."""
+    front-end of it and the models (their cores: what the engine process holds). Blocks while the models load."""
     settings = settings.model_copy(update={"frontends": 1})
     private = tempfile.mkdtemp(prefix="nmt-test-engine-")  # mode 0700, as the server's
     address, loaded, held = f"ipc://{private}/engine", threading.Event(), {}
@@ -75,9 +75,10 @@ async def serve_in(mode: str, settings: Settings, startup_timeout: float = 60):
     """`serve` in one of MODES: the app whole, or a front-end whose models an engine process (`engine_process`) serves;
     yields (app, client) alike. Behind a front-end, app.state.behind holds the engine process's models."""
     if mode == "front-end":
-        async with engine_process(settings) as (front, models), serve(front, startup_timeout) as (app, client):
-            app.state.behind = models
-            yield app, client
+        with engine_process(settings) as (front, models):
+            async with serve(front, startup_timeout) as (app, client):
+                app.state.behind = models
+                yield app, client
     else:
         assert mode == "one process", mode
         async with serve(settings, startup_timeout) as pair:

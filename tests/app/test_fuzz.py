@@ -1,9 +1,12 @@
-"""Generated and malformed requests at every endpoint: never a 5xx, and every error is {"error", "type"}."""
+"""Generated and malformed requests at every endpoint: never a 5xx, and every error is {"error", "type"}. Each runs
+against one process and against a front-end whose models an engine process serves (tests/app/conftest.py's MODES), so
+that what gets past the front-end's checks reaches the engine over its wire too."""
 
 from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 
 import pytest
 import schemathesis
@@ -21,8 +24,10 @@ from schemathesis.specs.openapi.checks import (
 
 from app.main import create_app
 from app.settings import Settings
+from tests.app.conftest import MODES, engine_process, served_in
 from tests.app.helpers import assert_handled
 
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30),
@@ -161,21 +166,25 @@ async def test_raw_bodies_methods_and_content_types_never_cause_a_5xx(client, me
     assert_handled(await client.request(method, path, content=body, headers=headers), path)
 
 
-@pytest.fixture(scope="module")
-def api_schema(tiny_checkpoint, tmp_path_factory):
-    """The app's own OpenAPI schema; loading it starts the app's lifespan on schemathesis' event loop."""
+@pytest.fixture(scope="module", params=MODES)
+def api_schema(tiny_checkpoint, tmp_path_factory, request):
+    """The app's own OpenAPI schema, of one process or of a front-end; loading it starts the app's lifespan on
+    schemathesis' event loop."""
     glossaries = tmp_path_factory.mktemp("glossaries")
     settings = Settings(model_dir=tiny_checkpoint, max_input_tokens=64, max_new_tokens=12, max_batch_texts=8,
                         glossary_dir=glossaries)  # fmt: skip
-    app = create_app(settings)
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
-    deadline = time.monotonic() + 60
-    while not (app.state.engine and app.state.engine.ready) and time.monotonic() < deadline:
-        assert app.state.load_error is None, app.state.load_error
-        time.sleep(0.05)
-    schema.config.generation.update(modes=list(GenerationMode), max_examples=60)
-    yield schema
-    asgi.shutdown_lifespans()
+    with ExitStack() as stack:
+        if request.param == "front-end":
+            settings = stack.enter_context(engine_process(settings))[0]
+        app = create_app(settings)
+        schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+        deadline = time.monotonic() + 60
+        while not (app.state.engine and app.state.engine.ready) and time.monotonic() < deadline:
+            assert app.state.load_error is None, app.state.load_error
+            time.sleep(0.05)
+        schema.config.generation.update(modes=list(GenerationMode), max_examples=60)
+        yield schema
+        asgi.shutdown_lifespans()
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
