@@ -86,6 +86,8 @@ class CoreServer:
                 self._post(who, wire.error_reply(req.id, e))
                 return
             self._tasks[key] = asyncio.create_task(self._pump(who, req.id, stream))
+            tokens = self._tokens[key] = []  # taken: a "tokens" reply now (RemoteStream.accepted); first ids join it
+            self._post(who, Reply(req.id, "tokens", tokens))
         else:
             args = (*req.args[:2], placed(core, req.args[2])) if req.kind == "search" else req.args
             self._tasks[key] = asyncio.create_task(self._call(who, req.id, getattr(core, req.kind), args))

@@ -14,7 +14,9 @@ reply to the future or stream of its request id.
   side. A front-end that went away without its "bye" is found at the first reply that cannot reach it, likewise.
 - Capacity: a front-end admits at most its share of the engine's queue (max_queue / frontends), so check_capacity and
   stream() answer QueueFull at once, with no round trip; the engine stays the final judge, and its QueueFull arrives
-  as the call's (or the stream's) error.
+  as the call's error, or a stream's `accepted()` raises it (the engine answers a stream it takes with an empty
+  "tokens" reply at once): awaited before the stream's response begins, it is still the answer's 429, as in one
+  process.
 - Cancellation: a caller that gives up (its task cancelled, its stream closed) sends "cancel"; the engine cancels the
   request's task, which drops its sequences and frees their rows. "bye" cancels all of a front-end's requests.
 - Death: the socket's monitor sees the engine's end close (a killed process), and a heartbeat (a "status" every
@@ -65,8 +67,21 @@ class Pending:
             self.tokens.put_nowait(None)
 
 
+@dataclass(eq=False)
 class RemoteStream(Pending):
     """A stream's token ids as they arrive from the engine, as app/engine/sequence.py's TokenStream."""
+
+    first: asyncio.Future | None = None  # the engine's first reply: "tokens" as it took the stream, or its refusal
+
+    def settle(self, result: Any = None, error: Exception | None = None) -> None:
+        super().settle(result, error)  # first: its callbacks (the load it held) run before `accepted` returns
+        if not self.first.done():
+            self.first.set_result(None) if error is None else self.first.set_exception(error)
+
+    async def accepted(self) -> None:
+        """Return once the engine took it; raise what it refused it with (its QueueFull). One round trip, not the
+        first token's wait."""
+        await self.first
 
     def __aiter__(self) -> RemoteStream:
         return self
@@ -162,8 +177,13 @@ class Connection:
 
     def _request(self, request: Request, stream: bool = False) -> Pending:
         self._send(request)
-        future = asyncio.get_running_loop().create_future()
-        p = RemoteStream(request.core, future, asyncio.Queue()) if stream else Pending(request.core, future)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if stream:
+            p = RemoteStream(request.core, future, asyncio.Queue(), loop.create_future())
+            p.first.add_done_callback(seen)
+        else:
+            p = Pending(request.core, future)
         self._pending[request.id] = p
         future.add_done_callback(partial(self._done, request.id))
         return p
@@ -177,7 +197,7 @@ class Connection:
         if future.cancelled():  # the caller gave up: the engine frees its rows
             self._send(Request(request_id, "cancel"), quietly=True)
         else:
-            future.exception()  # seen: a failure nobody awaits any more (a heartbeat's, a closed stream's) is no error
+            seen(future)
 
     def _lose(self, why: str) -> None:
         """The engine is gone (or not answering): fail everything in flight; refuse new requests until it answers."""
@@ -211,6 +231,8 @@ class Connection:
         if reply.kind == "tokens":
             for token in reply.payload:
                 p.tokens.put_nowait(token)
+            if not p.first.done():
+                p.first.set_result(None)
         elif reply.kind == "error":
             p.settle(error=wire.raised(reply.payload))
         else:
@@ -229,6 +251,12 @@ class Connection:
                 self._lose(f"the engine process is gone: it has not answered for {self.timeout_s:g} s")
             with suppress(EngineUnavailable):  # not connected: the monitor or the silence tells
                 self._ask()
+
+
+def seen(future: asyncio.Future) -> None:
+    """A failure nobody awaits any more (a heartbeat's, a closed stream's) is no error."""
+    if not future.cancelled():
+        future.exception()
 
 
 def reported(key: str, doc: str) -> property:

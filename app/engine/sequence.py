@@ -66,6 +66,9 @@ class TokenStream:
     def __init__(self, batcher: Batcher, seq: Sequence):
         self._batcher, self._seq = batcher, seq
 
+    async def accepted(self) -> None:
+        """Taken already: the batcher refuses a stream when it is submitted (app/engine/remote.py's waits for it)."""
+
     def __aiter__(self) -> TokenStream:
         return self
 

@@ -3,7 +3,7 @@
 A front-end sends `Request`s on a ZeroMQ DEALER socket: its own id for the request, the kind (an EngineCore method,
 "stream", "cancel", "status" or "bye"), the model's name and the arguments, in token ids. The engine process answers
 on its ROUTER socket with a list of `Reply`s per message, all it has for that front-end at one wake-up: "tokens" (a
-stream's new ids), "ok" (the result: hypotheses, a stream's final hypothesis), "error" (an app/engine/errors.py
+stream's new ids; the first, sent as the engine takes the stream, may have none), "ok" (the result: hypotheses, a stream's final hypothesis), "error" (an app/engine/errors.py
 class's name and message), "status" (every model's facts and load) or "reset" (the engine cancelled this front-end's
 requests before that id: see app/engine/remote.py).
 

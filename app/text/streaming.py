@@ -82,6 +82,10 @@ async def stream_events(
     ]  # fmt: skip
     last = max(i for i, tokens in enumerate(streams) if tokens is not None)
     try:
+        async with engine.deadline(deadline):  # a refusal (a full queue) is still the answer's status, not an event
+            for tokens in streams:
+                if tokens is not None:
+                    await tokens.accepted()
         yield None
         shown, pending, index, hyps, done = "", "", 0, [], []  # sent in events; text not sent yet
         model_texts = []  # what the model wrote, which its confidence judges

@@ -14,10 +14,11 @@ import torch
 from app import models
 from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import StepGate, failing_on_step, serve
+from tests.app.conftest import MODES, StepGate, core_of, failing_on_step, serve, serve_in, served_in
 from tests.app.helpers import assert_error, sse, until
 
 pytestmark = pytest.mark.anyio
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)
 
 
 @pytest.mark.parametrize(
@@ -117,8 +118,9 @@ async def test_unknown_path_and_wrong_method(client):
     assert_error(await client.get("/translate"), 405, "method_not_allowed", "GET", "POST")
 
 
-async def test_api_key_guards_everything_but_health_and_ready(settings):
-    async with serve(Settings(**{**settings.model_dump(), "api_key": "s3cret"})) as (_, client):
+@pytest.mark.parametrize("mode", MODES)
+async def test_api_key_guards_everything_but_health_and_ready(settings, mode):
+    async with serve_in(mode, Settings(**{**settings.model_dump(), "api_key": "s3cret"})) as (_, client):
         assert (await client.get("/health")).status_code == 200
         assert (await client.get("/ready")).status_code == 200
         for method, path, body in [("GET", "/info", None), ("POST", "/translate", {"text": "A dog."})]:
@@ -161,7 +163,7 @@ async def test_ready_and_requests_are_503_until_the_model_is_loaded_and_warmed(s
 async def test_what_startup_loaded_is_frozen_out_of_the_cyclic_collector(settings):
     gc.unfreeze()
     async with serve(settings) as (app, client):
-        model = app.state.engine.core.model
+        model = core_of(app).model
         collected = {id(o) for o in gc.get_objects()}  # every generation but the permanent (frozen) one
         assert gc.is_tracked(model) and id(model) not in collected
         assert gc.get_freeze_count() > 10_000  # torch, the model, the tokenizer
@@ -184,7 +186,7 @@ async def test_a_checkpoint_that_fails_to_load_is_reported(tmp_path, settings):
 
 
 async def test_a_failing_step_fails_only_its_requests_and_the_next_one_succeeds(client, app, monkeypatch):
-    model = app.state.engine.core.model
+    model = core_of(app).model
     monkeypatch.setattr(model, "decode_greedy", failing_on_step(model.decode_greedy, 1))
     r = await client.post("/translate", json={"text": ["A dog.", "A cat."]})
     assert_error(r, 500, "model_error", "injected fault", "other requests were not affected")
@@ -206,9 +208,9 @@ LONG = {"text": "Two girls are playing in the park.", "max_new_tokens": 40}
 
 
 async def test_a_full_queue_answers_429_with_retry_after(client, app, monkeypatch):
-    batcher = app.state.engine.core.batcher
+    batcher = core_of(app).batcher
     monkeypatch.setattr(batcher, "max_queue", 3)
-    gate = StepGate(app.state.engine.core.model, monkeypatch)
+    gate = StepGate(core_of(app).model, monkeypatch)
     gate.hold(lambda sizes: True)
     first = asyncio.create_task(client.post("/translate", json={**LONG, "text": ["A dog.", "A cat."]}))
     try:
@@ -230,14 +232,14 @@ async def test_a_full_queue_answers_429_with_retry_after(client, app, monkeypatc
 async def test_a_request_past_its_timeout_gets_504_and_leaves_the_batch(client, app, monkeypatch):
     engine = app.state.engine
     monkeypatch.setattr(engine, "request_timeout_s", 0.2)
-    gate = StepGate(engine.core.model, monkeypatch)
+    gate = StepGate(core_of(app).model, monkeypatch)
     gate.hold(lambda sizes: len(sizes) == 3)
     try:
         r = await client.post("/translate", json=LONG)
         assert_error(r, 504, "timeout", "not answered within 0.2 s", "NMT_REQUEST_TIMEOUT_S")
     finally:
         gate.release()
-    await until(lambda: engine.core.batcher.cache.n == 0)
+    await until(lambda: core_of(app).batcher.cache.n == 0)
     assert gate.sizes == [1, 1, 1]  # dropped before the step after the one it was waiting on
     gate.hold(lambda sizes: len(sizes) == 6)  # a stream times out after it started: its last event says so
     try:
@@ -276,19 +278,19 @@ async def asgi_request(app, body: dict, gone: asyncio.Event) -> list[dict]:
 
 
 def running(app) -> float:
-    return app.state.engine.core.batcher.metrics.sample("nmt_running_batch_size")
+    return core_of(app).batcher.metrics.sample("nmt_running_batch_size")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, app, monkeypatch, stream):
-    gate, gone = StepGate(app.state.engine.core.model, monkeypatch), asyncio.Event()
+    gate, gone = StepGate(core_of(app).model, monkeypatch), asyncio.Event()
     gate.hold(lambda sizes: len(sizes) == 3)
     request = asyncio.create_task(asgi_request(app, {**LONG, "stream": stream}, gone))
     try:
         await until(gate.paused.is_set)
         assert running(app) == 1
         gone.set()
-        await until(lambda: app.state.engine.core.batcher.load == 0)  # the caller gave up
+        await until(lambda: core_of(app).batcher.load == 0)  # the caller gave up
     finally:
         gate.release()
     messages = await request
@@ -303,7 +305,7 @@ async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, 
 
 
 async def test_a_failing_step_ends_a_stream_with_an_error_event_and_the_next_one_succeeds(client, app, monkeypatch):
-    model = app.state.engine.core.model
+    model = core_of(app).model
     monkeypatch.setattr(model, "decode_greedy", failing_on_step(model.decode_greedy, 3))
     events = sse(await client.post("/translate", json={**LONG, "stream": True}))
     assert [e.get("index") for e in events[:-1]] == [0, 1]
@@ -315,7 +317,7 @@ async def test_device_memory_that_never_suffices_is_a_503_and_the_worker_keeps_s
     def add(model, src):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
 
-    monkeypatch.setattr(app.state.engine.core.batcher.cache, "add", add)
+    monkeypatch.setattr(core_of(app).batcher.cache, "add", add)
     r = await client.post("/translate", json={"text": "A dog."})
     assert_error(r, 503, "out_of_memory", "ran out of memory", "smaller batch", "retry later")
     monkeypatch.undo()

@@ -196,6 +196,9 @@ async def test_queue_full_from_the_front_end_share_or_from_the_engine(remote, co
     with pytest.raises(QueueFull, match="this request adds 3; the limit is 4"):  # ...the engine has not
         await remote.generate(srcs[:3], [BUDGET] * 3)
     streams = [remote.stream(src, BUDGET) for src in srcs[:3]]  # submitted here; the engine refuses the third
+    with pytest.raises(QueueFull, match="4 sequences are waiting or decoding and this request adds 1"):
+        await streams[2].accepted()  # what a stream awaits before its response begins: the answer is a 429
+    await streams[0].accepted()  # taken: the engine says so at once, though its held worker gives no token yet
     assert [token async for token in streams[2]] == []
     with pytest.raises(QueueFull, match="4 sequences are waiting or decoding and this request adds 1"):
         await streams[2].result()
@@ -240,8 +243,9 @@ async def test_a_front_end_that_stops_reading_is_cut_off_not_waited_for(core, sr
         replies = []  # it reads at last: what reached it before it was cut off...
         while (frame := await read(mute, 0.5)) is not None:
             replies += wire.decode(frame)
-        kinds = [r.kind for r in replies]
-        assert set(kinds) <= {"status", "reset"}, f"its stream gave {kinds}: it was not cut off before a token"
+        kinds, tokens = [r.kind for r in replies], [t for r in replies if r.kind == "tokens" for t in r.payload]
+        assert set(kinds) <= {"tokens", "status", "reset"}, kinds  # "tokens": only the engine taking the stream...
+        assert tokens == [], f"its stream gave {tokens}: it was not cut off before a token"  # ...with no token
         await mute.send(wire.encode(wire.Request(i, "status")))  # ...then, to its next request, the news
         answer = [r.kind for r in wire.decode(await read(mute, 10))]
         # a reset answers the first request after a cut-off; while the socket stays full the engine cuts it off again,
