@@ -66,3 +66,10 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def children(pid: int) -> list[int]:
+    """The processes the server started, in the order it started them (multiprocessing's own helpers left out)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        pids = sorted(int(p) for p in f.read().split())
+    return [p for p in pids if "spawn_main" in open(f"/proc/{p}/cmdline").read()]

@@ -9,15 +9,18 @@ import torch
 from app.settings import Settings
 import model.compile as model_compile
 from model.compile import PACKAGE_DIR
-from tests.app.conftest import StepGate, serve
+from tests.app.conftest import StepGate, serve, serve_in
 from tests.app.helpers import assert_stream_matches, sse
 
 pytestmark = pytest.mark.anyio
 TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps.", "Hi", ""]
 
 
-async def translate(settings: Settings, startup_timeout: float = 60) -> tuple[dict, list[dict]]:
-    async with serve(settings, startup_timeout) as (_, client):
+async def translate(
+    settings: Settings, startup_timeout: float = 60, mode: str = "one process"
+) -> tuple[dict, list[dict]]:
+    """/info and the translations of TEXTS (and a stream) from a server in one of MODES."""
+    async with serve_in(mode, settings, startup_timeout) as (_, client):
         info = (await client.get("/info")).json()
         # truncate: the one-row packages' limits (NMT_MAX_INPUT_TOKENS=16) are below the tiny vocabulary's 23 tokens
         # for TEXTS[1]
@@ -51,7 +54,9 @@ async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_resta
     assert [t["text"] for t in compiled] == [t["text"] for t in eager]
     assert [t["score"] for t in compiled] == pytest.approx([t["score"] for t in eager], abs=1e-4)
 
-    restarted_info, restarted = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path))
+    # restarted as a front-end and an engine process: the engine loads the graphs, /info reports them through it
+    restarted_info, restarted = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path),
+                                                mode="front-end")  # fmt: skip
     assert restarted_info["compile"]["built"] == 0 and restarted_info["compile"]["loaded"] == 3
     assert [t["text"] for t in restarted] == [t["text"] for t in eager]
     assert restarted_info["compile"]["gemms"] == {}  # no step of LARGE_ROWS rows or more: nothing to choose

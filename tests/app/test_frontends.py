@@ -5,12 +5,15 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import pytest
 
 from bench.server import poll_until
 from model.metadata import read_metadata, write_metadata
-from tests.app.live import gone, live_server, stream_across_sigterm
+from tests.app.live import children, gone, live_server, stream_across_sigterm
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="needs SO_REUSEPORT")
 TEXTS = ["A man is riding a bike.", "Two dogs play in the snow."]
@@ -102,13 +105,6 @@ def metric_families(text: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def children(pid: int) -> list[int]:
-    """The processes the server started, in the order it started them (multiprocessing's own helpers left out)."""
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        pids = sorted(int(p) for p in f.read().split())
-    return [p for p in pids if "spawn_main" in open(f"/proc/{p}/cmdline").read()]
-
-
 def test_sigterm_drains_a_stream_through_the_engine_then_everything_exits_0(split):
     proc, base = split
     pids = children(proc.pid)
@@ -136,6 +132,42 @@ def test_a_killed_engine_gets_503s_then_the_server_exits_non_zero(split):
     out, _ = proc.communicate(timeout=60)
     assert statuses <= {503}, (statuses, out)
     assert proc.returncode == 1 and "nmt-serve-engine" in out, out
+
+
+def stream_events(base: str, body: dict, started: threading.Barrier) -> list[dict] | str:
+    """A stream's events, waiting at `started` once its first came; or how its connection broke."""
+    try:
+        with httpx.Client(base_url=base, timeout=60) as client, client.stream("POST", "/translate", json=body) as r:
+            lines = (json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line)
+            events = [next(lines)]
+            started.wait(30)
+            return events + list(lines)
+    except httpx.TransportError as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def test_a_killed_front_end_loses_its_connections_only_the_engine_frees_its_rows_and_the_server_exits_non_zero(split):
+    """16 streams in flight across both front-ends; one front-end killed (SIGKILL). Its streams' connections break;
+    the engine finds it gone at its next reply and cancels its requests; the server then stops as after any process
+    ended: the other front-end's streams run to their last event (lost 0), and the parent exits 1 naming the dead."""
+    proc, base = split
+    engine, _, victim = children(proc.pid)
+    body = {"text": "Two girls are playing in the park.", "stream": True, "max_new_tokens": 250}
+    started = threading.Barrier(17)
+    with ThreadPoolExecutor(16) as pool:
+        streams = [pool.submit(stream_events, base, body, started) for _ in range(16)]
+        started.wait(60)  # every stream has its first event: all 16 decode in the engine
+        os.kill(victim, signal.SIGKILL)
+        ends = [s.result(timeout=120) for s in streams]
+    out, _ = proc.communicate(timeout=60)
+    broken, whole = [e for e in ends if isinstance(e, str)], [e for e in ends if not isinstance(e, str)]
+    assert broken and whole, ends  # connections reach both front-ends (SO_REUSEPORT spreads 16 of them)
+    for events in whole:
+        assert events[-1].get("finish_reason") in ("eos", "length"), events[-1]
+        assert events[-1]["usage"]["output_tokens"] == len(events) - 1
+    assert re.search(r"front-end \w+ is gone: cancelling its [1-9]\d* request", out), out
+    assert proc.returncode == 1 and f"nmt-serve-frontend-1 (pid {victim}) exited with status -9" in out, out
+    assert all(gone(pid) for pid in (engine, victim))
 
 
 def loaded(pid: int, *libraries: str) -> list[str]:
