@@ -3,15 +3,16 @@
 A front-end sends `Request`s on a ZeroMQ DEALER socket: its own id for the request, the kind (an EngineCore method,
 "stream", "cancel", "status" or "bye"), the model's name and the arguments, in token ids. The engine process answers
 on its ROUTER socket with a list of `Reply`s per message, all it has for that front-end at one wake-up: "tokens" (a
-stream's new ids; the first, sent as the engine takes the stream, may have none), "ok" (the result: hypotheses, a stream's final hypothesis), "error" (an app/engine/errors.py
-class's name and message), "status" (every model's facts and load) or "reset" (the engine cancelled this front-end's
-requests before that id: see app/engine/remote.py).
+stream's new ids; the first, sent as the engine takes the stream, may have none), "ok" (the result: hypotheses, a
+stream's final hypothesis), "error" (an app/engine/errors.py class's name and message), "status" (every model's facts
+and load) or "reset" (the engine cancelled this front-end's requests before that id: see app/engine/remote.py).
 
 The encoding is pickle (protocol 5): both ends are this project's own processes on one machine, over an ipc:// socket
 in a folder only the server's user can reach (`check_private` refuses anything else), so nothing from a stranger is
 ever unpickled; pickle carries Hypothesis, DecodingOptions (its `glued` array) and AttentionWeights as they are, with
 no schema to keep in step. None holds a tensor, and their classes' modules import no torch (model/hypothesis.py,
-model/options.py, app/engine/attention.py): a front-end that unpickles them never imports it. A socket others could reach (tcp://) would need an encoding that cannot run code instead.
+model/options.py, app/engine/attention.py): a front-end that unpickles them never imports it. A socket others could
+reach (tcp://) would need an encoding that cannot run code instead.
 """
 
 from __future__ import annotations
