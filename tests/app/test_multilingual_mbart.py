@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from app.settings import Settings
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, core_of, serve_in
 from tests.app.multilingual import BUDGET, PER_DIRECTION, generate
 from tests.importers.marian_fixture import held_out_sentences
 from tests.importers.multilingual_fixture import import_all, model_directories
@@ -28,11 +28,12 @@ def dirs(tmp_path_factory):
     return sources, import_all(sources, tmp_path_factory.mktemp("imported"))
 
 
-@pytest.fixture(scope="module")
-async def served(dirs):
+@pytest.fixture(scope="module", params=MODES)
+async def served(dirs, request):
     _, imported = dirs
     models = f"mbart={imported['mbart50']},nllb={imported['nllb']}"
-    async with serve(Settings(models=models, compile=False, max_new_tokens=BUDGET, max_input_tokens=64)) as pair:
+    settings = Settings(models=models, compile=False, max_new_tokens=BUDGET, max_input_tokens=64)
+    async with serve_in(request.param, settings) as pair:
         yield pair
 
 
@@ -44,15 +45,15 @@ def client(served):
 async def test_three_directions_at_once_give_generates_tokens_and_text(served, client, dirs):
     sources, _ = dirs
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(sources["mbart50"]).eval()
-    engine = served[0].state.models.engines["mbart"]
-    engine.core.batcher.peak_rows = 0
+    core = core_of(served[0], "mbart")
+    core.batcher.peak_rows = 0
     cases = [(src, tgt, held_out_sentences(lang)[:PER_DIRECTION]) for src, _, tgt, _, lang in DIRECTIONS]
     answers = await asyncio.gather(*(
         client.post("/translate", json={"text": texts, "source": src, "target": tgt, "model": "mbart",
                                         "return_tokens": True})
         for src, tgt, texts in cases
     ))  # fmt: skip
-    assert engine.core.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
+    assert core.batcher.peak_rows > PER_DIRECTION  # rows of more than one direction stepped together
     for (_, src, _, tgt, _), (_, _, texts), r in zip(DIRECTIONS, cases, answers):
         assert r.status_code == 200, r.text
         ids, wanted = generate(hf, (sources["mbart50"],), src, tgt, texts, num_beams=1)

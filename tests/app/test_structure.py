@@ -26,7 +26,7 @@ from app.html import parse
 from app.html.reader import _CLOSED_BY
 from app.settings import Settings
 from bench.hostile_shapes import corpus
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, engine_side, served_in
 
 pytestmark = pytest.mark.anyio
 STRUCTURE = hypothesis.settings(
@@ -49,10 +49,7 @@ def settings(german, tmp_path_factory) -> Settings:
     return Settings(model_dir=german, max_new_tokens=8, compile=False, glossary_dir=tmp_path_factory.mktemp("g"))
 
 
-@pytest.fixture(scope="module")
-async def served(settings):
-    async with serve(settings) as pair:
-        yield pair
+served = pytest.fixture(scope="module", params=MODES, name="served")(served_in)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +88,7 @@ async def after(served, normal):
     async def check() -> None:
         r = await client.post("/translate", json=NORMAL)
         assert (r.status_code, r.json()) == (200, normal)
-        for engine in app.state.models.engines.values():
+        for engine in engine_side(app).engines.values():
             assert (engine.core.batcher.load, engine.core.batcher.running, len(engine.core.batcher.batch)) == (0, 0, 0)
 
     return check
