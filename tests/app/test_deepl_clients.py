@@ -30,12 +30,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> str:
-    """A live server with both bundled models, NMT_API_KEY set, glossaries in a directory of its own."""
+@pytest.fixture(scope="module", params=["0", "1"], ids=["one process", "front-end"])
+def base(tmp_path_factory, request) -> str:
+    """A live server with both bundled models, NMT_API_KEY set, glossaries in a directory of its own: one process, or
+    a front-end apart from the engine process (NMT_FRONTENDS=1)."""
     proc, url = start_server(
         BUNDLED_MODEL_DIR, NMT_MODELS=f"en-de={BUNDLED_MODEL_DIR},en-fr={FRENCH}", NMT_API_KEY=KEY,
-        NMT_COMPILE="off", NMT_GLOSSARY_DIR=str(tmp_path_factory.mktemp("glossaries")),
+        NMT_COMPILE="off", NMT_GLOSSARY_DIR=str(tmp_path_factory.mktemp("glossaries")), NMT_FRONTENDS=request.param,
     )  # fmt: skip
     try:
         wait_ready(proc, url, timeout=120)
