@@ -75,6 +75,10 @@ class RemoteStream(Pending):
 
     def settle(self, result: Any = None, error: Exception | None = None) -> None:
         super().settle(result, error)  # first: its callbacks (the load it held) run before `accepted` returns
+        self.heard(error)
+
+    def heard(self, error: Exception | None = None) -> None:
+        """The engine answered: the first answer took the stream, or refused it with `error`."""
         if not self.first.done():
             self.first.set_result(None) if error is None else self.first.set_exception(error)
 
@@ -231,8 +235,7 @@ class Connection:
         if reply.kind == "tokens":
             for token in reply.payload:
                 p.tokens.put_nowait(token)
-            if not p.first.done():
-                p.first.set_result(None)
+            p.heard()
         elif reply.kind == "error":
             p.settle(error=wire.raised(reply.payload))
         else:
