@@ -27,7 +27,10 @@ class _StartTags(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.names, self.found = names, []
         self.lines = [0] + [m.end() for m in re.finditer("\n", page)]
-        self.feed(page)  # not close(): an unterminated tag at the end is the engine's parser's error to report
+        try:
+            self.feed(page)  # not close(): an unterminated tag at the end is the engine's parser's error to report
+        except AssertionError:  # how the standard library's parser refuses a declaration ("<![ x"): the same parser
+            pass  # reading the page to translate it (app/html/reader.py) refuses it there, with where and why (a 400)
 
     def handle_starttag(self, tag, attrs):
         if tag in self.names and not any(name == "translate" for name, _ in attrs):

@@ -19,7 +19,7 @@ from urllib.parse import quote_plus, urlencode
 import httpx
 import hypothesis
 import pytest
-from hypothesis import HealthCheck, event, given
+from hypothesis import HealthCheck, event, example, given
 from hypothesis import strategies as st
 
 from app.html import parse
@@ -267,6 +267,15 @@ class Elements(HTMLParser):
         self.feed(page)
         self.close()
 
+    def parse_html_declaration(self, i: int) -> int:
+        """`<![` not followed by a name (a storm's `<br>` cut into `<![CDATA[`): a bogus comment up to the next `>`, as
+        the HTML standard reads it, where Python 3.11's parser raises AssertionError."""
+        try:
+            return super().parse_html_declaration(i)
+        except AssertionError:
+            end = self.rawdata.find(">", i + 2)
+            return -1 if end < 0 else end + 1
+
     def handle_starttag(self, tag, attrs):
         self.tags["<" + tag] += 1
 
@@ -432,6 +441,7 @@ IGNORED = st.lists(st.sampled_from([*INLINES, *BLOCKS[:4], "x-widget", "B", "cod
 
 @STRUCTURE
 @given(page=pages(), ignored=IGNORED, split=st.sampled_from(["0", "1", "nonewlines"]))
+@example(page="<p>A dog. <![<br><br>CDATA[x < y]]> A man.</p>", ignored=["b"], split="nonewlines")  # found once
 async def test_deepl_html_with_ignored_tags_comes_back_with_its_elements_as_written(
     client, after, page, ignored, split
 ):
