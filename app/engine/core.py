@@ -9,6 +9,7 @@ live in another process (as vLLM's EngineCore does) behind the same ones.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -114,12 +115,21 @@ class EngineCore:
         """Each source's hypotheses, best first, decoded as `options` (one for all, or each its own) says."""
         return await self.batcher.search(srcs, budgets, options)
 
+    def searching(
+        self, srcs: list[list[int]], budgets: list[int], options: DecodingOptions | list[DecodingOptions]
+    ) -> asyncio.Future:
+        """`search` submitted now, answered through a future (cancel it to give up): for the engine process, which
+        answers its front-ends from the future's callback rather than a task per request."""
+        return self.batcher.searching(srcs, budgets, options)
+
     def stream(
-        self, src: list[int], budget: int, options: DecodingOptions = GREEDY, request: object | None = None
-    ) -> TokenStream:
-        """One sequence of one row, submitted now (QueueFull or EngineUnavailable raised here), its tokens streamed;
-        streams of one `request` take turns with other requests as one."""
-        return self.batcher.stream(src, budget, options, request)
+        self, src: list[int], budget: int, options: DecodingOptions = GREEDY, request: object | None = None,
+        sink: Any = None,
+    ) -> TokenStream:  # fmt: skip
+        """One sequence of one row, submitted now (QueueFull or EngineUnavailable raised here), its tokens streamed
+        (to `sink.put_nowait`, then None, if given); streams of one `request` take turns with other requests as
+        one."""
+        return self.batcher.stream(src, budget, options, request, sink)
 
     def check_capacity(self, n: int) -> None:
         """Raise QueueFull now if `n` more sequences would not fit, before any work is spent on them."""

@@ -3,8 +3,9 @@
 As vLLM's API servers reach its EngineCore: one engine process owns the models, their KV caches, the running batch
 and the compiled graphs (app/engine/core_server.py's `CoreServer`), and each HTTP front-end process does the text
 work (app/text/engine.py) through `RemoteCore`s, which have EngineCore's methods, signatures and errors, in token
-ids over the messages of app/engine/wire.py. A front-end process has one socket (`Connection`) for all its models; one reader task hands each
-reply to the future or stream of its request id.
+ids over the messages of app/engine/wire.py. A front-end process has one socket (`Connection`) for all its models:
+the requests made at one pass of its event loop leave as one message, and its reader hands each reply to the future
+or stream of its request id.
 
 - Streams: the engine forwards a stream's tokens as they come. Everything it has for a front-end at one wake-up (every
   stream's new tokens, each stream's many as one list, and the finished replies) leaves as one message, in order.
@@ -17,8 +18,8 @@ reply to the future or stream of its request id.
   as the call's error, or a stream's `accepted()` raises it (the engine answers a stream it takes with an empty
   "tokens" reply at once): awaited before the stream's response begins, it is still the answer's 429, as in one
   process.
-- Cancellation: a caller that gives up (its task cancelled, its stream closed) sends "cancel"; the engine cancels the
-  request's task, which drops its sequences and frees their rows. "bye" cancels all of a front-end's requests.
+- Cancellation: a caller that gives up (its task cancelled, its stream closed) sends "cancel"; the engine gives the
+  request up, which drops its sequences and frees their rows. "bye" cancels all of a front-end's requests.
 - Death: the socket's monitor sees the engine's end close (a killed process), and a heartbeat (a "status" every
   heartbeat_s, which also brings the engine's load and facts) sees an engine that stopped answering for timeout_s.
   Either fails every request in flight, and each new one, with EngineUnavailable (a 503) until the engine answers.
@@ -118,7 +119,8 @@ class Connection:
         self._pending: dict[int, Pending] = {}
         self._ids = itertools.count(1)
         self._users: set[str] = set()  # the models started on it: the last one to stop closes it
-        self._sock: zmq.asyncio.Socket | None = None
+        self._sock: zmq.Socket | None = None
+        self._outbox: list[Request] = []  # requests made at this pass of the event loop: they leave as one message
 
     def start(self, user: str) -> None:
         self._users.add(user)
@@ -128,8 +130,10 @@ class Connection:
         self._sock.setsockopt(zmq.IMMEDIATE, 1)  # with no engine connected a send fails at once, not queued for it
         self._monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._sock.connect(self.address)
-        self._heard = asyncio.get_running_loop().time()
-        self._tasks = [asyncio.create_task(t) for t in (self._read(), self._watch(), self._heartbeat())]
+        self._loop = asyncio.get_running_loop()
+        self._heard = self._loop.time()
+        self._readers = [wire.Reader(self._sock, self._received), wire.Reader(self._monitor, self._watched)]
+        self._heartbeat_task = asyncio.create_task(self._heartbeat())
 
     def stop(self, user: str) -> None:
         """`user` stopped; after the last one, say bye (the engine cancels whatever is left) and close."""
@@ -137,8 +141,10 @@ class Connection:
         if self._users or self._sock is None:
             return
         self._lose(SHUTTING_DOWN)  # which says bye
-        for task in self._tasks:
-            task.cancel()
+        self._flush()
+        self._heartbeat_task.cancel()
+        for reader in self._readers:
+            reader.close()
         self._sock.disable_monitor()
         self._monitor.close()
         self._sock.close(linger=1000)  # time for the bye to leave
@@ -172,12 +178,28 @@ class Connection:
         for request_id, p in list(self._pending.items()):
             if p.core == core:
                 p.settle(error=error)
-                self._send(Request(request_id, "cancel"), quietly=True)
+                self._send(Request(request_id, "cancel"))
 
-    def _send(self, request: Request, quietly: bool = False) -> None:
-        sent = self._sock is not None and wire.send_now(self._sock, [wire.encode(request)]) is None
-        if not sent and not quietly:
-            raise EngineUnavailable(self.gone or "the engine process is not reachable (or not reading)")
+    def _send(self, request: Request) -> None:
+        """Queue a request: the requests of one pass of the event loop leave together at its end."""
+        if self._sock is None:
+            return
+        if not self._outbox:
+            self._loop.call_soon(self._flush)
+        self._outbox.append(request)
+
+    def _flush(self) -> None:
+        """Send the queued requests as one message, without waiting; if it cannot leave, fail those still pending."""
+        requests, self._outbox = self._outbox, []
+        if not requests or self._sock is None:
+            return
+        if wire.send_now(self._sock, [wire.encode(requests)]) is None:
+            self._readers[0].sent()
+            return
+        error = EngineUnavailable(self.gone or "the engine process is not reachable (or not reading)")
+        for request in requests:
+            if (p := self._pending.pop(request.id, None)) is not None:
+                p.settle(error=error)
 
     def _request(self, request: Request, stream: bool = False) -> Pending:
         self._send(request)
@@ -199,7 +221,7 @@ class Connection:
     def _done(self, request_id: int, future: asyncio.Future) -> None:
         self._pending.pop(request_id, None)
         if future.cancelled():  # the caller gave up: the engine frees its rows
-            self._send(Request(request_id, "cancel"), quietly=True)
+            self._send(Request(request_id, "cancel"))
         else:
             seen(future)
 
@@ -208,18 +230,15 @@ class Connection:
         if self.gone is None and why != SHUTTING_DOWN:
             log.error("%s: failing %d request(s) in flight", why, len(self._pending))
         self.gone = why
-        self._send(Request(0, "bye"), quietly=True)  # if it is only slow, it drops what nobody waits for any more
+        self._send(Request(0, "bye"))  # if it is only slow, it drops what nobody waits for any more
         pending, self._pending = self._pending, {}
         for p in pending.values():
             p.settle(error=EngineUnavailable(why))
 
-    async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            replies = wire.decode(await self._sock.recv())
-            self._heard = loop.time()
-            for reply in replies:
-                self._dispatch(reply)
+    def _received(self, frames: list[bytes]) -> None:
+        self._heard = self._loop.time()
+        for reply in wire.decode(frames[0]):
+            self._dispatch(reply)
 
     def _dispatch(self, reply: Reply) -> None:
         if reply.kind == "reset":
@@ -241,10 +260,9 @@ class Connection:
         else:
             p.settle(reply.payload)
 
-    async def _watch(self) -> None:
-        while True:
-            if parse_monitor_message(await self._monitor.recv_multipart())["event"] == zmq.EVENT_DISCONNECTED:
-                self._lose("the engine process is gone: its connection closed")
+    def _watched(self, frames: list[bytes]) -> None:
+        if parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED:
+            self._lose("the engine process is gone: its connection closed")
 
     async def _heartbeat(self) -> None:
         loop = asyncio.get_running_loop()

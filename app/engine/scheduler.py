@@ -33,7 +33,7 @@ import torch
 
 from app.engine.errors import EngineUnavailable, OutOfMemory, QueueFull
 from app.engine.metrics import EngineMetrics, Metrics
-from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, deliver, fail, settle
+from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, deliver, fail, settle, settle_all
 from app.engine.waiting import WaitingLine
 from model.batch import RowBatch, new_search
 from model.decoding import Hypothesis, KVCache
@@ -106,13 +106,7 @@ class Batcher:
         """Each source's hypotheses, best first, decoded as `options` (one for all, or each its own) says."""
         if not srcs:
             return []
-        loop, c, request = asyncio.get_running_loop(), self.model.config, object()
-        each = options if isinstance(options, list) else [options] * len(srcs)
-        seqs = [
-            Sequence(loop.create_future(), loop, s, new_search(o, b, c, self.device), request=request)
-            for s, b, o in zip(srcs, budgets, each, strict=True)
-        ]
-        self._submit(*seqs)
+        seqs = self._sequences(srcs, budgets, options)
         try:
             if len(seqs) == 1:  # most requests: no gathering future and callbacks on the event loop
                 return [await seqs[0].future]
@@ -121,16 +115,65 @@ class Batcher:
             self.drop(seqs)
             raise
 
+    def searching(
+        self, srcs: list[list[int]], budgets: list[int], options: DecodingOptions | list[DecodingOptions]
+    ) -> asyncio.Future:
+        """`search` submitted now (QueueFull or EngineUnavailable raised here), its answer a future of the caller's
+        loop; cancelled, or failed by one sequence, it drops the others. For a caller that answers from the future's
+        callback rather than a task (app/engine/core_server.py)."""
+        answer = asyncio.get_running_loop().create_future()
+        if not srcs:
+            answer.set_result([])
+            return answer
+        seqs, left = self._sequences(srcs, budgets, options), len(srcs)
+
+        def one(future: asyncio.Future) -> None:
+            nonlocal left
+            error = None if future.cancelled() else future.exception()  # retrieved, whatever the answer is by now
+            if answer.done():
+                return
+            if future.cancelled():
+                answer.cancel()
+            elif error is not None:
+                answer.set_exception(error)
+            elif (left := left - 1) == 0:
+                answer.set_result([seq.future.result() for seq in seqs])
+
+        def given_up(_: asyncio.Future) -> None:
+            if answer.cancelled() or answer.exception() is not None:
+                self.drop(seqs)
+
+        for seq in seqs:
+            seq.future.add_done_callback(one)
+        answer.add_done_callback(given_up)
+        return answer
+
+    def _sequences(
+        self, srcs: list[list[int]], budgets: list[int], options: DecodingOptions | list[DecodingOptions]
+    ) -> list[Sequence]:
+        """The sequences of one request, submitted."""
+        loop, c, request = asyncio.get_running_loop(), self.model.config, object()
+        each = options if isinstance(options, list) else [options] * len(srcs)
+        seqs = [
+            Sequence(loop.create_future(), loop, s, new_search(o, b, c, self.device), request=request)
+            for s, b, o in zip(srcs, budgets, each, strict=True)
+        ]
+        self._submit(*seqs)
+        return seqs
+
     def stream(
-        self, src: list[int], budget: int, options: DecodingOptions = GREEDY, request: object | None = None
-    ) -> TokenStream:
+        self, src: list[int], budget: int, options: DecodingOptions = GREEDY, request: object | None = None,
+        sink: Any = None,
+    ) -> TokenStream:  # fmt: skip
         """Submit one sequence of one row now (raising QueueFull or EngineUnavailable here) and stream its tokens.
-        Streams given the same `request` take turns with other requests as one."""
+        Streams given the same `request` take turns with other requests as one. A `sink` (anything with
+        `put_nowait`) takes each token id on the caller's loop, then None, in place of the stream's own queue."""
         loop = asyncio.get_running_loop()
         search = new_search(options, budget, self.model.config, self.device)
         if search.rows != 1:
             raise ValueError("only a search of one row can stream")
-        seq = Sequence(loop.create_future(), loop, src, search, stream=asyncio.Queue(), request=request or object())
+        queue_ = asyncio.Queue() if sink is None else sink
+        seq = Sequence(loop.create_future(), loop, src, search, stream=queue_, request=request or object())
         self._submit(seq)
         return TokenStream(self, seq)
 
@@ -307,11 +350,11 @@ class Batcher:
         if finished:
             seqs = [self._owner[s] for s in finished]
             self._left(seqs)
-            for seq in seqs:  # the rows are already free: an answered client sees them gone
-                hyps = seq.search.results()
+            answers = [(seq, seq.search.results()) for seq in seqs]
+            for seq, hyps in answers:
                 if len(hyps[0].logprobs) > 1:
                     metrics.time_per_output_token.observe((now - seq.first_token) / (len(hyps[0].logprobs) - 1))
-                settle(seq, hyps)
+            settle_all(answers)  # the rows are already free: an answered client sees them gone
 
     def _retry_smaller(self, seqs: list[Sequence], error: Exception, running: int) -> None:
         """A CUDA out-of-memory error: put `seqs` back at the front of the line and allow fewer live rows. A sequence

@@ -31,7 +31,7 @@ class Sequence(Job):
 
     src: list[int]
     search: Search  # how it is decoded; replaced by a fresh one when an out-of-memory error restarts it
-    stream: asyncio.Queue | None = None  # streaming only: each new token id, then None once the future is set
+    stream: asyncio.Queue | Any = None  # streaming only (a queue, or a caller's sink): each token id, then None
     sent: int = 0  # tokens handed to the stream so far
     submitted: float = field(default_factory=time.perf_counter)
     first_token: float = 0.0  # perf_counter() when its first token came out; 0.0 before
@@ -82,6 +82,11 @@ class TokenStream:
         """The finished hypothesis, once the tokens have run out; raises what the sequence failed with."""
         return (await self._seq.future)[0]
 
+    @property
+    def future(self) -> asyncio.Future:
+        """The sequence's future: its hypotheses (one), or what it failed with."""
+        return self._seq.future
+
     def close(self) -> None:
         self._batcher.drop([self._seq])
 
@@ -92,6 +97,24 @@ def settle(job: Job, result: Any, error: BaseException | None = None) -> None:
         job.loop.call_soon_threadsafe(resolve, job, result, error)
     except RuntimeError:  # the caller's event loop is gone
         pass
+
+
+def resolve_all(results: list[tuple[Job, Any]]) -> None:
+    for job, result in results:
+        resolve(job, result, None)
+
+
+def settle_all(results: list[tuple[Job, Any]]) -> None:
+    """From the worker thread: resolve the futures of the jobs a step finished, one wake-up per event loop rather than
+    one per job (each wake-up is a write to the loop's self-pipe and a pass of it)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+    for job, result in results:
+        by_loop.setdefault(job.loop, []).append((job, result))
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(resolve_all, items)
+        except RuntimeError:  # the caller's event loop is gone
+            pass
 
 
 def fail(jobs: list[Job], error: Exception) -> None:

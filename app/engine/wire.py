@@ -1,7 +1,8 @@
 """The messages between an HTTP front-end process and the engine process, and how they travel.
 
-A front-end sends `Request`s on a ZeroMQ DEALER socket: its own id for the request, the kind (an EngineCore method,
-"stream", "cancel", "status" or "bye"), the model's name and the arguments, in token ids. The engine process answers
+A front-end sends a list of `Request`s per message on a ZeroMQ DEALER socket, all it asked for at one pass of its
+event loop: each its own id for the request, the kind (an EngineCore method, "stream", "cancel", "status" or "bye"),
+the model's name and the arguments, in token ids. The engine process answers
 on its ROUTER socket with a list of `Reply`s per message, all it has for that front-end at one wake-up: "tokens" (a
 stream's new ids; the first, sent as the engine takes the stream, may have none), "ok" (the result: hypotheses, a
 stream's final hypothesis), "error" (an app/engine/errors.py class's name and message), "status" (every model's facts
@@ -17,14 +18,15 @@ reach (tcp://) would need an encoding that cannot run code instead.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from app.engine.errors import (
     EngineFailure,
@@ -102,23 +104,59 @@ def check_private(address: str) -> None:
         )
 
 
-def open_socket(kind: int, hwm: int = HWM) -> zmq.asyncio.Socket:
-    """A socket of `kind` with its high-water marks set both ways, which drops what it has not sent when closed."""
-    sock = zmq.asyncio.Context.instance().socket(kind)
+def open_socket(kind: int, hwm: int = HWM) -> zmq.Socket:
+    """A plain (not zmq.asyncio) socket of `kind` with its high-water marks set both ways, which drops what it has not
+    sent when closed: read it on the event loop through a `Reader`, write it with `send_now`."""
+    sock = zmq.Context.instance().socket(kind)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
     sock.setsockopt(zmq.LINGER, 0)
     return sock
 
 
-def send_now(sock: zmq.asyncio.Socket, frames: list[bytes]) -> str | None:
+def send_now(sock: zmq.Socket, frames: list[bytes]) -> str | None:
     """Send without waiting, ever: None once queued; otherwise why not, "full" (the peer's queue is at its high-water
     mark, or a DEALER has no engine connected) or "gone" (a ROUTER_MANDATORY socket knows no such peer)."""
-    error = sock.send_multipart(frames, flags=zmq.NOBLOCK).exception()  # NOBLOCK: the future is already done
-    if error is None:
-        return None
-    if isinstance(error, zmq.Again):
+    try:
+        sock.send_multipart(frames, flags=zmq.NOBLOCK)
+    except zmq.Again:
         return "full"
-    if isinstance(error, zmq.ZMQError) and error.errno == zmq.EHOSTUNREACH:
-        return "gone"
-    raise error
+    except zmq.ZMQError as e:
+        if e.errno == zmq.EHOSTUNREACH:
+            return "gone"
+        raise
+    return None
+
+
+class Reader:
+    """A socket read on the event loop: every message it holds goes to `received` (its frames) whenever its descriptor
+    wakes the loop, many at one wake-up, with no future, callback and poller update per message as zmq.asyncio's
+    `recv` costs. ZeroMQ's descriptor only says that the socket's state may have changed, and a send can take in
+    messages without it waking the loop again: call `sent()` after sending."""
+
+    BATCH = 512  # messages read at one go; more are read after the loop's other callbacks have run
+
+    def __init__(self, sock: zmq.Socket, received: Callable[[list[bytes]], None]):
+        self.sock, self.received, self.loop = sock, received, asyncio.get_running_loop()
+        self.fd = sock.getsockopt(zmq.FD)
+        self.loop.add_reader(self.fd, self.drain)
+        self.loop.call_soon(self.drain)  # anything that came before the reader was added
+
+    def drain(self) -> None:
+        recv, received = self.sock.recv_multipart, self.received
+        for _ in range(self.BATCH):
+            try:
+                frames = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            received(frames)
+        self.loop.call_soon(self.drain)
+
+    def sent(self) -> None:
+        """After a send: read what the socket took in meanwhile, which the descriptor may not announce."""
+        if self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self.loop.call_soon(self.drain)
+
+    def close(self) -> None:
+        """Stop reading (before the socket closes)."""
+        self.loop.remove_reader(self.fd)

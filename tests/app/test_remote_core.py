@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+import zmq.asyncio
 
 from app.engine import wire
 from app.engine.core import EngineCore
@@ -139,6 +140,21 @@ async def test_the_tokens_of_one_step_travel_together(remote, srcs, monkeypatch)
     assert sum(map(len, ids)) >= 4 * len(replies), "the streams' tokens of a step come in one message"
 
 
+async def test_the_requests_of_one_pass_of_the_loop_travel_together(remote, core, srcs, monkeypatch):
+    sent = []
+    encode = wire.encode
+    monkeypatch.setattr(wire, "encode", lambda message: sent.append(message) or encode(message))
+
+    async def streamed(src: list[int]) -> list[int]:  # the stream made in its task's first step, as generate's call
+        return await tokens_of(remote.stream(src, BUDGET))
+
+    answers = await asyncio.gather(*(remote.generate([src], [BUDGET]) for src in srcs), *map(streamed, srcs))
+    kinds = [[r.kind for r in m if r.kind != "status"] for m in sent if isinstance(m[0], wire.Request)]
+    assert [k for k in kinds if k] == [["generate"] * len(srcs) + ["stream"] * len(srcs)]  # (and heartbeats' status)
+    assert [hyps[0].tokens for hyps in answers[: len(srcs)]] == answers[len(srcs) :]  # greedy both ways
+    assert core.batcher.load == 0
+
+
 async def tokens_of(stream) -> list[int]:
     return [token async for token in stream]
 
@@ -222,15 +238,16 @@ async def test_the_engines_failures_arrive_as_engine_failures(remote, srcs, tiny
 async def test_a_front_end_that_stops_reading_is_cut_off_not_waited_for(core, srcs, tmp_path, tiny_model, monkeypatch):
     address = f"ipc://{tmp_path}/engine"
     with serving({"tiny": core}, address, hwm=1) as server:
-        mute = wire.open_socket(zmq.DEALER, hwm=1)
+        plain = wire.open_socket(zmq.DEALER, hwm=1)
+        mute = zmq.asyncio.Socket.from_socket(plain)  # read and written here by awaiting, as a test can
         mute.connect(address)
         gate = StepGate(tiny_model, monkeypatch)
         gate.hold(lambda sizes: True)  # its stream holds a row and gives no token
-        await mute.send(wire.encode(wire.Request(1, "stream", "tiny", (srcs[1], BUDGET, DecodingOptions(), None))))
+        await mute.send(wire.encode([wire.Request(1, "stream", "tiny", (srcs[1], BUDGET, DecodingOptions(), None))]))
         await until(gate.paused.is_set)
         i, deadline = 2, time.monotonic() + 20
         while core.batcher.load and time.monotonic() < deadline:  # replies it never reads, until the engine gives up
-            await mute.send(wire.encode(wire.Request(i, "status")))
+            await mute.send(wire.encode([wire.Request(i, "status")]))
             i += 1
             await asyncio.sleep(0.001)
         assert core.batcher.load == 0 and server.requests == 0
@@ -246,13 +263,14 @@ async def test_a_front_end_that_stops_reading_is_cut_off_not_waited_for(core, sr
         kinds, tokens = [r.kind for r in replies], [t for r in replies if r.kind == "tokens" for t in r.payload]
         assert set(kinds) <= {"tokens", "status", "reset"}, kinds  # "tokens": only the engine taking the stream...
         assert tokens == [], f"its stream gave {tokens}: it was not cut off before a token"  # ...with no token
-        await mute.send(wire.encode(wire.Request(i, "status")))  # ...then, to its next request, the news
+        await mute.send(wire.encode([wire.Request(i, "status")]))  # ...then, to its next request, the news
         answer = [r.kind for r in wire.decode(await read(mute, 10))]
         # a reset answers the first request after a cut-off; while the socket stays full the engine cuts it off again,
         # so the news is the last one that got through: among what it read, or with this answer
         assert answer in (["reset", "status"], ["status"]), answer
         assert "reset" in kinds + answer, "the front-end never learnt it was cut off"
         mute.close()
+        plain.close()
 
 
 async def read(sock, timeout: float) -> bytes | None:
