@@ -5,7 +5,10 @@
 The engine process is a child serving a CoreServer (app/engine/core_server.py) over ipc://; the local core is the same
 seeded tiny random model (the tests' shape: d_model 32, 2+2 layers) in this process, 1 thread each, eager. Each round
 times --calls sequential calls, then --calls calls --concurrent at a time, local then remote; prints the CPU, the
-median microseconds per call of each and the remote's extra, and checks that both give the same tokens.
+median microseconds per call of each and the remote's extra, and checks that both give the same tokens. Last, what a
+call costs the engine process: 6 x --calls greedy calls, then as many streams, 2 x --concurrent kept in flight, and
+the CPU microseconds a call of the engine process and of its event loop (its main thread, where every request passes),
+from /proc.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from app.engine.core_server import CoreServer
 from app.engine.remote import Connection, RemoteCore
 from app.metrics import Metrics
 from bench.common import cpu_description
+from bench.load import cpu_seconds
 from model.transformer import Transformer, TransformerConfig
 
 SOURCE = [17, 42, 99, 123, 7, 311, 56, 88, 402, 23, 9, 2]  # one sentence of 12 ids, </s> (id 2) last
@@ -52,7 +56,28 @@ async def per_call_us(core, calls: int, concurrent: int, budget: int) -> float:
     return (time.perf_counter() - t0) / (calls // concurrent * concurrent) * 1e6
 
 
-async def compare(args: argparse.Namespace, address: str) -> None:
+async def engine_cpu(remote, pid: int, calls: int, in_flight: int, budget: int, stream: bool) -> tuple[float, ...]:
+    """Calls a second, and the engine process's CPU microseconds a call, in all and on its event loop (its main
+    thread), with `in_flight` greedy calls (or streams) kept in flight."""
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one() -> None:
+        async with gate:
+            if not stream:
+                await remote.generate([SOURCE], [budget])
+                return
+            s = remote.stream(SOURCE, budget)
+            async for _ in s:
+                pass
+            await s.result()
+
+    before, t0 = cpu_seconds(pid), time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(calls)))
+    wall, after = time.perf_counter() - t0, cpu_seconds(pid)
+    return calls / wall, *(1e6 * (after[k] - before[k]) / calls for k in ("cpu_s", "loop_cpu_s"))
+
+
+async def compare(args: argparse.Namespace, address: str, engine_pid: int) -> None:
     local = tiny_core()
     remote = RemoteCore(Connection(address), "tiny")
     remote.start()
@@ -67,6 +92,14 @@ async def compare(args: argparse.Namespace, address: str) -> None:
         a, b = statistics.median(times["local"]), statistics.median(times["remote"])
         print(f"{concurrent:>3} at a time: local {a:8.0f} us/call  remote {b:8.0f} us/call  extra {b - a:+7.0f} us "
               f"({b / a:.2f}x), median of {args.rounds}")  # fmt: skip
+    for stream in (False, True):  # what each call costs the engine process, its event loop apart
+        await engine_cpu(remote, engine_pid, args.calls, 2 * args.concurrent, args.budget, stream)  # warm-up
+        rounds = [await engine_cpu(remote, engine_pid, 6 * args.calls, 2 * args.concurrent, args.budget, stream)
+                  for _ in range(args.rounds)]  # fmt: skip
+        rate, cpu, loop = (statistics.median(r[i] for r in rounds) for i in range(3))
+        print(f"engine process, {'streams' if stream else 'greedy calls'} {2 * args.concurrent} in flight: "
+              f"{rate:6.0f} calls/s, CPU {cpu:5.0f} us a call, its event loop {loop:4.0f} us (medians of "
+              f"{args.rounds}; loop rounds {[round(r[2]) for r in rounds]})")  # fmt: skip
     remote.stop()
     local.stop()
 
@@ -86,7 +119,7 @@ def main() -> None:
         address = f"ipc://{folder}/engine"
         child = subprocess.Popen([sys.executable, __file__, "--serve", address])
         try:
-            asyncio.run(compare(args, address))
+            asyncio.run(compare(args, address, child.pid))
         finally:
             child.kill()
             child.wait()
