@@ -18,7 +18,7 @@ from app.jobs.share import QUIET_S, Activity, Share
 from app.jobs.store import Job, JobStore, JobStoreFailed, new_id
 from app.settings import Settings
 from model.checkpoint import read_metadata
-from tests.app.conftest import serve
+from tests.app.conftest import MODES, serve_in
 from tests.app.files_api import PARAGRAPHS, finished, ours, text_file, upload
 from tests.app.helpers import until
 
@@ -33,14 +33,15 @@ def record(job_dir: Path, job_id: str) -> dict:
     return json.loads((job_dir / job_id / "job.json").read_text())
 
 
-async def test_an_upload_is_on_the_disk_before_its_id_is_returned(trained_checkpoint, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_upload_is_on_the_disk_before_its_id_is_returned(mode, trained_checkpoint, tmp_path, monkeypatch):
     synced, fsync = [], os.fsync
 
     def recording(fd):
         synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
         return fsync(fd)
 
-    async with serve(settings(trained_checkpoint, tmp_path)) as (_, client):
+    async with serve_in(mode, settings(trained_checkpoint, tmp_path)) as (_, client):
         monkeypatch.setattr(os, "fsync", recording)
         r = await client.post("/files", files={"file": ("a.txt", b"A dog runs.")})
         monkeypatch.undo()
@@ -70,8 +71,9 @@ async def test_a_crash_mid_write_of_a_record_keeps_the_last_one_acknowledged(tmp
     assert not others and resumed == Job(**{**running.record(), "status": "queued", "done": 0})
 
 
-async def test_a_job_left_running_by_a_stopped_server_is_finished_by_the_next(trained_checkpoint, tmp_path):
-    async with serve(settings(trained_checkpoint, tmp_path)) as (app, client):
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_job_left_running_by_a_stopped_server_is_finished_by_the_next(mode, trained_checkpoint, tmp_path):
+    async with serve_in(mode, settings(trained_checkpoint, tmp_path)) as (app, client):
         never = asyncio.Event()
 
         async def held(engine, units, decoding):
@@ -81,7 +83,7 @@ async def test_a_job_left_running_by_a_stopped_server_is_finished_by_the_next(tr
         job = await upload(client, text_file(PARAGRAPHS[:4]), target="de")
         await until(lambda: app.state.jobs.local[job["id"]].status == "running")
     assert record(tmp_path, job["id"])["status"] == "running"  # as the stopped server left it
-    async with serve(settings(trained_checkpoint, tmp_path)) as (app, client):
+    async with serve_in(mode, settings(trained_checkpoint, tmp_path)) as (app, client):
         done = await finished(client, job["id"])
         assert done["status"] == "done" and done["progress"] == {"done": 3, "total": 3}, done
         out = (await client.get(f"/files/{job['id']}/download")).content.decode()
@@ -89,7 +91,8 @@ async def test_a_job_left_running_by_a_stopped_server_is_finished_by_the_next(tr
         assert out == "\n\n".join(expected[:-1]) + f"\r\n\r\n{expected[-1]}\n\n"
 
 
-async def test_jobs_a_new_server_cannot_run_are_failed_with_the_reason(trained_checkpoint, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+async def test_jobs_a_new_server_cannot_run_are_failed_with_the_reason(mode, trained_checkpoint, tmp_path):
     store = JobStore(tmp_path)
     base = Job(new_id(), "queued", "txt", "a.txt", "a.de.txt", "gone-model", None, None, 1, 6, 1.0)
     unknown_model = base
@@ -101,7 +104,7 @@ async def test_jobs_a_new_server_cannot_run_are_failed_with_the_reason(trained_c
     broken = tmp_path / new_id()
     broken.mkdir()
     (broken / "job.json").write_text("{not json")
-    async with serve(settings(trained_checkpoint, tmp_path)) as (_, client):
+    async with serve_in(mode, settings(trained_checkpoint, tmp_path)) as (_, client):
         reasons = {}
         for job_id in (unknown_model.id, lost_input.id, broken.name):
             job = await finished(client, job_id)
@@ -112,8 +115,9 @@ async def test_jobs_a_new_server_cannot_run_are_failed_with_the_reason(trained_c
         assert "record could not be read" in reasons[broken.name]
 
 
-async def test_finished_jobs_are_deleted_after_the_retention(trained_checkpoint, tmp_path):
-    async with serve(settings(trained_checkpoint, tmp_path, job_retention_s=3600)) as (app, client):
+@pytest.mark.parametrize("mode", MODES)
+async def test_finished_jobs_are_deleted_after_the_retention(mode, trained_checkpoint, tmp_path):
+    async with serve_in(mode, settings(trained_checkpoint, tmp_path, job_retention_s=3600)) as (app, client):
         job = await upload(client, b"A dog runs.")
         done = await finished(client, job["id"])
         runner = app.state.jobs
@@ -121,7 +125,7 @@ async def test_finished_jobs_are_deleted_after_the_retention(trained_checkpoint,
         assert await runner.sweep(now=runner.clock() + 3601) == [job["id"]]
         assert (await client.get(f"/files/{job['id']}")).status_code == 404 and done["expires"]
         assert not (tmp_path / job["id"]).exists()
-    async with serve(settings(trained_checkpoint, tmp_path, job_retention_s=0.3)) as (app, client):
+    async with serve_in(mode, settings(trained_checkpoint, tmp_path, job_retention_s=0.3)) as (app, client):
         job = await upload(client, b"A dog runs.")
         await finished(client, job["id"])
         for _ in range(100):  # the periodic sweep: every 0.5 s at this retention
@@ -132,8 +136,9 @@ async def test_finished_jobs_are_deleted_after_the_retention(trained_checkpoint,
             raise AssertionError("the finished job was not swept")
 
 
-async def test_without_a_job_dir_jobs_live_in_a_temporary_directory_removed_at_shutdown(trained_checkpoint):
-    async with serve(settings(trained_checkpoint, None)) as (app, client):
+@pytest.mark.parametrize("mode", MODES)
+async def test_without_a_job_dir_jobs_live_in_a_temporary_directory_removed_at_shutdown(mode, trained_checkpoint):
+    async with serve_in(mode, settings(trained_checkpoint, None)) as (app, client):
         job = await upload(client, b"A dog runs.")
         directory = app.state.jobs.store.directory
         assert (directory / job["id"] / "input").read_bytes() == b"A dog runs."
@@ -141,8 +146,9 @@ async def test_without_a_job_dir_jobs_live_in_a_temporary_directory_removed_at_s
     assert not directory.exists()
 
 
-async def test_a_failing_engine_fails_the_job_with_its_reason(trained_checkpoint, tmp_path):
-    async with serve(settings(trained_checkpoint, tmp_path)) as (app, client):
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failing_engine_fails_the_job_with_its_reason(mode, trained_checkpoint, tmp_path):
+    async with serve_in(mode, settings(trained_checkpoint, tmp_path)) as (app, client):
 
         async def failing(engine, units, decoding):
             raise EngineFailure("the model raised: injected fault")
@@ -156,9 +162,10 @@ async def test_a_failing_engine_fails_the_job_with_its_reason(trained_checkpoint
         assert r.status_code == 409 and "it failed: the model raised" in r.json()["error"]
 
 
-async def test_limits_on_uploads_and_on_queued_jobs(trained_checkpoint, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+async def test_limits_on_uploads_and_on_queued_jobs(mode, trained_checkpoint, tmp_path):
     limits = {"file_max_bytes": 1000, "job_max_queued": 1}
-    async with serve(settings(trained_checkpoint, tmp_path, **limits)) as (app, client):
+    async with serve_in(mode, settings(trained_checkpoint, tmp_path, **limits)) as (app, client):
         r = await client.post("/files", files={"file": ("a.txt", b"A dog. " * 200)})
         assert (r.status_code, r.json()["type"]) == (413, "input_too_long")
         assert r.json()["error"] == "the file has 1400 bytes; the limit is 1000 (NMT_FILE_MAX_BYTES)"
@@ -242,9 +249,12 @@ def test_long_plain_units_are_cut_at_line_breaks_and_put_back_together():
     ]
 
 
-async def test_files_need_the_api_key_as_translate_does_and_pages_of_other_origins_read_the_answer(trained_checkpoint):
+@pytest.mark.parametrize("mode", MODES)
+async def test_files_need_the_api_key_as_translate_does_and_pages_of_other_origins_read_the_answer(
+    mode, trained_checkpoint
+):
     keyed = settings(trained_checkpoint, None, api_key="s3cret")
-    async with serve(keyed) as (_, client):
+    async with serve_in(mode, keyed) as (_, client):
         r = await client.post("/files", files={"file": ("a.txt", b"A dog runs.")})
         assert (r.status_code, r.json()["type"]) == (401, "unauthorized")
         assert (await client.get(f"/files/{'0' * 32}")).status_code == 401
