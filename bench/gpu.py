@@ -10,7 +10,8 @@ tail of its output, and the next one still runs. The steps:
 - bench: bench/gpu_step.py, and bench/peers.py on CUDA for the bundled model and an OPUS-MT-shaped one, each read
   from the last JSON line it prints;
 - load: bench/load.py on CUDA at concurrency 1, 32 and 256, against in-process decoding at batch 1 and 256; then
-  concurrency 256 with 2, 4 and 8 server workers (NMT_WORKERS); then, where the driver has NVIDIA's MPS
+  concurrency 256 with 2, 4 and 8 server workers (NMT_WORKERS); then concurrency 256 from one process and from 1, 4
+  and 8 HTTP front-ends apart from one engine process (NMT_FRONTENDS, no MPS); then, where the driver has NVIDIA's MPS
   (nvidia-cuda-mps-control), concurrency 256 with 1, 4 and 8 workers under it, and sixteen sentences a request (256
   in flight) with 4 and 8 workers under it, each against in-process batch 256.
 
@@ -73,6 +74,10 @@ def plan(out: Path, data: Path, quick: bool) -> list[Step]:
              [py, "bench/load.py", "--device", "cuda", "--levels", "1,32,256", "--src", src, "--pause-ms", "0",
               "--workers", "1,2,4,8", "--client-procs", "4", "--repeat", "1" if quick else "3", *less],
              180 if quick else 360, "served over HTTP (bench/load.py)"),
+        Step("load_frontends", "load",
+             [py, "bench/load.py", "--device", "cuda", "--levels", "256", "--src", src, "--pause-ms", "0",
+              "--frontends", "1,4,8", "--client-procs", "4", "--repeat", "1" if quick else "3", *less],
+             240 if quick else 420, "served by 1, 4 and 8 front-ends apart from one engine process (NMT_FRONTENDS)"),
         Step("load_mps", "load",
              [py, "bench/load.py", "--device", "cuda", "--mps", "--levels", "256", "--src", src, "--pause-ms", "0",
               "--workers", "1,4,8", "--client-procs", "4", "--repeat", "1" if quick else "3", *less],

@@ -15,6 +15,8 @@ server's are while a response travels. Last, the service at concurrency 32 and 1
 float32 decoding the same sentences in process at batch 32 and 1 (the peer bench/peers.py times), and the
 medians of the per-round ratios are printed: ours at concurrency 32 over CTranslate2 at batch 32, and what
 batching pays each of the two (ours: concurrency 32 over 1 over HTTP; CTranslate2: batch 32 over 1 in process).
+With --frontends N,N,..., after those servers one more for each count, of N HTTP front-end processes apart from one
+engine process (NMT_FRONTENDS), runs the highest level (and its ratio to in-process decoding, where there is one).
 
     python bench/load.py --device cuda [--dtype float16] --levels 1,32,256 --src ...
 
@@ -617,6 +619,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     p.add_argument("--workers", type=sizes, default=[1], metavar="N,N,...", help="the server's NMT_WORKERS; with "
                    "several counts, the first runs everything and each other one the highest level, one server after "
                    "another")  # fmt: skip
+    p.add_argument("--frontends", type=sizes, default=[], metavar="N,N,...", help="after the --workers servers, one "
+                   "server for each count at the highest level: N HTTP front-end processes and one engine process "
+                   "(NMT_FRONTENDS)")  # fmt: skip
     p.add_argument("--client-procs", type=int, default=1, help="client processes sharing each level's connections "
                    "(one asyncio client tops out near 7,000 requests/s)")  # fmt: skip
     p.add_argument("--repeat", type=int, default=1, help="send the sentences this many times at each level")
@@ -762,9 +767,17 @@ def run(args: argparse.Namespace, levels: list[int], batch: int, settings: dict[
         with running_server(args.model_dir, args.threads, args.server_arg, args.compile,
                             server_settings(settings, workers, args.compile)) as (url, server):  # fmt: skip
             results += drive_levels(url, server.pid, sentences * args.repeat, levels[-1:], args, workers)
+    for frontends in args.frontends:  # then front-ends apart from one engine process, at the highest level
+        split = {**server_settings(settings, 1, args.compile), "NMT_FRONTENDS": str(frontends)}
+        with running_server(args.model_dir, args.threads, args.server_arg, args.compile, split) as (url, _):
+            row = drive_in(url, sentences * args.repeat, levels[-1], args.client, args.client_procs)
+        del row["latencies"], row["out_tokens"], row["span"]
+        results.append({**row, "workers": 1, "frontends": frontends})
+        print(f"frontends {frontends} concurrency {levels[-1]:>3}: {row['sent_s']:>7} sent/s | p50 {row['p50_ms']:>7} "
+              f"ms p99 {row['p99_ms']:>7} ms | errors {row['errors']}", flush=True)  # fmt: skip
 
     summary = {"cpu": cpu, "mps": args.mps, "quantize": args.quantize, "levels": results}
-    by = {r["concurrency"]: r for r in results if r["workers"] == args.workers[0]}
+    by = {r["concurrency"]: r for r in results if r["workers"] == args.workers[0] and "frontends" not in r}
     if 1 in by and 32 in by:
         summary["sent_s_c32_over_c1"] = round(by[32]["sent_s"] / by[1]["sent_s"], 2)
         print(f"batching pays: concurrency 32 / concurrency 1 sentences/s = {summary['sent_s_c32_over_c1']}x "
@@ -776,7 +789,11 @@ def run(args: argparse.Namespace, levels: list[int], batch: int, settings: dict[
         print(f"served at concurrency {batch} / in-process batch {batch}: {by[batch]['sent_s']} / "
               f"{in_process_batch:.1f} sent/s = {summary[key]}x (workers {args.workers[0]})")  # fmt: skip
         for row in results:
-            if row["workers"] != args.workers[0] and row["concurrency"] == batch:
+            if "frontends" in row and row["concurrency"] == batch:
+                summary[f"{key}_frontends{row['frontends']}"] = ratio = round(row["sent_s"] / in_process_batch, 2)
+                print(f"  with {row['frontends']} front-ends: {row['sent_s']} / {in_process_batch:.1f} sent/s = "
+                      f"{ratio}x")  # fmt: skip
+            elif row["workers"] != args.workers[0] and row["concurrency"] == batch:
                 summary[f"{key}_workers{row['workers']}"] = ratio = round(row["sent_s"] / in_process_batch, 2)
                 print(f"  with {row['workers']} workers: {row['sent_s']} / {in_process_batch:.1f} sent/s = {ratio}x")
     p50 = {name: round(1000 * statistics.median(x), 1) for name, x in (("in_process", alone), ("http_c1", served))}

@@ -155,3 +155,14 @@ def test_the_load_group_ends_under_mps_where_the_driver_has_it(tmp_path):
     assert all(unavailable(s, mps=False) is None for s in steps.values() if s not in mps)
     quick = {s.name: s for s in plan(tmp_path, tmp_path, quick=True)}
     assert quick["load_mps"].timeout < steps["load_mps"].timeout and "300" in quick["load_mps"].command
+
+
+def test_the_load_group_serves_concurrency_256_from_front_ends_apart_from_the_engine_without_mps(tmp_path):
+    """Issue #60's GPU goal: concurrency 256 through NMT_FRONTENDS against in-process batch 256, no MPS."""
+    steps = {s.name: s for s in plan(tmp_path, tmp_path, quick=False)}
+    command = steps["load_frontends"].command
+    assert steps["load_frontends"].group == "load" and "--mps" not in command
+    assert command[command.index("--levels") + 1] == "256"  # in-process batch 256 by default on CUDA (load.py)
+    assert command[command.index("--frontends") + 1] == "1,4,8"
+    assert parse_args(["--src", "x", "--frontends", "1,4,8"])[0].frontends == [1, 4, 8]
+    assert list(steps).index("load_frontends") < list(steps).index("load_mps")
