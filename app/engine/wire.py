@@ -19,6 +19,7 @@ reach (tcp://) would need an encoding that cannot run code instead.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pickle
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from app.engine.errors import (
     RequestTimeout,
 )  # fmt: skip
 
+log = logging.getLogger("nmt_serve.remote")
 # Messages queued per peer, each way, before a send would have to wait: a stream's tokens travel many to a message,
 # so a front-end that reads at all never comes near it; one that stops reading is cut off (app/engine/remote.py).
 HWM = 10_000
@@ -149,7 +151,10 @@ class Reader:
                 frames = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            received(frames)
+            try:
+                received(frames)
+            except Exception:  # one message that cannot be read (or handled) fails alone; the others behind it are read
+                log.exception("a message on %s could not be handled", self.sock.getsockopt_string(zmq.LAST_ENDPOINT))
         self.loop.call_soon(self.drain)
 
     def sent(self) -> None:

@@ -155,6 +155,18 @@ async def test_the_requests_of_one_pass_of_the_loop_travel_together(remote, core
     assert core.batcher.load == 0
 
 
+async def test_a_message_the_engine_cannot_read_fails_alone(remote, srcs, address, caplog):
+    stranger = wire.open_socket(zmq.DEALER)
+    stranger.connect(address)
+    for frame in (b"not a pickle", wire.encode(["not a request"]), wire.encode([wire.Request(1, "status")])):
+        stranger.send(frame)
+    assert stranger.poll(10_000), "no answer"  # (the engine runs on a thread of its own: this loop may block)
+    assert [r.kind for r in wire.decode(stranger.recv())] == ["status"]  # the third: the engine read on
+    assert len(await remote.generate([srcs[0]], [BUDGET])) == 1
+    assert [r.msg for r in caplog.records].count("a message on %s could not be handled") == 2
+    stranger.close()
+
+
 async def tokens_of(stream) -> list[int]:
     return [token async for token in stream]
 
