@@ -292,6 +292,17 @@ async def read(sock, timeout: float) -> bytes | None:
         return None
 
 
+async def test_requests_that_cannot_leave_fail_at_once_rather_than_wait(address, srcs):
+    remote = RemoteCore(Connection(address), "tiny")  # no engine at the address
+    remote.start()
+    remote.connection.gone, remote.connection.status = None, {"tiny": {"max_queue": 8}}  # as if it had answered once
+    calls = [remote.generate([srcs[0]], [BUDGET]), remote.stream(srcs[0], BUDGET).accepted()]  # one message, refused
+    for outcome in await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5):
+        assert isinstance(outcome, EngineUnavailable) and "not reachable" in str(outcome), outcome
+    assert remote.load == 0
+    remote.stop()
+
+
 def test_only_a_private_ipc_address_is_accepted(tmp_path):
     for address in ("tcp://127.0.0.1:5555", "ipc://@engine"):
         with pytest.raises(ValueError, match="never a network address"):
