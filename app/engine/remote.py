@@ -202,6 +202,8 @@ class Connection:
                 p.settle(error=error)
 
     def _request(self, request: Request, stream: bool = False) -> Pending:
+        if self._sock is None:  # not started, or stopped: nothing would ever answer it
+            raise EngineUnavailable(self.gone or "this front-end's connection to the engine process is closed")
         self._send(request)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
