@@ -193,3 +193,12 @@ def test_the_pieces_of_a_streamed_translation_add_up_to_the_restored_one():
     assert back.text == "{a} Hallo {b} Welt {c}"
     assert back.deltas(target, [3, 5, 10]) == ["{a} Hal", "lo {b}", " Welt {c}"]
     assert "".join(back.deltas(target, [10])) == back.text
+
+
+def test_a_token_that_writes_nothing_keeps_an_empty_span_where_a_span_goes_back_in():
+    """Found by the structure fuzzer: an empty target span at the place of an insertion came back inverted ([7, 3])."""
+    from app.protect.restoring import Restored
+
+    r = Restored("dog dog", ((3, " dog"),))
+    assert r.span((3, 3)) == (7, 7) and r.span((0, 3)) == (0, 3) and r.span((3, 7)) == (7, 11)
+    assert all(a <= b for a, b in map(r.span, [(0, 0), (3, 3), (7, 7), (2, 3), (3, 4)]))
