@@ -36,6 +36,11 @@ class DecodingOptions:
 GREEDY = DecodingOptions()
 
 
+def greedy_after(start: tuple[int, ...]) -> DecodingOptions:
+    """Greedy decoding after the `start` tokens (a many-to-many model's target language), none: GREEDY."""
+    return DecodingOptions(start=start) if start else GREEDY
+
+
 def max_new_tokens_for(src_len: int, limit: int = 256) -> int:
     """A generous output budget for a source of `src_len` tokens."""
     return min(limit, 2 * src_len + 10)

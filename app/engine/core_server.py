@@ -26,7 +26,7 @@ from app.engine.core import EngineCore
 from app.engine.errors import EngineUnavailable
 from app.engine.metrics import Metrics
 from app.engine.wire import HWM, Reply, Request
-from model.options import GREEDY, DecodingOptions
+from model.options import DecodingOptions, greedy_after
 
 log = logging.getLogger("nmt_serve.remote")
 CALLS = ("generate", "search", "align", "attention", "stream")  # the EngineCore methods a request may name
@@ -105,7 +105,7 @@ class CoreServer:
         elif req.kind in ("generate", "search"):  # most requests: answered from the future, with no task
             srcs, budgets, options = req.args
             if req.kind == "generate":
-                options = DecodingOptions(start=options) if options else GREEDY  # generate's third: `start`
+                options = greedy_after(options)  # generate's third argument: `start`
             try:
                 answer = core.searching(srcs, budgets, placed(core, options))
             except Exception as e:  # noqa: BLE001 - QueueFull, EngineUnavailable, ...: the call's error

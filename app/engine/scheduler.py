@@ -37,6 +37,7 @@ from app.engine.sequence import PURGE, STOP, Call, Job, Sequence, TokenStream, d
 from app.engine.waiting import WaitingLine
 from model.batch import RowBatch, new_search
 from model.decoding import Hypothesis, KVCache
+from model.options import greedy_after
 from model.search import GREEDY, DecodingOptions, Search
 from model.transformer import Transformer
 
@@ -97,8 +98,7 @@ class Batcher:
     ) -> list[Hypothesis]:
         """Greedy hypotheses for source id lists (each ending in </s>), at most `budgets[i]` tokens each, after the
         `start` tokens (a many-to-many model's target language: DecodingOptions.start)."""
-        options = DecodingOptions(start=start) if start else GREEDY
-        return [hyps[0] for hyps in await self.search(srcs, budgets, options)]
+        return [hyps[0] for hyps in await self.search(srcs, budgets, greedy_after(start))]
 
     async def search(
         self, srcs: list[list[int]], budgets: list[int], options: DecodingOptions | list[DecodingOptions]

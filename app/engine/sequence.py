@@ -107,12 +107,17 @@ def resolve_all(results: list[tuple[Job, Any]]) -> None:
 def settle_all(results: list[tuple[Job, Any]]) -> None:
     """From the worker thread: resolve the futures of the jobs a step finished, one wake-up per event loop rather than
     one per job (each wake-up is a write to the loop's self-pipe and a pass of it)."""
+    on_loops(resolve_all, [(job.loop, (job, result)) for job, result in results])
+
+
+def on_loops(fn: Callable[[list], Any], items: list[tuple[asyncio.AbstractEventLoop, Any]]) -> None:
+    """From the worker thread: fn(its items) on each event loop, one call (one wake-up) per loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-    for job, result in results:
-        by_loop.setdefault(job.loop, []).append((job, result))
-    for loop, items in by_loop.items():
+    for loop, item in items:
+        by_loop.setdefault(loop, []).append(item)
+    for loop, batch in by_loop.items():
         try:
-            loop.call_soon_threadsafe(resolve_all, items)
+            loop.call_soon_threadsafe(fn, batch)
         except RuntimeError:  # the caller's event loop is gone
             pass
 
@@ -131,14 +136,9 @@ def fail(jobs: list[Job], error: Exception) -> None:
 def deliver(streaming: list[Sequence]) -> None:
     """From the worker thread: hand the streaming sequences' new tokens to their callers, one wake-up per event
     loop rather than per token."""
-    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+    items = []
     for seq in streaming:
         tokens = seq.search.tokens
-        for tok in tokens[seq.sent :]:
-            by_loop.setdefault(seq.loop, []).append((seq.stream, tok))
+        items += [(seq.loop, (seq.stream, tok)) for tok in tokens[seq.sent :]]
         seq.sent = len(tokens)
-    for loop, items in by_loop.items():
-        try:
-            loop.call_soon_threadsafe(put_all, items)
-        except RuntimeError:  # the caller's event loop is gone
-            pass
+    on_loops(put_all, items)
