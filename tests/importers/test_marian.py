@@ -45,6 +45,15 @@ def marian(request, marian_models):
     return request.param, hf, transformers.MarianTokenizer.from_pretrained(hf_dir), model, tokenizer, ours
 
 
+@pytest.fixture(scope="module")
+def held_out(marian) -> tuple[list[str], list[list[int]]]:
+    """The first 200 held-out sentences and transformers' greedy tokens for them: generated once a layout (one
+    sentence at a time, ~20 s), for every test that compares with them."""
+    _, hf, htok, _, _, _ = marian
+    sentences = held_out_sentences("en")[:200]
+    return sentences, [reference(hf, htok(s).input_ids) for s in sentences]
+
+
 def reference(hf, ids: list[int], budget: int = BUDGET) -> list[int]:
     """transformers' greedy decoding, without the decoder start and the final </s>."""
     with torch.no_grad():
@@ -91,10 +100,9 @@ def test_decoding_equals_marian_tokenizer_with_and_without_special_tokens(marian
             assert tok.decode(ids, skip) == htok.decode(ids, skip_special_tokens=skip), (ids, skip)
 
 
-def test_greedy_decoding_gives_transformers_tokens_alone_and_in_a_batch(marian):
-    _, hf, htok, model, tok, _ = marian
-    sentences = held_out_sentences("en")[:200]
-    expected = [reference(hf, htok(s).input_ids) for s in sentences]
+def test_greedy_decoding_gives_transformers_tokens_alone_and_in_a_batch(marian, held_out):
+    _, _, _, model, tok, _ = marian
+    sentences, expected = held_out
     alone = [greedy_decode(model, torch.tensor([tok.encode(s)]), BUDGET)[0].tokens for s in sentences[:50]]
     assert alone == expected[:50]
     ids = [tok.encode(s) for s in sentences]
@@ -109,7 +117,7 @@ def test_greedy_decoding_gives_transformers_tokens_alone_and_in_a_batch(marian):
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.compiles)], ids=["eager", "compiled"])
-async def test_the_engine_translates_as_transformers_batched_and_alone(marian, compiled, monkeypatch):
+async def test_the_engine_translates_as_transformers_batched_and_alone(marian, held_out, compiled, monkeypatch):
     layout, hf, htok, model, tok, _ = marian
     if compiled and layout == "separate":
         pytest.skip("compiling is checked on one layout: the step is the same code")
@@ -117,7 +125,7 @@ async def test_the_engine_translates_as_transformers_batched_and_alone(marian, c
         from model.compile import graphs_for, runtime
 
         monkeypatch.setattr(runtime, "graphs_for", lambda m, cache, steps: graphs_for(m, cache, ("greedy",)))
-    sentences = held_out_sentences("en")[:200]
+    sentences, expected = held_out
     engine = Engine.local(
         model, tok, max_input_tokens=128, max_new_tokens=64, max_batch_texts=200,
         max_batch_size=1 if compiled else 32,  # compiled: the one-row graphs (tests/model/test_compile.py has more)
@@ -125,7 +133,6 @@ async def test_the_engine_translates_as_transformers_batched_and_alone(marian, c
     )  # fmt: skip
     await engine.start()
     try:
-        expected = [reference(hf, htok(s).input_ids) for s in sentences]
         batched = await engine.translate(sentences, max_new_tokens=BUDGET)
         alone = [(await engine.translate(s, max_new_tokens=BUDGET))[0] for s in sentences[:40]]
         if compiled:
