@@ -116,9 +116,8 @@ class Restored:
         return x + sum(len(s) for p, s in self.insertions if (p < x if end else p <= x))
 
     def span(self, span: Span) -> Span:
-        if span[0] == span[1]:  # an empty span (a token that writes nothing) stays empty where spans go back in
-            return self.shift(span[0]), self.shift(span[0])
-        return self.shift(span[0]), self.shift(span[1], end=True)
+        start = self.shift(span[0])  # an empty span (a token that writes nothing) stays empty where spans go back in
+        return (start, start) if span[0] == span[1] else (start, self.shift(span[1], end=True))
 
     def deltas(self, target: str, ends: list[int]) -> list[str]:
         """What each token adds to `text`, where token i ends at ends[i] of the translation `target`: a group goes
