@@ -31,8 +31,10 @@ def load_engine(
     from app.engine.device import resolve_device
     from app.engine.memory import decoder_rows
     from model.checkpoint import load_checkpoint
+    from model.compile import nogil
 
     threads = threads or s.threads or torch.get_num_threads()
+    nogil.want(s.compile_release_gil)  # one extension for the process: every model the same
     torch.set_num_threads(1)  # before any parallel work here: see Batcher.threads
     model_dir = model_dir or s.model_dir
     fraction = gpu_memory_fraction or s.gpu_memory_fraction

@@ -138,6 +138,15 @@ class Settings(BaseSettings):
         "--precompile` fills it ahead; must be writable, and may be shared by servers. Unset: PyTorch's own default, "
         "`<tmp>/torchinductor_<user>`",
     )
+    compile_release_gil: bool = Field(
+        True,
+        description="run the compiled graphs (on a CPU) with Python's interpreter lock released, as eager PyTorch's "
+        "ops run: the event loop, and with `NMT_MODELS` the other models' engines, run Python while a graph runs. "
+        "AOTInductor's own binding holds the lock for each whole graph, so two busy compiled models took turns: "
+        "77.1 sentences/s together against 138.9 released on a 2-core AMD EPYC (`docs/performance.md`). Needs a "
+        "C++ extension of a few lines, built once (under a minute) beside the graphs, or in `TORCH_EXTENSIONS_DIR`; "
+        "where it cannot be built the server logs a warning and runs the graphs holding the lock",
+    )
     quantize: Quantize = Field(
         "none",
         description="`int8`: the linear layers (the output projection too) with int8 weights, one scale per output "

@@ -1,6 +1,8 @@
-"""Two models in one server: how to share the CPU's cores between their worker threads.
+"""Two models in one server: how to share the CPU's cores between their worker threads, and whether their compiled
+graphs let go of Python's lock (GIL) while they run.
 
     python bench/models.py --src ../shared/data/multi30k/test_2016_flickr.en.gz [--limit 200] [--rounds 3]
+    python bench/models.py --gil --src ../shared/data/multi30k/test_2016_flickr.en.gz [--compile-cache-dir DIR]
 
 Loads two engines per way of sharing, as a server with NMT_MODELS builds them (each its own KV cache, batch and
 worker thread): `shared out` gives each model half the cores (the default), `all cores` gives each every core (two
@@ -9,6 +11,11 @@ turns: one model busy (the other idle), and both busy at once, each sent every s
 in flight. Prints sentences/s for each, per round and as medians, and the ratios that decide the default. The models
 are the bundled en->de and en->fr checkpoints (--models), eager (as NMT_COMPILE=off): compiling changes how fast a
 step is, not how two workers share the cores.
+
+--gil: the two engines shared out, each with its compiled graphs (the greedy step's and the prefill's, loaded from
+--compile-cache-dir or built into it first: minutes on two cores), timed the same way with the graphs run through
+model/compile/nogil.py's extension (the GIL released: NMT_COMPILE_RELEASE_GIL=true) and through AOTInductor's own
+binding (held), the two taking turns in each round.
 """
 
 from __future__ import annotations
@@ -42,6 +49,28 @@ async def engines(dirs: list[str], threads: int):
     return out
 
 
+async def compiled_engines(dirs: list[str], threads: int, cache_dir: str | None):
+    """engines(), each with its greedy step's and prefill's graphs compiled as the server's (on a thread with the
+    worker's thread count: Inductor writes it into the kernels)."""
+    import torch
+
+    from model.compile import PACKAGE_DIR, compile_model, default_dir, use_cache_dir
+
+    if cache_dir:
+        use_cache_dir(cache_dir)
+    directory = Path(cache_dir) / PACKAGE_DIR if cache_dir else default_dir()
+    out = await engines(dirs, threads)
+    for engine in out:
+
+        def build(core=engine.core):
+            torch.set_num_threads(threads)
+            return compile_model(core.model, core.batcher.cache, steps=("greedy",), directory=directory)
+
+        graphs = await asyncio.to_thread(build)
+        print(f"{engine.name}: {len(graphs.built)} graphs built, {len(graphs.loaded)} loaded", flush=True)
+    return out
+
+
 async def rate(busy: list, sentences: list[str], concurrency: int) -> float:
     """Sentences/s of all of `busy` together, each sent every sentence with `concurrency` in flight."""
 
@@ -68,6 +97,9 @@ async def main(args: argparse.Namespace) -> None:
     dirs = args.models.split(",")
     print(f"CPU: {cpu_description()}; torch {torch.__version__}; {len(sentences)} sentences, concurrency "
           f"{args.concurrency}, models {[Path(d).name for d in dirs]}", flush=True)  # fmt: skip
+    if args.gil:
+        await gil(args, sentences, await compiled_engines(dirs, max(1, cores // 2), args.compile_cache_dir))
+        return
     ways = {"shared out": await engines(dirs, max(1, cores // 2)), "all cores": await engines(dirs, cores)}
     figures: dict[str, list[float]] = {}
     for r in range(args.rounds):
@@ -91,6 +123,33 @@ async def main(args: argparse.Namespace) -> None:
             e.stop()
 
 
+async def gil(args: argparse.Namespace, sentences: list[str], pair: list) -> None:
+    """The compiled engines timed with the GIL released and held, taking turns (which goes first alternates)."""
+    from model.compile import nogil
+
+    if not nogil.released():
+        sys.exit("the graphs do not run through model/compile/nogil.py's extension (see the warning above)")
+    a, b = pair
+    figures: dict[str, list[float]] = {}
+    for r in range(args.rounds):
+        for way in ("released", "held") if r % 2 == 0 else ("held", "released"):
+            nogil.want(way == "released")
+            for load, busy in (("one busy", [a]), ("both busy", [a, b])):
+                figures.setdefault(f"{way}, {load}", []).append(await rate(busy, sentences, args.concurrency))
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in figures.items()), flush=True)
+    nogil.want(True)
+    median = {k: statistics.median(v) for k, v in figures.items()}
+    print(f"\nsentences/s, median of {args.rounds} rounds (compiled, one thread each):")
+    for k, v in sorted(median.items()):
+        print(f"  {k:<22} {v:8.1f}   rounds {', '.join(f'{x:.1f}' for x in figures[k])}")
+    for load in ("one busy", "both busy"):
+        print(f"{load}, released / held: {median[f'released, {load}'] / median[f'held, {load}']:.2f}x")
+    print(f"both busy over one busy: released {median['released, both busy'] / median['released, one busy']:.2f}x, "
+          f"held {median['held, both busy'] / median['held, one busy']:.2f}x")  # fmt: skip
+    for engine in pair:
+        engine.stop()
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", required=True)
@@ -98,6 +157,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=200)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--gil", action="store_true", help="compiled engines, the GIL released against held")
+    p.add_argument("--compile-cache-dir", help="where the graphs are (or are built): NMT_COMPILE_CACHE_DIR")
     return p.parse_args(argv)
 
 

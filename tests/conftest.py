@@ -31,6 +31,11 @@ os.environ["NMT_COMPILE"] = "0"
 # worker) has its own, removed when it exits: tens of MB a run would otherwise pile up in the temporary directory.
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-serve-tests-inductor-")
 atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+# The C++ extension the compiled graphs run through (model/compile/nogil.py) is built once a run, into a directory
+# every xdist worker and child server shares (inherited from the process that made it, which removes it).
+if "TORCH_EXTENSIONS_DIR" not in os.environ:
+    os.environ["TORCH_EXTENSIONS_DIR"] = tempfile.mkdtemp(prefix="nmt-serve-tests-extensions-")
+    atexit.register(shutil.rmtree, os.environ["TORCH_EXTENSIONS_DIR"], ignore_errors=True)
 # Stored glossaries (app/glossaries.py) too: servers in tests never write to the user's own NMT_GLOSSARY_DIR default.
 os.environ["NMT_GLOSSARY_DIR"] = tempfile.mkdtemp(prefix="nmt-serve-tests-glossaries-")
 atexit.register(shutil.rmtree, os.environ["NMT_GLOSSARY_DIR"], ignore_errors=True)

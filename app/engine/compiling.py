@@ -27,7 +27,7 @@ import torch
 from app.engine.errors import EngineUnavailable
 from app.engine.metrics import Metrics
 from app.engine.scheduler import Batcher
-from model.compile import PACKAGE_DIR, Cancelled, Compiled, adopt, compile_graphs, uncompile, use_cache_dir
+from model.compile import PACKAGE_DIR, Cancelled, Compiled, adopt, compile_graphs, nogil, uncompile, use_cache_dir
 from model.cuda_graphs import GraphedSteps, capture_graphs, graph_name
 from model.cuda_graphs import compiled as captured_so_far
 from model.transformer import Transformer
@@ -67,10 +67,11 @@ class Compiler:
         seconds = None if self.seconds is None else round(self.seconds, 1)
         built, loaded = (None, None) if self.graphs is None else (len(self.graphs.built), len(self.graphs.loaded))
         gemms = {} if self.graphs is None else {name: asdict(c) for name, c in self.graphs.choices.items()}
+        gil = None if self.cuda or self.mode == "off" else "released" if nogil.released() else "held"  # a CPU's graphs
         return {
             "mode": self.mode, "state": self.state, "seconds": seconds, "built": built, "loaded": loaded,
             "serving": self.serving, "graphs": "cuda" if self.cuda else "aotinductor", "kernels": self.kernels,
-            "gemms": gemms,
+            "gemms": gemms, "gil": gil,
         }  # fmt: skip
 
     async def before_ready(self) -> None:

@@ -19,6 +19,7 @@ every start compiled every graph again; without freezing the graphs cache but de
     graphs.py     which graphs a cache's steps run, and one exported and built into a package
     choice.py     the large-row steps' GEMMs, chosen on this CPU by timing the graph built each way
     identity.py   what a package is found by and was built for (weights, environment, this code)
+    nogil.py      the graphs run with the GIL released (a C++ extension of a few lines, built once)
     store.py      the package directory: written whole or not at all, loaded, leftovers of killed builds removed
     runtime.py    compile_graphs, and the graphs stepping the model (adopt, uncompile)
 """

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from model.compile import choice
+from model.compile import choice, nogil
 from model.compile.graphs import Graph, build, graph_mode, graphs_for, timing_inputs, uncalled
 from model.compile.identity import environment, weights_digest
 from model.compile.store import default_dir, load, remove_leftovers
@@ -122,6 +122,8 @@ def compile_graphs(
     shape = f"b{cache.max_batch}-t{cache.max_len}-s{cache.max_src_len}-{str(cache.kv.dtype).removeprefix('torch.')}"
     screen = model.screen
     quantized = getattr(model, "quantized", None)  # "int8": model/quantize.py's layers, which Inductor lowers to int8
+    if device.type == "cpu":  # the graphs run with the GIL released (model/compile/nogil.py)
+        nogil.ensure(directory.parent, building)
     graphs = graphs_for(model, cache, steps)
     compiled = Compiled(directory, order=[g.name for g in graphs], uncalled=uncalled(cache))
     t0 = compiled.started

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from model.compile import nogil
+
 # Compared and handed back with the C library's memcmp and madvise: one thread, the GIL released. torch's ops would
 # start OpenMP teams beside the engine's, decoding meanwhile: on 2 cores both crawled (a load took 5x as long).
 _libc = ctypes.CDLL(None)
@@ -44,7 +46,7 @@ class Graph:
         self.runner, self.constants, self.keeps = runner, constants, keeps
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        return self.runner.run(inputs)
+        return nogil.run(self.runner, inputs)  # the GIL released while it runs, once the extension is there
 
 
 def share(runner) -> Graph:
