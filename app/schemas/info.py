@@ -88,6 +88,12 @@ class CompileInfo(BaseModel):
         description="with `max-autotune` on a CPU: the large-row decoder steps' GEMMs, by graph, chosen by timing "
         "the step built each way on this CPU (docs/configuration.md)",
     )
+    gil: Literal["released", "held"] | None = Field(
+        None,
+        description="on a CPU: whether the compiled graphs run with Python's lock `released` (NMT_COMPILE_RELEASE_GIL) "
+        "or `held` (the setting off, its extension not built yet or not buildable: the log says why); null on a GPU "
+        "and with NMT_COMPILE=off",
+    )
 
 
 class MemoryInfo(BaseModel):
