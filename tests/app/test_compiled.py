@@ -94,12 +94,15 @@ async def test_a_screened_server_translates_exactly_like_a_float32_one(trained_c
 
 @pytest.mark.compiles
 async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_across_the_swap(
-    trained_checkpoint, monkeypatch, tmp_path
+    trained_checkpoint, one_row_packages, monkeypatch, tmp_path
 ):
     """NMT_COMPILE=background: ready before the graphs are; the worker adopts them between two steps of a stream,
-    which goes on, in order, to the eager model's tokens; from then on the compiled graphs serve."""
-    base = dict(model_dir=trained_checkpoint, max_new_tokens=30, max_input_tokens=32, max_batch_size=1)
-    body = {"text": TEXTS[1]}
+    which goes on, in order, to the eager model's tokens; from then on the compiled graphs serve. With
+    one_row_packages' limits: the greedy step and the prefill are its packages, loaded; the full step is built."""
+    base = dict(model_dir=trained_checkpoint, max_new_tokens=31, max_input_tokens=16, max_batch_size=1,
+                screen_logits=False)  # fmt: skip
+    shutil.copytree(one_row_packages[0], tmp_path / PACKAGE_DIR)
+    body = {"text": TEXTS[0]}
     async with serve(Settings(**base, compile=False)) as (_, client):
         plain = (await client.post("/translate", json={**body, "return_tokens": True})).json()
         assert len(plain["translations"][0]["token_ids"]) >= 4
@@ -125,6 +128,7 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         info = (await client.get("/info")).json()
         assert info["compiled"] is True and info["compile"]["state"] == "compiled" and info["compile"]["seconds"] > 0
         assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]
+        assert (info["compile"]["built"], info["compile"]["loaded"]) == (1, 2)
         assert info["compile"]["gil"] == "released", "the graphs run holding the GIL (model/compile/nogil.py)"
         metrics, label = (await client.get("/metrics")).text, f'{{model="{engine.name}"}}'
         assert f"nmt_compiled{label} 1.0" in metrics and f"nmt_compile_duration_seconds{label} 0.0" not in metrics

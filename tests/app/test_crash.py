@@ -34,9 +34,10 @@ from tests.app.helpers import assert_stream_matches, sse, until
 from tests.app.live import env
 
 TEXTS = ["A man is riding a bike.", "Two girls are playing in the park.", "The cat sleeps."]
-# One row at a time: three graphs (the greedy step, the prefill, the full step) keep compiling under a minute
-COMPILING = {"NMT_MAX_BATCH_SIZE": "1", "NMT_MAX_NEW_TOKENS": "16", "NMT_MAX_INPUT_TOKENS": "16",
-             "NMT_COMPILE_MODE": "default", "NMT_COMPILE": "background"}  # fmt: skip
+# One row at a time, one_row_packages' limits: three graphs (the greedy step and the prefill, its packages, and the
+# full step, built) keep compiling under a minute
+COMPILING = {"NMT_MAX_BATCH_SIZE": "1", "NMT_MAX_NEW_TOKENS": "31", "NMT_MAX_INPUT_TOKENS": "16",
+             "NMT_SCREEN_LOGITS": "0", "NMT_COMPILE_MODE": "default", "NMT_COMPILE": "background"}  # fmt: skip
 
 
 @contextmanager
@@ -78,7 +79,8 @@ def stop(proc: subprocess.Popen, log: Path) -> None:
 
 
 def translations(base: str) -> list[dict]:
-    r = httpx.post(f"{base}/translate", json={"text": TEXTS, "return_tokens": True}, timeout=60)
+    # truncate: TEXTS[1] is longer than COMPILING's 16 input tokens in the trained model's vocabulary
+    r = httpx.post(f"{base}/translate", json={"text": TEXTS, "return_tokens": True, "truncate": True}, timeout=60)
     assert r.status_code == 200, r.text
     return [{k: t[k] for k in ("text", "token_ids")} for t in r.json()["translations"]]
 
@@ -93,14 +95,14 @@ def packages(directory: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def eager(tiny_checkpoint) -> list[dict]:
+def eager(trained_checkpoint) -> list[dict]:
     """TEXTS translated by the eager model with COMPILING's limits, in process."""
 
     async def run():
-        settings = Settings(model_dir=tiny_checkpoint, max_batch_size=1, max_new_tokens=16, max_input_tokens=16,
-                            compile=False)  # fmt: skip
+        settings = Settings(model_dir=trained_checkpoint, max_batch_size=1, max_new_tokens=31, max_input_tokens=16,
+                            screen_logits=False, compile=False)  # fmt: skip
         async with serve(settings) as (_, client):
-            r = await client.post("/translate", json={"text": TEXTS, "return_tokens": True})
+            r = await client.post("/translate", json={"text": TEXTS, "return_tokens": True, "truncate": True})
             return [{k: t[k] for k in ("text", "token_ids")} for t in r.json()["translations"]]
 
     return asyncio.run(run())
@@ -110,16 +112,18 @@ def eager(tiny_checkpoint) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def killed_while_compiling(tiny_checkpoint, tmp_path_factory):
-    """A background-compiling server SIGKILLed at a random moment after its first graph serves (building the next
-    one, or writing its package), then beside its packages: the last graph's package empty (a power cut before its
-    bytes reached the disk), and two temporary packages, one a build killed while writing it left over an hour ago,
-    one another server may be writing now. Returns what the restart on the same directory and port did."""
+def killed_while_compiling(trained_checkpoint, one_row_packages, tmp_path_factory):
+    """A background-compiling server SIGKILLed at a random moment after its first graph serves (building the last
+    one, the full step, or writing its package; the greedy step and the prefill are one_row_packages', loaded), then
+    beside its packages: the last graph's package empty (a power cut before its bytes reached the disk), and two
+    temporary packages, one a build killed while writing it left over an hour ago, one another server may be writing
+    now. Returns what the restart on the same directory and port did."""
     root = tmp_path_factory.mktemp("killed-while-compiling")
     cache, log, port = root / "cache", root / "server.log", free_port()
     settings = {**COMPILING, "NMT_COMPILE_CACHE_DIR": str(cache)}
+    shutil.copytree(one_row_packages[0], cache / model_compile.PACKAGE_DIR)
     base = f"http://127.0.0.1:{port}"
-    with server(tiny_checkpoint, port, log, **settings) as proc:
+    with server(trained_checkpoint, port, log, **settings) as proc:
         wait_for(proc, log, lambda: ready(base), "ready", 90)
         first = wait_for(proc, log, lambda: compile_info(base)["serving"], "a compiled graph serving", 180)
         delay = random.uniform(0, 6)
@@ -127,7 +131,7 @@ def killed_while_compiling(tiny_checkpoint, tmp_path_factory):
         at_kill = compile_info(base)
         proc.kill()
         assert proc.wait(timeout=30) == -signal.SIGKILL
-    assert first == ["greedy_step-1-1"] and at_kill["state"] == "compiling", at_kill
+    assert first[0] == "greedy_step-1-1" and at_kill["state"] == "compiling", at_kill
 
     (step,) = (cache / model_compile.PACKAGE_DIR).glob("*/greedy_step-*.pt2")  # in the weights' digest's directory
     name = re.sub(r"-screen\d+", "", step.name.replace("greedy_step-", "logprob_step-"))  # the full step's, unscreened
@@ -140,12 +144,12 @@ def killed_while_compiling(tiny_checkpoint, tmp_path_factory):
     os.utime(stale, (old, old))
     intact = [p.name for p in packages(directory) if p != last]
 
-    with server(tiny_checkpoint, port, log, **settings) as restarted:  # the same port and settings, as a supervisor
+    with server(trained_checkpoint, port, log, **settings) as restarted:  # the same port and settings, as a supervisor
         wait_for(restarted, log, lambda: ready(base), "ready after the restart", 90)
         while_compiling = translations(base)
         info = wait_for(restarted, log, lambda: compiling_ended(base), "compiling ended", 240)
         compiled = translations(base)
-        stream = httpx.post(f"{base}/translate", json={"text": TEXTS[1], "stream": True}, timeout=60)
+        stream = httpx.post(f"{base}/translate", json={"text": TEXTS[1], "stream": True, "truncate": True}, timeout=60)
         stop(restarted, log)
     return {
         "delay": delay, "at_kill": at_kill, "intact": intact, "info": info, "while_compiling": while_compiling,
