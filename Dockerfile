@@ -2,7 +2,7 @@
 #
 #   GPU (default; torch comes with the base image):
 #     docker build -t nmt-serve:gpu .
-#   CPU (torch's CPU wheel, installed by scripts/install.sh; a base with g++, which compiling the graphs needs):
+#   CPU (torch's CPU wheel, installed by scripts/install.sh; a base with g++ and Python's headers for the graphs):
 #     docker build -t nmt-serve:cpu --build-arg BASE_IMAGE=python:3.11-bookworm \
 #                  --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu .
 #   podman: add --format docker (podman's own image format drops the HEALTHCHECK).
@@ -16,8 +16,9 @@
 # The install steps are scripts/install.sh, the same script the README's quick start runs.
 
 # Any image with Python >= 3.11 (its venv module too: Debian's python3-venv) and bash; for the CPU image's compiled
-# graphs also a C++ compiler (g++). pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime ships Python 3.11 and a CUDA 12.4
-# build of torch 2.5.1 (kept by install.sh, since torch is already importable).
+# graphs also a C++ compiler (g++) and Python's headers (Debian's python3-dev: the graphs then run without the GIL).
+# pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime ships Python 3.11 and a CUDA 12.4 build of torch 2.5.1 (kept by
+# install.sh, since torch is already importable).
 ARG BASE_IMAGE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
 
 # ---- deps: torch and the locked runtime set; rebuilt only when that lock or the install script change ----

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The container image, built and run for real with podman (or Docker) and no image registry:
-#   1. a base image with Python 3.11, its venv module and g++ (the compiled graphs), made from Debian 12 with
-#      debootstrap (as root); its tag is a key of the suite, the packages and the recipe, so a later run reuses it;
+#   1. a base image with Python 3.11, its venv module and headers, and g++ (the compiled graphs), made from Debian 12
+#      with debootstrap (as root); its tag is a key of the suite, the packages and the recipe, so a later run reuses it;
 #   2. the CPU image from the Dockerfile on that base, in Docker's format (podman's own drops the HEALTHCHECK):
 #      cold (--no-cache), then again from the layer cache; pip gets the host's CA bundle and wheel directory;
 #   3. runs it as deploy/k8s runs it (read-only root, every capability dropped, the compile cache on a volume, /tmp
@@ -12,8 +12,8 @@
 #   4. prints the image's size and the times.
 #   scripts/image-check.sh                 the CPU image: build, run, check
 #   scripts/image-check.sh --gpu-build     the GPU image (PyPI's CUDA build of torch) on the same base: build only
-#   options: --base IMAGE (a base of your own: Python >= 3.11 with venv, bash, g++), --dockerfile FILE, --tag NAME,
-#            --cached (no cold build: the layer cache only)
+#   options: --base IMAGE (a base of your own: Python >= 3.11 with venv and headers, bash, g++), --dockerfile FILE,
+#            --tag NAME, --cached (no cold build: the layer cache only)
 # Environment: CONTAINER_ENGINE (podman or docker; default podman where installed), IMAGE_CHECK_CACHE (podman's store
 # and config, default ~/.cache/nmt-serve-image), DEBIAN_MIRROR, PIP_CERT (a CA bundle for pip; default the system's),
 # PIP_FIND_LINKS (a directory or URL of wheels, e.g. torch's CPU build), PIP_INDEX_URL (a PyPI mirror).
@@ -102,7 +102,7 @@ trap 'exit 130' INT TERM
 
 # ---- 1. the base image -------------------------------------------------------------------------------------------
 suite=bookworm  # Debian 12: Python 3.11
-packages=python3,python3-venv,g++
+packages=python3,python3-venv,python3-dev,g++  # python3-dev: Python.h, for model/compile/nogil.py
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 make_base() {  # $1: the tag. A minimal Debian with the packages; no apt lists, caches or manuals
   local root
@@ -292,7 +292,8 @@ read -r graphs compile_time < <(info 'c["built"], c["seconds"]')
 gil() {  # the graphs run with the GIL released: the C++ extension (model/compile/nogil.py) built in the image's run
   local held
   held=$(info 'c["gil"]')
-  [ "$held" = released ] || fail "the compiled graphs run with the GIL $held, not released (ninja or g++ missing?)"
+  [ "$held" = released ] ||
+    fail "the compiled graphs run with the GIL $held, not released (g++ or Python's headers missing?)"
 }
 gil
 say "compiled $graphs graphs into the volume in $compile_time s (/info), running with the GIL released"
