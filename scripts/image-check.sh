@@ -247,6 +247,12 @@ compiled() {  # waits until the compiled graphs serve; prints the seconds
   done
   since "$t"
 }
+gil() {  # the graphs run with the GIL released: the C++ extension (model/compile/nogil.py) built in the image's run
+  local gil
+  gil=$(info 'c["gil"]')
+  [ "$gil" = released ] ||
+    fail "the compiled graphs run with the GIL $gil, not released (g++ or Python's headers missing?)"
+}
 # The README's first translation: the request of the block .ci/run runs, and the JSON shown below it.
 marker='<!-- .ci/run runs the next block'
 block=$(awk -v m="$marker" 'index($0, m) == 1 {f = 1; next} f == 1 && /^```bash$/ {f = 2; next}
@@ -289,12 +295,6 @@ say "the server runs as UID 10001 on a read-only root"
 compiled >/dev/null
 read -r graphs compile_time < <(info 'c["built"], c["seconds"]')
 [ "$graphs" -gt 0 ] || fail "no graph was built into the empty compile cache"
-gil() {  # the graphs run with the GIL released: the C++ extension (model/compile/nogil.py) built in the image's run
-  local held
-  held=$(info 'c["gil"]')
-  [ "$held" = released ] ||
-    fail "the compiled graphs run with the GIL $held, not released (g++ or Python's headers missing?)"
-}
 gil
 say "compiled $graphs graphs into the volume in $compile_time s (/info), running with the GIL released"
 first_stop=$(stop)
