@@ -115,6 +115,12 @@ class Int8Linear(nn.Module):
         """A copy (copy.deepcopy, pickle) packs its weight again: a packed weight has no storage to copy."""
         return {**super().__getstate__(), "_onednn": None}
 
+    def __setstate__(self, state: dict) -> None:
+        """An unpickled copy (in a process of its own: model/compile/builders.py's) registers the ops its forward
+        calls, as __init__ does."""
+        _ops()
+        super().__setstate__(state)
+
     def _packed(self, x: torch.Tensor) -> torch.Tensor | None:
         """The weight packed for oneDNN's int8 kernel (once, on first use), or None where it cannot run x."""
         if x.device.type != "cpu" or x.dtype != torch.float32 or not x.numel() or not _ONEDNN_INT8:

@@ -141,8 +141,9 @@ def build_one_row(checkpoint: Path, directory: Path, quantize: bool = False) -> 
     model = load_checkpoint(checkpoint)[0]
     if quantize:
         quantize_int8(model)
-    graphs = compile_graphs(model, KVCache(model, **ONE_ROW), steps=("greedy",), directory=directory, mode="default")
-    assert graphs.built == ONE_ROW_GRAPHS and graphs.loaded == []
+    graphs = compile_graphs(model, KVCache(model, **ONE_ROW), steps=("greedy",), directory=directory, mode="default",
+                            jobs=2)  # fmt: skip
+    assert graphs.built == ONE_ROW_GRAPHS and graphs.loaded == [] and graphs.jobs == 2  # in child processes
 
 
 @pytest.fixture(scope="session")

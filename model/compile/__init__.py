@@ -17,6 +17,7 @@ every start compiled every graph again; without freezing the graphs cache but de
 (docs/performance.md, Start-up). A package holds the frozen graph whole, and loads in well under a second.
 
     graphs.py     which graphs a cache's steps run, and one exported and built into a package
+    builders.py   the packages a start lacks built side by side, each in a child process of its own
     choice.py     the large-row steps' GEMMs, chosen on this CPU by timing the graph built each way
     identity.py   what a package is found by and was built for (weights, environment, this code)
     nogil.py      the graphs run with the GIL released (a C++ extension of a few lines, built once)

@@ -24,9 +24,9 @@ from model.transformer import Transformer
 log = logging.getLogger("model.compile")  # one logger for the package
 FORMAT = "1"  # of the packages' metadata: a package of another format is built again
 SOURCES = (  # the code the graphs are traced from and built by, relative to model/: its digest is in the metadata
-    "transformer.py", "layers.py", "screen.py", "quantize.py", "compile/__init__.py", "compile/choice.py",
-    "compile/graphs.py", "compile/identity.py", "compile/nogil.py", "compile/runtime.py", "compile/shared.py",
-    "compile/store.py",
+    "transformer.py", "layers.py", "screen.py", "quantize.py", "compile/__init__.py", "compile/builders.py",
+    "compile/choice.py", "compile/graphs.py", "compile/identity.py", "compile/nogil.py", "compile/runtime.py",
+    "compile/shared.py", "compile/store.py",
 )  # fmt: skip
 
 

@@ -57,11 +57,7 @@ def load(path: Path, expected: dict[str, str]):
             broken = archive.testzip()
         if broken is not None:
             raise ValueError(f"{broken} fails its checksum")
-        found = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(str(path), "model")
-        differ = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v}
-        if differ:
-            why = "; ".join(f"{k} {a!r} here {b!r}" for k, (a, b) in differ.items())
-            log.warning("ignoring the compiled graph %s: it was built for %s; compiling it again", path, why)
+        if not current(path, expected):
             return None
         if not expected["device"].startswith("cpu"):
             from torch._inductor import aoti_load_package
@@ -71,6 +67,23 @@ def load(path: Path, expected: dict[str, str]):
     except Exception as e:  # noqa: BLE001 - a corrupt or partial package is built again
         log.warning("ignoring the compiled graph %s: it cannot be loaded (%s); compiling it again", path, e)
         return None
+
+
+def current(path: Path, expected: dict[str, str]) -> bool:
+    """Whether the package at `path` was built for `expected` (its metadata only: `load` checks the rest); a warning
+    says why not, where it is there."""
+    if not path.exists():
+        return False
+    try:
+        found = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(str(path), "model")
+    except Exception as e:  # noqa: BLE001 - a corrupt or partial package is built again
+        log.warning("ignoring the compiled graph %s: it cannot be loaded (%s); compiling it again", path, e)
+        return False
+    differ = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v}
+    if differ:
+        why = "; ".join(f"{k} {a!r} here {b!r}" for k, (a, b) in differ.items())
+        log.warning("ignoring the compiled graph %s: it was built for %s; compiling it again", path, why)
+    return not differ
 
 
 def unpack_library(path: Path, directory: str | os.PathLike) -> Path:

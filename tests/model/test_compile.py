@@ -108,13 +108,13 @@ def test_compiled_greedy_decoding_equals_eager_for_every_row_count(trained_check
     eager, compiled = load_checkpoint(trained_checkpoint)[0], load_checkpoint(trained_checkpoint)[0]
     compiled.screen = LogitScreen(compiled.generator_weight, min_rows=3)
     cache = KVCache(compiled, max_batch=4, max_len=31, max_src_len=16)
-    graphs = compile_model(compiled, cache, steps=("greedy",), directory=packages_dir, mode="default")
+    graphs = compile_model(compiled, cache, steps=("greedy",), directory=packages_dir, mode="default", jobs=2)
     steps, prefills = (
         ["greedy_step-1-1", "greedy_step-2-2", "greedy_step-3-4"],
         ["prefill-1-1", "prefill-2-4", "prefill_packed-2-4"],
     )
     assert graphs.built[:3] == steps and sorted(graphs.built[3:] + graphs.loaded) == prefills  # the prefill: once
-    assert graphs.seconds > 0 and cache.n == 0
+    assert graphs.seconds > 0 and cache.n == 0 and graphs.jobs == 2  # built in two child processes at once
     assert_greedy_equal(compiled, eager, cache, screen=True)
     assert graphs.missed == 0, "a step or a prefill fell back to the eager model"
     assert isinstance(compiled.steps.greedy_step, CompiledStep) and isinstance(compiled.steps.prefill, CompiledPrefill)
