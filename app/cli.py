@@ -79,7 +79,7 @@ def run_precompile(settings: Settings) -> int:
         graphs = engine.core.precompile()
         print(
             f"nmt-serve: {engine.name}: {len(graphs.built)} graphs compiled and {len(graphs.loaded)} already there, "
-            f"in {graphs.seconds:.0f} s, in {graphs.directory}"
+            f"in {graphs.seconds:.0f} s{f' ({graphs.jobs} at once)' if graphs.jobs > 1 else ''}, in {graphs.directory}"
         )
     return 0
 

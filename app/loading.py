@@ -55,6 +55,7 @@ def load_engine(
         gpu_memory_fraction=fraction if device.type == "cuda" else None, metrics=metrics, compile=s.compile,
         threads=threads, waiting_served_ratio=s.waiting_served_ratio, max_waiting_steps=s.max_waiting_steps,
         screen_logits=s.screen_logits, compile_cache_dir=s.compile_cache_dir, compile_mode=s.compile_mode,
+        compile_jobs=s.compile_jobs,
         quantize=s.quantize, calibration=calibration, **limits(s),
     )  # fmt: skip
 

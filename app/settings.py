@@ -131,6 +131,15 @@ class Settings(BaseSettings):
         "ways (oneDNN's packed GEMMs; max-autotune's) and keeps the one that steps faster on this CPU (`/info`'s "
         "`compile.gemms`): longer to compile, faster batches; `default` does neither",
     )
+    compile_jobs: int = Field(
+        0,
+        ge=0,
+        description="how many graphs to build at once, each in a process of its own: `0` as many as the cores this "
+        "process may run on and the available memory allow (a build holds up to about 1.2 GB and eight times the "
+        "model's weights), `1` one after another on the compiling thread. A first start, or `nmt-serve --precompile`, builds "
+        "about a dozen graphs; in the background they run at a lower priority than serving. `/info`'s "
+        "`compile.jobs` says how many ran at once",
+    )
     compile_cache_dir: Path | None = Field(
         None,
         description="directory that keeps the compiled graphs between starts (one AOTInductor package per graph, and "

@@ -42,11 +42,12 @@ class Compiler:
 
     def __init__(
         self, model: Transformer, batcher: Batcher, mode: Mode, metrics: Metrics, cache_dir: Path | None = None,
-        kernels: str = "max-autotune",
+        kernels: str = "max-autotune", jobs: int = 1,
     ):  # fmt: skip
         if mode not in get_args(Mode):
             raise ValueError(f"compile={mode!r}: one of {', '.join(get_args(Mode))}")
         self.model, self.batcher, self.mode, self.metrics, self.kernels = model, batcher, mode, metrics, kernels
+        self.jobs = jobs  # graphs built at once (model/compile/builders.py): 0 as many as the cores and memory allow
         self.cuda = batcher.cache.kv.device.type == "cuda"  # CUDA graphs rather than AOTInductor packages
         self.cache_dir = cache_dir  # None: Inductor's cache directory
         if cache_dir is not None and mode != "off":
@@ -65,13 +66,14 @@ class Compiler:
 
     def info(self) -> dict[str, Any]:
         seconds = None if self.seconds is None else round(self.seconds, 1)
-        built, loaded = (None, None) if self.graphs is None else (len(self.graphs.built), len(self.graphs.loaded))
+        built, loaded, jobs = (None, None, None) if self.graphs is None else (
+            len(self.graphs.built), len(self.graphs.loaded), None if self.cuda else self.graphs.jobs)  # fmt: skip
         gemms = {} if self.graphs is None else {name: asdict(c) for name, c in self.graphs.choices.items()}
         gil = None if self.cuda or self.mode == "off" else "released" if nogil.released() else "held"  # a CPU's graphs
         return {
             "mode": self.mode, "state": self.state, "seconds": seconds, "built": built, "loaded": loaded,
             "serving": self.serving, "graphs": "cuda" if self.cuda else "aotinductor", "kernels": self.kernels,
-            "gemms": gemms, "gil": gil,
+            "gemms": gemms, "gil": gil, "jobs": jobs,
         }  # fmt: skip
 
     async def before_ready(self) -> None:
@@ -180,7 +182,7 @@ class Compiler:
             return capture_graphs(self.model, self.batcher.cache, log.info, cancelled, ready)
         directory = None if self.cache_dir is None else Path(self.cache_dir) / PACKAGE_DIR
         return compile_graphs(self.model, self.batcher.cache, log.info, cancelled, directory=directory,
-                              mode=self.kernels, ready=ready, building=building)  # fmt: skip
+                              mode=self.kernels, ready=ready, building=building, jobs=self.jobs)  # fmt: skip
 
     def _finished(self, ok: bool, seconds: float) -> None:
         self.state, self.seconds = ("compiled" if ok else "failed"), seconds

@@ -41,7 +41,7 @@ class EngineCore:
         prefill_tokens: int, max_queue: int, threads: int = 0, waiting_served_ratio: float = 0.3,
         max_waiting_steps: int = 4, compile: Mode = "off", compile_cache_dir: Path | None = None,
         compile_mode: str = "max-autotune", quantize: str = "none", screen_logits: bool = False,
-        sizing: Sizing | None = None, gpu_memory_fraction: float | None = None,
+        sizing: Sizing | None = None, gpu_memory_fraction: float | None = None, compile_jobs: int = 1,
     ):  # fmt: skip
         self.model, self.config = model, model.config
         p = next(model.parameters())
@@ -60,7 +60,7 @@ class EngineCore:
         self.metrics = metrics
         self.sizing = sizing or Sizing(max_batch_size, "setting")
         self.gpu_memory_fraction = gpu_memory_fraction
-        self.compiler = Compiler(model, self.batcher, compile, metrics, compile_cache_dir, compile_mode)
+        self.compiler = Compiler(model, self.batcher, compile, metrics, compile_cache_dir, compile_mode, compile_jobs)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 

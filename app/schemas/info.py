@@ -94,6 +94,11 @@ class CompileInfo(BaseModel):
         "or `held` (the setting off, its extension not built yet or not buildable: the log says why); null on a GPU "
         "and with NMT_COMPILE=off",
     )
+    jobs: int | None = Field(
+        None,
+        description="the most graphs built at once, each in a process of its own (NMT_COMPILE_JOBS); 1: one after "
+        "another on the compiling thread; 0: none built (all loaded); null until compiling ends",
+    )
 
 
 class MemoryInfo(BaseModel):

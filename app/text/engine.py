@@ -98,7 +98,7 @@ class Engine:
         max_queue: int = 256, metrics: Metrics | None = None, compile: Mode = "off", threads: int = 0,
         waiting_served_ratio: float = 0.3, max_waiting_steps: int = 4, screen_logits: bool = False,
         compile_cache_dir: Path | None = None, compile_mode: str = "max-autotune", sizing: Sizing | None = None,
-        gpu_memory_fraction: float | None = None, quantize: str = "none", **limits: Any,
+        gpu_memory_fraction: float | None = None, quantize: str = "none", compile_jobs: int = 1, **limits: Any,
     ) -> Engine:  # fmt: skip
         """An engine whose core runs `model` in this process (its worker thread); `limits` are the Engine's own
         (max_batch_texts, request_timeout_s and the rest)."""
@@ -112,7 +112,7 @@ class Engine:
             max_queue=max_queue, threads=threads, waiting_served_ratio=waiting_served_ratio,
             max_waiting_steps=max_waiting_steps, compile=compile, compile_cache_dir=compile_cache_dir,
             compile_mode=compile_mode, quantize=quantize, screen_logits=screen_logits, sizing=sizing,
-            gpu_memory_fraction=gpu_memory_fraction,
+            gpu_memory_fraction=gpu_memory_fraction, compile_jobs=compile_jobs,
         )  # fmt: skip
         return cls(core, tokenizer, name=name, max_input_tokens=max_input_tokens, max_new_tokens=max_new_tokens,
                    **limits)  # fmt: skip

@@ -1,6 +1,7 @@
 """NMT_COMPILE and NMT_SCREEN_LOGITS serve the same translations as the plain eager model, through HTTP."""
 
 import asyncio
+import os
 import shutil
 
 import pytest
@@ -47,6 +48,7 @@ async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_resta
     assert info["compiled"] is True and eager_info["compiled"] is False and info["warnings"] == []
     assert info["compile"]["mode"] == "blocking" and info["compile"]["seconds"] > 0
     assert (info["compile"]["built"], info["compile"]["loaded"]) == (2, 1)  # the greedy and the full step for 1 row
+    assert info["compile"]["jobs"] == min(2, len(os.sched_getaffinity(0)))  # built side by side (NMT_COMPILE_JOBS)
     assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]
     # NMT_COMPILE_MODE=max-autotune tunes the one-row steps' GEMMs; the prefill's go to oneDNN untuned
     autotuned = {p.name.split("-")[0]: p.name.endswith("-max-autotune.pt2") for p in tmp_path.glob("*/*/*.pt2")}
@@ -58,6 +60,7 @@ async def test_compiled_server_translates_exactly_like_the_eager_one_and_a_resta
     restarted_info, restarted = await translate(Settings(**base, compile="blocking", compile_cache_dir=tmp_path),
                                                 mode="front-end")  # fmt: skip
     assert restarted_info["compile"]["built"] == 0 and restarted_info["compile"]["loaded"] == 3
+    assert restarted_info["compile"]["jobs"] == 0
     assert [t["text"] for t in restarted] == [t["text"] for t in eager]
     assert restarted_info["compile"]["gemms"] == {}  # no step of LARGE_ROWS rows or more: nothing to choose
 
@@ -115,7 +118,8 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         assert info["compiled"] is False and info["compile"] == {"mode": "background", "state": "compiling",
                                                                  "seconds": None, "built": None, "loaded": None,
                                                                  "serving": [], "graphs": "aotinductor",
-                                                                 "kernels": "default", "gemms": {}}  # fmt: skip
+                                                                 "kernels": "default", "gemms": {},
+                                                                 "jobs": None}  # fmt: skip
         gate = StepGate(engine.core.model, monkeypatch, timeout=600)
         gate.hold(lambda sizes: len(sizes) == 3)  # the stream's third step waits for the compiled graphs
         stream = asyncio.create_task(client.post("/translate", json={**body, "stream": True}))
@@ -128,7 +132,7 @@ async def test_background_compile_serves_at_once_and_a_stream_in_flight_goes_on_
         info = (await client.get("/info")).json()
         assert info["compiled"] is True and info["compile"]["state"] == "compiled" and info["compile"]["seconds"] > 0
         assert info["compile"]["serving"] == ["greedy_step-1-1", "prefill-1-1", "logprob_step-1-1"]
-        assert (info["compile"]["built"], info["compile"]["loaded"]) == (1, 2)
+        assert (info["compile"]["built"], info["compile"]["loaded"]) == (1, 2) and info["compile"]["jobs"] == 1
         assert info["compile"]["gil"] == "released", "the graphs run holding the GIL (model/compile/nogil.py)"
         metrics, label = (await client.get("/metrics")).text, f'{{model="{engine.name}"}}'
         assert f"nmt_compiled{label} 1.0" in metrics and f"nmt_compile_duration_seconds{label} 0.0" not in metrics

@@ -54,7 +54,8 @@ def test_a_requests_share_of_the_queue_is_read_and_empty_leaves_it_to_the_engine
     "env",
     [
         {"NMT_DTYPE": "float64"}, {"NMT_MAX_INPUT_TOKENS": "0"}, {"NMT_PORT": "http"}, {"NMT_MAX_QUEUE": "0"},
-        {"NMT_REQUEST_TIMEOUT_S": "0"}, {"NMT_MAX_REQUEST_SEQUENCES": "0"},
+        {"NMT_REQUEST_TIMEOUT_S": "0"}, {"NMT_MAX_REQUEST_SEQUENCES": "0"}, {"NMT_COMPILE_JOBS": "-1"},
+        {"NMT_COMPILE_JOBS": "many"},
     ],
 )  # fmt: skip
 def test_bad_values_are_refused(monkeypatch, env):
