@@ -215,7 +215,8 @@ class Builders:
             asked = want.read_text() or None
         except OSError:
             asked = None
-        if asked is not None and all(f"{job.process.pid} " not in f"{asked} " for job in self._running):
+        asker = None if asked is None else asked.split()[0]  # the pid of "pid n"
+        if asker is not None and all(str(job.process.pid) != asker for job in self._running):
             want.unlink(missing_ok=True)  # its child has ended (killed while timing): nobody is waiting
             asked = None
         if asked == self._quiet_for:
@@ -224,7 +225,7 @@ class Builders:
             _signal(job, signal.SIGCONT)
         self._quieted, self._quiet_for = [], None
         if asked is not None:
-            self._quieted = [job for job in self._running if not asked.startswith(f"{job.process.pid} ")]
+            self._quieted = [job for job in self._running if str(job.process.pid) != asker]
             for job in self._quieted:
                 _signal(job, signal.SIGSTOP)
             _until_stopped(self._quieted)
