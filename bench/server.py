@@ -68,6 +68,7 @@ class Server:
         cmd = [*(command or nmt_serve()), "--model-dir", str(model_dir), "--port", str(self.port), *args]
         stderr = None if output is None else subprocess.STDOUT
         self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=output, stderr=stderr, text=True)
+        self.log: Path | None = None  # a log file of its own: removed once it stops cleanly, kept (and named) if not
 
     def wait_ready(self, timeout: float) -> bool:
         """Whether /ready answered 200 within `timeout` seconds, before the process exited."""
@@ -83,10 +84,23 @@ class Server:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=60)
+        self._drop_log()
+
+    def _drop_log(self, meant: bool = False) -> None:
+        if self.log is None:
+            return
+        if self.proc.returncode == 0 or meant:
+            self.log.unlink(missing_ok=True)
+        else:
+            print(f"nmt-serve exited with status {self.proc.returncode}; its log: {self.log}", file=sys.stderr)
+        self.log = None
 
     def kill(self) -> int:
+        """SIGKILL, meant (a drill): its log goes as after a clean stop."""
         self.proc.kill()
-        return self.proc.wait(timeout=60)
+        code = self.proc.wait(timeout=60)
+        self._drop_log(meant=True)
+        return code
 
     def gauges(self, names: tuple[str, ...] = ("nmt_queue_length", "nmt_running_batch_size")) -> float:
         """Sequences in the engine (waiting and decoding, by default), summed over the models."""
@@ -127,6 +141,7 @@ def eager_server(model_dir: str, threads: int, port: int | None = None, script: 
     with tempfile.NamedTemporaryFile(prefix="nmt-serve-bench-", suffix=".log", delete=False) as log:
         server = Server(model_dir, "--host", HOST, port=port, env=env, output=log, command=command, cwd=ROOT)
     if not server.wait_ready(120):
-        server.stop()
+        server.stop()  # its log is kept: no clean exit
         sys.exit(f"nmt-serve did not become ready; its log: {log.name}")
+    server.log = Path(log.name)
     return server
