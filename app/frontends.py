@@ -18,7 +18,6 @@ import asyncio
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -36,6 +35,7 @@ from app.workers import (
     shared_jobs,
     supervise,
 )
+from model.workspace import Workspace
 
 if TYPE_CHECKING:
     from app.models import Models
@@ -104,8 +104,10 @@ def serve_frontends(settings: Settings) -> int:
     if (holder := hold_port(settings, "NMT_FRONTENDS")) is None:
         return 1 if hasattr(socket, "SO_REUSEPORT") else 2
     port = holder.getsockname()[1]
-    private = Path(tempfile.mkdtemp(prefix="nmt-serve-engine-"))  # mode 0700: the socket is this user's alone
-    address = f"ipc://{private / 'engine'}"
+    # mode 0700: the socket is this user's alone; a server killed with SIGKILL leaves its directory, which the next
+    # one started here removes (model/workspace.py)
+    private = Workspace(Path(tempfile.gettempdir()), "nmt-serve-engine-")
+    address = f"ipc://{private.path / 'engine'}"
     n = settings.frontends
     ctx = multiprocessing.get_context("spawn")
     flags = ctx.Array("b", n, lock=False)
@@ -121,5 +123,5 @@ def serve_frontends(settings: Settings) -> int:
                 "an engine process (pid %d) and %d front-ends on %s:%d", engine.pid, n, settings.host, port
             ))  # fmt: skip
     finally:
-        shutil.rmtree(private, ignore_errors=True)
+        private.remove()
     return exit_status(failed)

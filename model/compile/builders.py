@@ -21,7 +21,10 @@ each of Inductor's CPU timings takes a lock the children share and asks the pare
 from `wait`); they go on when it ends. compile_graphs' own timing of the large-row steps runs in `paused()`.
 
 A child dies with the thread that started it (a server killed while compiling leaves no builds running), and
-`close` (leaving the `with`) kills those still running, their compilers too.
+`close` (leaving the `with`) kills those still running, their compilers too. The model saved for the children, and
+the files they are told their builds by, are in a directory beside the packages (not in /tmp, a RAM-backed tmpfs on
+many systems, which would hold a copy of the weights in memory through the builds); one left by a server killed
+meanwhile is removed by the next Builders on that directory (model/workspace.py).
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ import resource
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -51,6 +53,7 @@ from model.compile.graphs import Graph, build
 from model.decoding import KVCache
 from model.steps import Steps
 from model.transformer import Transformer
+from model.workspace import Workspace
 
 # What a build holds at its peak besides the model's weights, and per byte of them (the weights loaded, frozen,
 # packed and compiled into its library), its compiler included: at most 1.0 GiB for the bundled model's 30 MB of
@@ -58,6 +61,7 @@ from model.transformer import Transformer
 # children than the available memory holds at this much each.
 BUILD_BASE_BYTES = 1_200_000_000
 BUILD_BYTES_PER_WEIGHT_BYTE = 8
+WORKSPACE = ".builders-"  # the prefix of the directories Builders keep their files in, beside the packages
 POLL_S = 0.01  # how often a waiting compile_graphs looks at its children and their asks for quiet
 CGROUP = Path("/sys/fs/cgroup")  # a container's limits (cgroup v2): its CPU quota and its memory
 LOG_TAIL = 2000  # the characters of a failed child's stderr its error repeats
@@ -115,15 +119,21 @@ def command(spec: Path) -> list[str]:
 class Builders:
     """Up to `jobs` child processes building packages, started in the order the builds were submitted."""
 
-    def __init__(self, model: Transformer, cache: KVCache, jobs: int):
+    def __init__(self, model: Transformer, cache: KVCache, jobs: int, where: Path):
+        """`where`: the directory the packages are built into; the children's files are kept in one of its own
+        there, removed on `close`."""
         self.jobs, self.started = jobs, 0
         self.most = 0  # the most children that ran at once
         self.peak_bytes = 0  # the most memory a build held: its process and its compiler's, at their peaks
-        self._dir = tempfile.TemporaryDirectory(prefix="nmt-build-")
-        self._root = Path(self._dir.name)
-        twin = copy.copy(model)  # its steps may be graphs already (background mode), which do not pickle
-        twin.steps = None
-        torch.save(twin, self._root / "model.pt")
+        self._workspace = Workspace(where, WORKSPACE)  # a killed server's is removed by the next one here
+        self._root = self._workspace.path
+        try:
+            twin = copy.copy(model)  # its steps may be graphs already (background mode), which do not pickle
+            twin.steps = None
+            torch.save(twin, self._root / "model.pt")
+        except BaseException:
+            self._workspace.remove()
+            raise
         self._cache = {
             "max_batch": cache.max_batch, "max_len": cache.max_len, "max_src_len": cache.max_src_len,
             "dtype": str(cache.kv.dtype).removeprefix("torch."),
@@ -195,7 +205,7 @@ class Builders:
             _signal(job, signal.SIGKILL)
             job.process.wait()
         self._running, self._waiting = [], []
-        self._dir.cleanup()
+        self._workspace.remove()
 
     def _start(self) -> None:
         while self._waiting and len(self._running) < self.jobs:

@@ -199,7 +199,7 @@ def _builders(
     if log:
         log(f"building {len(missing)} graphs, {jobs} at once in processes of their own")
     try:
-        builders = Builders(model, cache, jobs)
+        builders = Builders(model, cache, jobs, missing[0][1].parent)  # the packages' directory
     except Exception as e:  # noqa: BLE001 - the model did not save for the children: build here, as before
         logging.getLogger("model.compile").warning(
             "building the graphs one after another: the model could not be saved for child processes (%s)", e

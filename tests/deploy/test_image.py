@@ -55,8 +55,9 @@ def test_an_image_whose_healthcheck_never_passes_fails_the_check(asked_for, tmp_
     assert broken != DOCKERFILE.read_text()
     (tmp_path / "Dockerfile").write_text(broken)
     out = ran(
-        image_check("--cached", "--dockerfile", str(tmp_path / "Dockerfile"), "--tag", "nmt-serve:broken", timeout=900)
-    )
+        image_check("--cached", "--dockerfile", str(tmp_path / "Dockerfile"), "--tag", "nmt-serve:broken", timeout=900,
+                    TMPDIR=str(tmp_path))  # the log a failed check keeps goes with the test's files
+    )  # fmt: skip
     assert out.returncode == 1, f"stdout:\n{out.stdout}\nstderr:\n{out.stderr}"
     assert "the image's healthcheck" in out.stderr and "image-check: passed" not in out.stdout
     assert '"GET /not-ready HTTP/1.1" 404' in out.stderr, "the container's log comes with the failure"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from model import workspace
 from model.compile import Cancelled, builders, compile_graphs, nogil
 from model.decoding import KVCache
 from tests.conftest import ONE_ROW, ONE_ROW_GRAPHS
@@ -118,7 +119,7 @@ def test_the_children_stop_while_graphs_are_timed_and_are_killed_on_close(tiny_m
 
     stand_in(monkeypatch, sleeper(tmp_path / "pids"))
     cache = KVCache(tiny_model, **ONE_ROW)
-    with builders.Builders(tiny_model, cache, jobs=2) as b:
+    with builders.Builders(tiny_model, cache, jobs=2, where=tmp_path) as b:
         for n in range(3):
             b.submit(Graph("prefill", 1, 1, 1), tmp_path / f"{n}.pt2", {}, "default")
         specs = sorted(Path(b._root).glob("*.json"))
@@ -133,9 +134,10 @@ def test_the_children_stop_while_graphs_are_timed_and_are_killed_on_close(tiny_m
     assert not any(alive(p) for p in pids)
 
 
-def test_the_children_die_with_a_server_killed_while_they_build(tmp_path):
+def test_the_children_die_with_a_server_killed_while_they_build(tiny_model, tmp_path, monkeypatch, caplog):
     """kill -9 of the process that started them (a server, `nmt-serve --precompile`) leaves no build running: real
-    children, killed as they load the model or build."""
+    children, killed as they load the model or build. The files it kept for them (the model's copy) are removed by
+    the next Builders on that directory, not while it lives."""
     script = f"""
 import time
 from model.compile import builders
@@ -144,7 +146,7 @@ from model.decoding import KVCache
 from model.transformer import Transformer, TransformerConfig
 model = Transformer(TransformerConfig(src_vocab_size=16, tgt_vocab_size=16, d_model=8, n_heads=2, d_ff=16,
                                       n_encoder_layers=1, n_decoder_layers=1, max_positions=32)).eval()
-b = builders.Builders(model, KVCache(model, 1, 8, 8), jobs=2)
+b = builders.Builders(model, KVCache(model, 1, 8, 8), jobs=2, where=builders.Path({str(tmp_path)!r}))
 for n in range(2):
     b.submit(Graph("prefill", 1, 1, 1), builders.Path({str(tmp_path)!r}) / f"{{n}}.pt2", {{}}, "default")
 print(*(job.process.pid for job in b._running), flush=True)
@@ -152,10 +154,15 @@ time.sleep(3)  # the children load the model meanwhile
 print("killed now", flush=True)
 time.sleep(60)
 """
+    monkeypatch.setattr(workspace, "ABANDONED_AFTER_S", 0)  # any workspace whose lock is free is abandoned
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         children = [int(pid) for pid in parent.stdout.readline().split()]
         assert len(children) == 2 and all(alive(p) for p in children)
+        (left,) = tmp_path.glob(f"{builders.WORKSPACE}*")
+        assert (left / "model.pt").is_file()
+        assert workspace.remove_abandoned(tmp_path, builders.WORKSPACE) == []  # another server's, while it lives
+        assert (left / "model.pt").is_file()
         assert parent.stdout.readline().strip() == "killed now"
     finally:
         parent.kill()
@@ -164,6 +171,11 @@ time.sleep(60)
     while any(alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(p) for p in children), "a build outlived the process that started it"
+    assert left.exists()
+    with builders.Builders(tiny_model, KVCache(tiny_model, **ONE_ROW), jobs=1, where=tmp_path) as b:
+        assert not left.exists() and Path(b._root).parent == tmp_path and (Path(b._root) / "model.pt").is_file()
+        assert any(f"removed {left}: a directory a killed process had left" in r.getMessage() for r in caplog.records)
+    assert list(tmp_path.glob(f"{builders.WORKSPACE}*")) == []  # its own, removed on close
 
 
 def test_the_children_take_the_priority_of_the_thread_that_starts_them(tiny_model, tmp_path, monkeypatch):
@@ -175,7 +187,7 @@ def test_the_children_take_the_priority_of_the_thread_that_starts_them(tiny_mode
 
     def compiling_thread():
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # as app/engine/compiling.py's lower_priority
-        with builders.Builders(tiny_model, KVCache(tiny_model, **ONE_ROW), jobs=1) as b:
+        with builders.Builders(tiny_model, KVCache(tiny_model, **ONE_ROW), jobs=1, where=tmp_path) as b:
             b.submit(Graph("prefill", 1, 1, 1), tmp_path / "0.pt2", {}, "default")
             deadline = time.monotonic() + 30
             while not list((tmp_path / "pids").iterdir()) and time.monotonic() < deadline:
@@ -219,7 +231,7 @@ for n in range(5):
     time.sleep(0.01)  # building between two timings
 """
     stand_in(monkeypatch, timing_child)
-    with builders.Builders(tiny_model, KVCache(tiny_model, **ONE_ROW), jobs=2) as b:
+    with builders.Builders(tiny_model, KVCache(tiny_model, **ONE_ROW), jobs=2, where=tmp_path) as b:
         paths = [tmp_path / f"{n}.pt2" for n in range(2)]
         for path in paths:
             b.submit(Graph("prefill", 1, 1, 1), path, {}, "default")
