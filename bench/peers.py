@@ -26,6 +26,14 @@ bench/ct2_convert.py, so the race also checks the import against CT2's reading o
 text at its budget with a forced </s> (force_eos), which CT2 does not do: CT2 gets one token less of budget, so
 both generate the same tokens.
 
+    git worktree add /tmp/before REV
+    python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz --baseline /tmp/before \
+        --engines ct2_fp32,ct2_fp32_dnnl,ours_compiled,ours_compiled@base
+
+With --baseline DIR (another checkout of the project: an earlier commit, say) any of ours named with "@base" runs
+from DIR's code, in the same rounds as the others, with its graphs in a compile cache of its own: a change's before
+and after on one machine in one run ("ours_compiled/ours_compiled@base" is this tree's speed over DIR's).
+
     python bench/peers.py --src ../shared/data/multi30k/test_2016_flickr.en.gz --beam 4 [--length-penalty 1.0]
 
 With --beam N (N > 1) the race is beam search: ours is model.batch.decode with DecodingOptions(beam_size=N,
@@ -63,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import os
 import statistics
@@ -91,6 +100,7 @@ ON_REQUEST = ("ours_compiled_judged",)  # left out of the default engines
 # CTranslate2 runs its GEMMs with MKL by default and with oneDNN under CT2_USE_MKL=0 (the *_dnnl engines); which is
 # faster depends on the CPU (MKL ran 10x slower at batch 1 on one AMX Xeon), so both are timed and the faster counts.
 BACKEND = {False: "MKL", True: "oneDNN"}
+BASE = "@base"  # an engine of ours with this suffix runs from --baseline's checkout
 # --isa avx2: what keeps each library to AVX2 on a CPU that has more (torch's ATen kernels and Inductor's generated
 # ones, oneDNN, MKL, CTranslate2's own kernels), to race as on an AVX2-only CPU; the engines' processes inherit them
 ISA_LIMITS = {
@@ -443,15 +453,20 @@ def forward_stderr(child: subprocess.Popen) -> None:
 
 
 def start_worker(args, name: str, ct2_dir: str) -> subprocess.Popen:
-    """One engine in a process of its own (see `worker`), loaded and warmed up for args.batch_sizes."""
+    """One engine in a process of its own (see `worker`), loaded and warmed up for args.batch_sizes; one named
+    "...@base" from args.baseline's code (`baseline_run`)."""
     env = {**os.environ, "CT2_USE_MKL": "0"} if name.endswith("_dnnl") else None
+    script, cwd = __file__, None
+    if name.endswith(BASE):
+        name, (script, cwd, env) = name.removesuffix(BASE), baseline_run(args.baseline)
     cuda = args.device == "cuda"
     child = subprocess.Popen(
-        [sys.executable, __file__, "--model-dir", args.model_dir, "--src", args.src, "--limit", str(args.limit),
-         "--threads", str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir", ct2_dir, "--worker", name,
-         "--beam", str(args.beam), "--length-penalty", str(args.length_penalty), "--device", args.device,
-         "--limit-batch1", str(args.limit_batch1)],
+        [sys.executable, script, "--model-dir", os.path.abspath(args.model_dir), "--src", os.path.abspath(args.src),
+         "--limit", str(args.limit), "--threads", str(args.threads), "--batch-sizes", args.batch_sizes, "--ct2-dir",
+         ct2_dir, "--worker", name, "--beam", str(args.beam), "--length-penalty", str(args.length_penalty),
+         "--device", args.device, "--limit-batch1", str(args.limit_batch1)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE if cuda else None, text=True, env=env,
+        cwd=cwd,
     )  # fmt: skip
     if cuda:
         forward_stderr(child)
@@ -461,6 +476,26 @@ def start_worker(args, name: str, ct2_dir: str) -> subprocess.Popen:
         child.kill()
         raise
     return child
+
+
+def baseline_run(directory: Path) -> tuple[str, str, dict[str, str]]:
+    """How an engine runs from another checkout: its bench/peers.py, in it, importing its code, with Inductor's caches
+    and the packages apart (both trees' packages have the same names: each would take the other's as stale)."""
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
+                                                                          f"torchinductor_{getpass.getuser()}")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(directory), "TORCHINDUCTOR_CACHE_DIR": f"{inductor}-baseline"}
+    return str(directory / "bench" / "peers.py"), str(directory), env
+
+
+def commit_of(directory: Path) -> str:
+    """The checkout's commit ("+ changes" where its tracked files differ), or "unknown" outside git."""
+    git = ["git", "-C", str(directory)]
+    try:
+        rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run([*git, "diff", "--quiet", "HEAD"], check=False).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev.stdout.strip() + (" + changes" if dirty else "")
 
 
 def decode_once(child: subprocess.Popen, batch_size: int) -> dict:
@@ -774,6 +809,8 @@ def main() -> None:
     p.add_argument(
         "--length-penalty", type=float, default=1.0, help="with --beam N > 1: score = log-probability / length ** P"
     )
+    p.add_argument("--baseline", type=Path, help="another checkout of the project (git worktree add DIR REV): the "
+                   f"engines of ours named with {BASE!r} run from it, in the same rounds")  # fmt: skip
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one engine in this process
     p.add_argument("--ct2-dir", help=argparse.SUPPRESS)  # internal: the converted model
     p.set_defaults(batch_sizes=None, limit=None)  # by device (DEFAULTS)
@@ -794,9 +831,14 @@ def main() -> None:
         args.model_dir = nllb_shape(args.opus_dir.with_name("nmt-nllb-shape"), args.src)[0]
     default = [n for n in ENGINES if n not in ON_REQUEST]
     names = args.engines.split(",") if args.engines else BEAM_ENGINES if args.beam > 1 else default
-    if unknown := [n for n in names if n not in ENGINES]:
+    if unknown := [n for n in names if n.removesuffix(BASE) not in ENGINES]:
         p.error(f"unknown engines {unknown}: choose from {ENGINES}")
-    if args.beam > 1 and (compiled := [n for n in names if n in NO_BEAM]):
+    if based := [n for n in names if n.endswith(BASE)]:
+        if args.baseline is None or not (args.baseline / "bench" / "peers.py").is_file():
+            p.error(f"{based} run from --baseline DIR, a checkout of the project (git worktree add DIR REV)")
+        if others := [n for n in based if not n.startswith("ours_")]:
+            p.error(f"{others}: only our engines run from --baseline")
+    if args.beam > 1 and (compiled := [n for n in names if n.removesuffix(BASE) in NO_BEAM]):
         p.error(
             f"{compiled}: the logit screen is greedy decoding's; beam search runs ours_compiled (or ours_eager, ours_int8)"
         )
@@ -805,6 +847,9 @@ def main() -> None:
     cpu = cpu_description() + keep_to(args.isa)  # the engines' processes inherit the limits
     print(f"CPU: {cpu}", flush=True)
     print(f"decoding: {decoding}", flush=True)
+    if args.baseline:
+        print(f"baseline ({BASE}): {args.baseline} at {commit_of(args.baseline)}; here at {commit_of(ROOT)}",
+              flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="nmt-ct2-") as ct2_dir:
         if any(name.startswith("ct2_") for name in names):
             convert_for_ct2(args.model_dir, ct2_dir)  # float32 weights; int8 is chosen at load time
@@ -830,6 +875,7 @@ def main() -> None:
                  ("ours_eager", faster["ct2_fp32"]), ("ours_int8", faster["ct2_int8"]),
                  ("ours_int8_compiled", faster["ct2_int8"]), ("ours_int8_compiled", faster["ct2_fp32"]),
                  ("ours_compiled_judged", "ours_compiled")]  # fmt: skip
+        pairs += [(n.removesuffix(BASE), n) for n in names if n.endswith(BASE)]  # this tree over --baseline's
         for mine, theirs in pairs:
             if mine in passes and theirs in passes:  # the same sentences: a speed ratio, per round
                 per_round = sorted(t["seconds"] / m["seconds"] for m, t in zip(passes[mine], passes[theirs]))

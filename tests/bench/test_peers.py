@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -223,3 +225,29 @@ def test_the_judged_engine_decodes_the_same_and_judges_each_sentence_as_the_serv
         assert quality == assess(
             signals(ids, h.tokens, h.logprobs, source, target, None, 0, h.attention, h.aligned), None
         )
+
+
+def test_an_engine_named_at_base_runs_from_the_baseline_checkout_in_the_same_rounds(tiny_checkpoint, tmp_path):
+    """--baseline DIR: "ours_eager@base" decodes with DIR's code (here a copy of this tree that says so as it starts),
+    beside ours_eager from this tree, and the race prints this tree's speed over DIR's with the tokens compared."""
+    root = BENCH.parent
+    before = tmp_path / "before"
+    for part in ("bench", "model"):
+        shutil.copytree(root / part, before / part, ignore=shutil.ignore_patterns("__pycache__"))
+    script = before / "bench" / "peers.py"
+    future, says = "from __future__ import annotations\n", 'import sys\nprint("the baseline copy", sys.argv[0], file=sys.stderr)\n'
+    script.write_text(script.read_text().replace(future, future + says, 1))
+    src = tmp_path / "src.en"
+    src.write_text("A dog runs.\nTwo men are talking on the street.\nA child plays.\n")
+    command = [sys.executable, str(BENCH / "peers.py"), "--model-dir", str(tiny_checkpoint), "--src", str(src),
+               "--rounds", "2", "--batch-sizes", "1,2", "--threads", "1", "--engines", "ours_eager,ours_eager@base"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 2 and "run from --baseline DIR" in refused.stderr
+    done = subprocess.run([*command, "--baseline", str(before)], capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count(f"the baseline copy {script}") == 1  # one engine from it, started once
+    assert f"baseline (@base): {before} at unknown" in done.stdout  # not a git checkout
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    for row in rows:
+        assert row["ours_eager/ours_eager@base"] > 0 and row["identical_ours_eager@base_vs_ours_fp32"] == 3
