@@ -41,6 +41,11 @@ LARGE_ROWS = 16
 # loops of a step's attention ran on one thread (docs/performance-history.md, "Graphs tuned for a sentence's sizes").
 SENTENCE_TOKENS = 16
 PREFILL_ROWS = 8
+# Except the one-row graphs' (the step and the one-source prefill), which keep the smallest sizes: tuned for a
+# sentence's, the one-row step took 292 us against 266 (its few loops spread over the threads) and decoding one
+# sentence at a time went 0.91x as fast on a 2-core AVX-512 EPYC, 1.04x with both back ("Before and after #62 on an
+# AVX-512 CPU" in docs/performance-history.md)
+ONE_ROW_TOKENS = MIN_WINDOW
 
 
 def graph_mode(graph: Graph, mode: str) -> str:
@@ -136,7 +141,8 @@ def example_inputs(model: Transformer, cache: KVCache, graph: Graph):
     """The module to export, example inputs of the strides the cache hands the graph, and their dynamic dims."""
     c, rows = model.config, _dim("rows", graph.lo, graph.hi)
     if graph.fn == "prefill":
-        src = torch.full((graph.hint, min(SENTENCE_TOKENS, cache.max_src_len)), c.unk_id, device=cache.kv.device)
+        tokens = ONE_ROW_TOKENS + 1 if graph.hi == 1 else SENTENCE_TOKENS
+        src = torch.full((graph.hint, min(tokens, cache.max_src_len)), c.unk_id, device=cache.kv.device)
         return _Prefill(model), (src,), ({0: rows, 1: _dim("S", 1, cache.max_src_len)},)
     if graph.fn == "prefill_packed":  # sources of s, s - 1, s - 2, s - 3, s, ... tokens (the first is the longest)
         b, s = graph.hint, min(SENTENCE_TOKENS, cache.max_src_len, PACK_MAX_TOKENS // graph.hint)
@@ -148,7 +154,8 @@ def example_inputs(model: Transformer, cache: KVCache, graph: Graph):
         tokens = Dim("T", min=2, max=PACK_MAX_TOKENS)
         ds = ({0: tokens}, {0: tokens}, {0: tokens}, {0: rows, 1: _dim("S", 2, cache.max_src_len)})
         return _PrefillPacked(model), inputs, ds
-    n, t, s = graph.hint, min(SENTENCE_TOKENS + 1, cache.max_len), min(SENTENCE_TOKENS, cache.max_src_len)
+    tokens = ONE_ROW_TOKENS if graph.hi == 1 else SENTENCE_TOKENS
+    n, t, s = graph.hint, min(tokens + 1, cache.max_len), min(tokens, cache.max_src_len)
     inputs = (  # views of the cache's buffers, as KVCache.step takes them
         cache.tokens[:n], cache.positions[:n], cache.kv[:, :, :n, :, :t], cache.cross_kv[:, :, :n, :, :s],
         cache.src_keep[:n, :s],
