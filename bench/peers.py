@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
 import json
 import os
 import statistics
@@ -481,9 +480,9 @@ def start_worker(args, name: str, ct2_dir: str) -> subprocess.Popen:
 def baseline_run(directory: Path) -> tuple[str, str, dict[str, str]]:
     """How an engine runs from another checkout: its bench/peers.py, in it, importing its code, with Inductor's caches
     and the packages apart (both trees' packages have the same names: each would take the other's as stale)."""
-    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
-                                                                          f"torchinductor_{getpass.getuser()}")  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(directory), "TORCHINDUCTOR_CACHE_DIR": f"{inductor}-baseline"}
+    from torch._inductor.runtime.cache_dir_utils import cache_dir  # where this tree's engines keep theirs
+
+    env = {**os.environ, "PYTHONPATH": str(directory), "TORCHINDUCTOR_CACHE_DIR": f"{cache_dir()}-baseline"}
     return str(directory / "bench" / "peers.py"), str(directory), env
 
 
