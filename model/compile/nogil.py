@@ -26,12 +26,13 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from model.workspace import Workspace
 
 log = logging.getLogger("model.compile")
 DIRECTORY = "nmt-serve-nogil"  # under the graphs' cache directory, unless TORCH_EXTENSIONS_DIR is set
@@ -141,7 +142,7 @@ def _exclusive(path: Path):
 
 def _build(library: Path) -> None:
     """Build the extension in a child process, in a directory of its own, and move its library into place whole: a
-    build killed halfway leaves no library behind."""
+    build killed halfway leaves no library behind, and its directory is removed by the next build beside it."""
     env = dict(os.environ)
     try:
         import ninja  # the build's ninja: from the environment's package, wherever PATH points
@@ -149,7 +150,7 @@ def _build(library: Path) -> None:
         env["PATH"] = ninja.BIN_DIR + os.pathsep + env.get("PATH", "")
     except ImportError:
         pass
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=library.parent) as build:
+    with Workspace(library.parent, ".build-") as build:
         done = subprocess.run(
             [sys.executable, "-c", _BUILD, name(), build], input=SOURCE, env=env, capture_output=True, text=True,
             timeout=BUILD_TIMEOUT_S, check=False,

@@ -2,6 +2,7 @@
 event loop, other models' engines), and compute what AOTInductor's own binding computes."""
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -80,17 +81,22 @@ def test_other_threads_run_python_while_a_graph_runs(slow_graph, prefill):
 
 def test_without_a_compiler_graphs_run_holding_the_gil_with_one_warning(tmp_path, monkeypatch, caplog):
     """Where the extension cannot be built (no C++ compiler on PATH here), the graphs still run, through AOTInductor's
-    binding, and the log says what that costs and why."""
+    binding, and the log says what that costs and why. The build's directory goes with it, and so does one a build
+    killed long ago had left."""
     for name, value in (("_loaded", None), ("_run", None), ("_tried", False)):
         monkeypatch.setattr(nogil, name, value)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    killed = tmp_path / ".build-killed"
+    (killed / "owner").parent.mkdir()
+    (killed / "owner").touch()
+    os.utime(killed / "owner", (time.time() - 3600,) * 2)
     with caplog.at_level(logging.WARNING, logger="model.compile"):
         assert not nogil.ensure(tmp_path) and not nogil.released()
         assert not nogil.ensure(tmp_path)  # tried once a process
-    (record,) = caplog.records
+    (record,) = [r for r in caplog.records if r.name == "model.compile"]
     assert "holding the GIL" in record.getMessage() and "no-such-compiler" in record.getMessage()
-    assert list(tmp_path.glob("*.so")) == []
+    assert list(tmp_path.glob("*.so")) == [] and list(tmp_path.glob(".build-*")) == []
 
     class Runner:
         def run(self, inputs):
