@@ -8,6 +8,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import PurePath
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.routing import APIRoute
@@ -375,7 +376,8 @@ async def translate_file(request: Request, models: ModelsDep) -> Any:
         raise
     if job.status == "failed":  # as /translate answers the same failure (LibreTranslate's 400 for our 413 and 422)
         return error(FAILED.get(job.error_type, 500), job.error or "the file could not be translated", job.error_type)
-    url = request.url_for("libretranslate_download_file", filename=f"{job.id}.{job.output_name}")
+    # the name percent-encoded: Starlette puts a path parameter in as it is, and a space, "#" or "ü" breaks the URL
+    url = request.url_for("libretranslate_download_file", filename=quote(f"{job.id}.{job.output_name}", safe=""))
     return {"translatedFileUrl": str(url)}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.error
+import urllib.request
 
 import httpx
 import pytest
@@ -165,16 +166,18 @@ def test_frontend_settings_and_disabled_features_answer_as_libretranslate_does(b
 def test_translate_file_answers_once_done_with_a_url_that_downloads_the_translated_file(servers):
     base = servers["open"]
     paragraphs = [ENGLISH, "Two dogs are running in the park."]
-    for source in ("en", "auto"):
-        r = lt(base, "translate_file", files={"file": ("notes.txt", "\n\n".join(paragraphs).encode())},
+    french = [t["text"] for t in ours(base, paragraphs, model="en-fr")]
+    # a name with a space, "#" and a letter outside ASCII: the URL has them percent-encoded, as the docs' urlopen needs
+    spaced = ("my notes #2 für", "my%20notes%20%232%20f%C3%BCr")
+    for source, (name, encoded) in (("en", ("notes", "notes")), ("auto", spaced)):
+        r = lt(base, "translate_file", files={"file": (f"{name}.txt", "\n\n".join(paragraphs).encode())},
                data={"source": source, "target": "fr"})  # fmt: skip
         assert r.status_code == 200 and set(r.json()) == {"translatedFileUrl"}, r.text
         url = r.json()["translatedFileUrl"]
-        assert re.fullmatch(rf"{base}/libretranslate/download_file/[0-9a-f]{{32}}\.notes\.fr\.txt", url), url
-        download = httpx.get(url)
-        assert download.status_code == 200 and 'filename="notes.fr.txt"' in download.headers["content-disposition"]
-        french = [t["text"] for t in ours(base, paragraphs, model="en-fr")]
-        assert download.text == "\n\n".join(french)
+        assert re.fullmatch(rf"{base}/libretranslate/download_file/[0-9a-f]{{32}}\.{encoded}\.fr\.txt", url), url
+        with urllib.request.urlopen(url) as download:
+            assert f"filename*=UTF-8''{encoded}.fr.txt" in download.headers["content-disposition"]
+            assert download.read().decode() == "\n\n".join(french)
     keyed = servers["keyed"]
     file = {"file": ("a.txt", b"A dog.")}
     refused = lt(keyed, "translate_file", files=file, data={"source": "en", "target": "de"})
