@@ -125,7 +125,7 @@ async def upload_file(
 @router.get("/files/{job_id}", response_model=s.JobOut, responses=NOT_FOUND)
 async def file_status(job_id: str, jobs: JobsDep) -> s.JobOut:
     """A job: its status (queued, running, done, failed), progress, names and times, and why it failed."""
-    return job_out(await jobs.get(job_id), jobs.settings.job_retention_s)
+    return job_out(await own(jobs, job_id), jobs.settings.job_retention_s)
 
 
 EVENTS_EXAMPLE = (
@@ -142,9 +142,18 @@ EVENTS_EXAMPLE = (
 )  # fmt: skip
 async def file_events(job_id: str, jobs: JobsDep) -> StreamingResponse:
     """The job's progress as server-sent events, until it is done or failed."""
-    job = await jobs.get(job_id)  # a 404 before the stream starts
+    job = await own(jobs, job_id)  # a 404 before the stream starts
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(progress(jobs, job), media_type="text/event-stream", headers=headers)
+
+
+async def own(jobs: Runner, job_id: str) -> Job:
+    """A job made through /files. One made through LibreTranslate's or DeepL's API is that API's to show (DeepL's only
+    with its document key), so here, as there, it is not found."""
+    job = await jobs.get(job_id)
+    if job.origin != "files":
+        raise UnknownJob(f"there is no job {job_id}")
+    return job
 
 
 async def progress(jobs: Runner, job: Job) -> AsyncIterator[bytes]:
@@ -178,6 +187,7 @@ async def progress(jobs: Runner, job: Job) -> AsyncIterator[bytes]:
 )  # fmt: skip
 async def download_file(job_id: str, jobs: JobsDep) -> Response:
     """The translated file, once the job is done: 409 before."""
+    await own(jobs, job_id)
     job, data = await jobs.output(job_id)
     media = FORMATS[job.format].media_type
     return Response(data, media_type=media, headers={"Content-Disposition": disposition(job.output_name)})
@@ -186,5 +196,6 @@ async def download_file(job_id: str, jobs: JobsDep) -> Response:
 @router.delete("/files/{job_id}", status_code=204, response_class=Response, responses=NOT_FOUND)
 async def delete_file(job_id: str, jobs: JobsDep) -> Response:
     """Delete a job and its files; a job still translating is stopped."""
+    await own(jobs, job_id)
     await jobs.delete(job_id)
     return Response(status_code=204)

@@ -170,6 +170,9 @@ def test_the_python_client_translates_a_document_as_our_api_translates_its_parag
     wrong = deepl.DocumentHandle(handle.document_id, "0" * 64)
     with pytest.raises(deepl.DeepLException, match="Not found, message: Document not found"):
         translator.translate_document_get_status(wrong)
+    for how, what in (("GET", ""), ("GET", "/download"), ("GET", "/events"), ("DELETE", "")):  # nor without the key
+        r = httpx.request(how, f"{base}/files/{handle.document_id}{what}", headers={"Authorization": f"Bearer {KEY}"})
+        assert (r.status_code, r.json()["type"]) == (404, "not_found"), (how, what, r.text)
     french = translator.translate_document_download(handle).content.decode()
     assert french == "\n\n".join(ours(base, paragraphs, model="en-fr") * 20)
     with pytest.raises(deepl.DeepLException, match="Document not found"):  # downloaded once, then deleted

@@ -178,6 +178,8 @@ def test_translate_file_answers_once_done_with_a_url_that_downloads_the_translat
         with urllib.request.urlopen(url) as download:
             assert f"filename*=UTF-8''{encoded}.fr.txt" in download.headers["content-disposition"]
             assert download.read().decode() == "\n\n".join(french)
+        job_id = url.rsplit("/", 1)[1][:32]  # a job of LibreTranslate's API: not /files' to show or delete
+        assert httpx.delete(f"{base}/files/{job_id}").status_code == 404 and httpx.get(url).status_code == 200
     keyed = servers["keyed"]
     file = {"file": ("a.txt", b"A dog.")}
     refused = lt(keyed, "translate_file", files=file, data={"source": "en", "target": "de"})
