@@ -4,7 +4,8 @@ text's shape.
 A model trained on single sentences garbles a paragraph (and drops its later sentences), so a document is to be
 split into segments, each translated as a sequence of its own in the running batch, and the translations put back
 between the text's own whitespace: paragraph breaks, line breaks, indentation and the leading and trailing
-whitespace come back exactly as they were. A segment is a span of the text without whitespace at either end.
+whitespace come back exactly as they were. A segment is a span of the text without whitespace (or invisible
+characters: INVISIBLE) at either end.
 /translate splits its texts with it (app/text/documents.py).
 
 - `sentences` (the default): each line is split into sentences by sentencex (Wikimedia's rule-based splitter,
@@ -26,7 +27,13 @@ from typing import Literal
 import sentencex
 
 Split = Literal["sentences", "lines", "none"]
-_CONTENT = re.compile(r"\S(?:.*\S)?", re.DOTALL)  # a span's text without the whitespace at its ends
+# Characters nobody sees, beside whitespace: zero-width spaces, joiners and non-joiners, direction marks and
+# isolates, the word joiner, the byte-order mark, the soft hyphen. Inside a segment they go to the model with its
+# words; at a segment's ends, or a line of nothing else, they are kept as written like whitespace (a model given
+# one alone writes a sentence of its own)
+INVISIBLE = "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
+_SEEN = rf"[^\s{INVISIBLE}]"
+_CONTENT = re.compile(rf"{_SEEN}(?:.*{_SEEN})?", re.DOTALL)  # a span's text without the blank at its ends
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,11 @@ class Segment:
 def _trimmed(text: str, start: int, end: int) -> Segment | None:
     m = _CONTENT.search(text, start, end)
     return None if m is None else Segment(m.start(), m.end())
+
+
+def blank(text: str) -> bool:
+    """Whether the text has nothing to translate: whitespace and invisible characters alone (or nothing)."""
+    return _CONTENT.search(text) is None
 
 
 def _lines(text: str) -> list[tuple[int, int]]:

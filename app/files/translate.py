@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from app.files import Unit
 from app.protect.spans import protection
+from app.segment import blank
 from app.text.limits import GREEDY, Decoding
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ async def translate_units(engine: Engine, units: list[Unit], decoding: Decoding 
     out = [u.text for u in units]
     groups: dict[tuple[bool, bool], list[int]] = {}
     for i, u in enumerate(units):
-        if u.text.strip():
+        if not blank(u.text):
             groups.setdefault((u.markup, u.placeholders), []).append(i)
     done = await asyncio.gather(*(
         engine.translate([units[i].text for i in at], truncate=True, decoding=decoding,

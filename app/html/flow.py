@@ -12,6 +12,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from app.html.document import Block, InlineTag, Node, Unit
+from app.segment import blank
 
 if TYPE_CHECKING:
     from app.protect.spans import Protect
@@ -49,7 +50,7 @@ def unit_of(tokens: list, protect: Protect | None) -> tuple[list, Block | None]:
             pos = x.b
         items.append((kind, x))
     text = "".join(parts)
-    if not any(i[0] == "text" and text[i[2] : i[3]].strip(WHITESPACE) for i in items):
+    if all(i[0] != "text" or blank(text[i[2] : i[3]]) for i in items):  # nothing seen: &nbsp;, zero-width spaces
         return [p for i in items for p in _raw(i)], None
     s, e = len(text) - len(text.lstrip(WHITESPACE)), len(text.rstrip(WHITESPACE))
     for n in leaves:  # a kept element is not cut

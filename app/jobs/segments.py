@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from app.files import FileTooLarge, Unit
+from app.segment import blank
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -101,12 +102,12 @@ def chunks(units: list[Unit], size: int, chars: int) -> Iterator[list[Unit]]:
     chunk: list[Unit] = []
     live = length = 0
     for unit in units:
-        blank = not unit.text.strip()
-        if chunk and not blank and (live + 1 > size or length + len(unit.text) > chars):
+        empty = blank(unit.text)
+        if chunk and not empty and (live + 1 > size or length + len(unit.text) > chars):
             yield chunk
             chunk, live, length = [], 0, 0
         chunk.append(unit)
-        if not blank:
+        if not empty:
             live, length = live + 1, length + len(unit.text)
     if chunk:
         yield chunk
@@ -114,4 +115,4 @@ def chunks(units: list[Unit], size: int, chars: int) -> Iterator[list[Unit]]:
 
 def weight(chunk: list[Unit]) -> int:
     """The units of a chunk that reach the model: what counts against NMT_JOB_SEGMENTS_IN_FLIGHT."""
-    return sum(1 for u in chunk if u.text.strip())
+    return sum(1 for u in chunk if not blank(u.text))

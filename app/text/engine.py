@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine.errors import InvalidRequest, RequestTimeout
 from app.engine.metrics import EngineMetrics, Metrics
-from app.segment import Split
+from app.segment import Split, blank
 from app.text.directions import Directions, start_tokens
 from app.text.documents import (
     Documents,
@@ -287,13 +287,13 @@ class Engine:
         """Each text as one sequence."""
         self.limits.budget(max_new_tokens)
         options = None if decoding.greedy else self.limits.decoding(decoding)
-        live = [i for i, t in enumerate(texts) if t.strip()]
+        live = [i for i, t in enumerate(texts) if not blank(t)]
         self.core.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
         size = sum(map(len, texts))
         tokenizer, alignments, start, forced = self.tokenizer, None, self.directions.start(decoding), 0
         async with self.deadline():
             srcs, truncated = await inline_or_on_thread(
-                size, self.limits.sources, tokenizer, texts, truncate, single, names, decoding.source
+                size, self.limits.sources, tokenizer, texts, truncate, single, names, decoding.source, True
             )
             if options is None:  # the plain greedy path
                 budgets = [max_new_tokens or max_new_tokens_for(len(srcs[i]), self.max_new_tokens) for i in live]

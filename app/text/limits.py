@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.errors import InputTooLong, InvalidRequest
+from app.segment import blank
 from model.options import DecodingOptions
 from model.token import TextTokenizer
 
@@ -77,13 +78,18 @@ class Limits:
 
     def sources(
         self, tokenizer: TextTokenizer, texts: list[str], truncate: bool, single: bool,
-        names: list[str] | None = None, language: str | None = None,
+        names: list[str] | None = None, language: str | None = None, skip_blank: bool = False,
     ) -> tuple[list[list[int]], set[int]]:  # fmt: skip
         """Source ids of each text; over max_input_tokens a 413, or with `truncate` cut to the limit. `names`: what
         the error calls each text (default "text", or "text[i]" when not `single`); `language`: a many-to-many
-        model's source language code."""
+        model's source language code; `skip_blank`: blank texts (app/segment.py's blank(), which are not
+        translated) get no ids, however long."""
         more = {} if language is None else {"language": language}
-        srcs, truncated, limit = tokenizer.encode_batch(texts, side="source", **more), set(), self.max_input_tokens
+        todo = [i for i, t in enumerate(texts) if not (skip_blank and blank(t))]
+        srcs: list[list[int]] = [[] for _ in texts]
+        for i, ids in zip(todo, tokenizer.encode_batch([texts[i] for i in todo], side="source", **more), strict=True):
+            srcs[i] = ids
+        truncated, limit = set(), self.max_input_tokens
         for i, ids in enumerate(srcs):
             if len(ids) > limit:
                 if not truncate:

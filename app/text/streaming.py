@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app.detokenize import IncrementalText
-from app.segment import Segment
+from app.segment import Segment, blank
 from app.text.limits import Decoding
 from app.text.offload import inline_or_on_thread
 from app.text.results import aligned, as_decoded
@@ -60,7 +60,7 @@ async def stream_events(
     async with engine.deadline(deadline):
         srcs, truncated = await inline_or_on_thread(
             len(text), engine.limits.sources, engine.tokenizer, pieces, truncate, True, segments and names,
-            decoding.source,
+            decoding.source, True,
         )  # fmt: skip
         options, budgets = await engine._options(options, decoding, max_new_tokens, srcs)
         options = replace(options, start=engine.directions.start(decoding))
@@ -70,12 +70,12 @@ async def stream_events(
             per_piece = await engine.terms.constrained(
                 options, budgets, pieces, decoding, labels, max_new_tokens is not None
             )  # fmt: skip
-    if not any(piece.strip() for piece in pieces):  # a blank text, or protected spans alone: no model call
+    if all(map(blank, pieces)):  # a blank text, or protected spans alone: no model call
         yield None
-        yield Finished(text if text.strip() else "", "eos", 0, 0, False, engine.calibration is not None)
+        yield Finished("" if blank(text) else text, "eos", 0, 0, False, engine.calibration is not None)
         return
     request = object()  # the segments take their turns to be admitted as one request
-    streams = [engine.core.stream(src, budget, o, request) if piece.strip() else None  # blank: spans alone
+    streams = [engine.core.stream(src, budget, o, request) if not blank(piece) else None  # blank: spans alone
                for src, budget, o, piece in zip(srcs, budgets, per_piece, pieces)]  # fmt: skip
     gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
         (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])

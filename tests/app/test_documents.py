@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from app.settings import Settings
 from tests.app.conftest import MODES, StepGate, core_of, serve, trained_in
-from tests.app.helpers import assert_stream_matches, stream_and_plain
+from tests.app.helpers import assert_stream_matches, sse, stream_and_plain
 from tests.synthetic import synthetic_pairs
 
 pytestmark = pytest.mark.anyio
@@ -103,6 +103,30 @@ async def test_a_streamed_document_sends_its_sentences_in_order(client):
         events[-1]["text"]
         == f"  {' '.join(await alone(client, SENTENCES[:2]))}\n\n{(await alone(client, [SENTENCES[2]]))[0]}\n"
     )
+
+
+async def test_invisible_characters_are_kept_as_written_and_never_translated_alone(client):
+    """Zero-width spaces, direction marks, a byte-order mark, a soft hyphen: a line of nothing else, or one at a
+    sentence's end, comes back as written, as whitespace does (the model, given one alone, writes a sentence of its
+    own); a text of them alone, or of whitespace however long, is blank: no tokens, no 413."""
+    gaps = ["\ufeff", "\u200e ", "\n\u200b\u2060\n", "\u00ad"]
+    text = document(SENTENCES[:3], gaps)
+    t = (await client.post("/translate", json={"text": text, "return_segments": True})).json()["translations"][0]
+    assert t["text"] == document(await alone(client, SENTENCES[:3]), gaps)
+    assert [text[a:b] for a, b in (s["source_span"] for s in t["segments"])] == SENTENCES[:3]
+    events, plain = await stream_and_plain(client, {"text": text})
+    assert events[-1]["text"] == t["text"] and plain["translations"][0]["text"] == t["text"]
+    for blank in ("\u200b", "\u200e\ufeff \u2066", "\n" * 300, " " * 1000):
+        for body in ({"text": blank}, {"text": [blank, SENTENCES[0]]}, {"text": blank, "stream": True}):
+            r = await client.post("/translate", json=body)
+            assert r.status_code == 200, (body, r.text)
+            if not body.get("stream"):
+                assert r.json()["translations"][0]["text"] == ""
+        (end,) = sse(r)
+        assert (end["text"], end["usage"]) == ("", {"input_tokens": 0, "output_tokens": 0})
+    page = "<p>\u200b</p><td>&nbsp;</td><p>\u200e</p>"
+    r = await client.post("/translate", json={"text": page, "format": "html"})
+    assert r.json()["translations"][0]["text"] == page
 
 
 async def test_a_target_prefix_needs_one_sentence(client):

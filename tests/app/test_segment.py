@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.segment import Segment, assemble, segment
+from app.segment import Segment, assemble, blank, segment
 from bench.splitters import HARD_CASES
 
 MISSED = {"(This is a note.) The text goes on."}  # sentencex 1.0.32 keeps a sentence in brackets with the next
@@ -45,9 +45,22 @@ def test_lines_and_paragraphs_bound_sentences_and_their_whitespace_comes_back():
 
 
 def test_blank_texts_have_no_segments_and_stay_as_they_are():
-    for text in ("", " ", "\n\n", " \t\r\n "):
+    for text in ("", " ", "\n\n", " \t\r\n ", "\u200b", "\ufeff\u200e \u2060\n\u00ad", "\u00a0\u202f"):
+        assert blank(text)
         for split in ("sentences", "lines", "none"):
             assert segment(text, split) == [] and assemble(text, [], []) == (text, [])
+
+
+def test_invisible_characters_at_a_segments_ends_stay_outside_it_and_inside_go_with_its_words():
+    text = "\ufeffA dog runs.\u200e\n\u200b\nTwo cats play.\u200f A zero\u200bwidth word."
+    expected = {
+        "sentences": ["A dog runs.", "Two cats play.", "A zero\u200bwidth word."],
+        "lines": ["A dog runs.", "Two cats play.\u200f A zero\u200bwidth word."],
+        "none": ["A dog runs.\u200e\n\u200b\nTwo cats play.\u200f A zero\u200bwidth word."],
+    }
+    for split, pieces in expected.items():
+        assert [text[s.start : s.end] for s in segment(text, split)] == pieces
+    assert not blank("\u200bA") and not blank("\u00a0.")
 
 
 def test_wrong_arguments_are_refused():
