@@ -84,7 +84,8 @@ def withhold(parts: list[Translation], min_confidence: float) -> list[Translatio
         return parts
     for p in parts:
         if p.quality is not None and p.quality.confidence < min_confidence:
-            p.text, p.token_ids, p.alignment, p.hypotheses, p.withheld = "", [], None, [], [0]
+            p.text, p.token_ids, p.hypotheses, p.withheld = "", [], [], [0]
+            p.alignment = None if p.alignment is None else []  # asked for: the document's other pieces keep theirs
             p.words = None if p.words is None else []
             p.__dict__.pop("tokens", None)  # the cached pieces of the tokens it no longer has
     return parts
@@ -98,6 +99,16 @@ def weakest(qualities: list[Quality | None]) -> Quality | None:
     low = min(known, key=lambda q: q.confidence)
     raised = {f for q in known for f in q.flags}
     return replace(low, flags=[f for f in FLAGS if f in raised])
+
+
+def alternatives(parts: list[Translation]) -> int:
+    """How many hypotheses the n-best lists of a text's parts make together: as many as the shortest list of a part
+    not withheld (a part withheld under min_confidence has none, and stands as itself in each)."""
+    return min((len(p.hypotheses) for p in parts if p.hypotheses or not p.withheld), default=0)
+
+
+def ith(part: Translation, i: int) -> Translation:
+    return part.hypotheses[i] if part.hypotheses else part
 
 
 def put_back(docs: Documents, parts: list[Translation]) -> list[Translation]:
@@ -143,9 +154,9 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
         quality=weakest([p.quality for p in parts]), segment_qualities=[p.quality for p in parts],
         withheld=[i for i, p in enumerate(parts) if p.withheld], words=words,
     )  # fmt: skip
-    n_best = min(len(p.hypotheses) for p in parts)
+    n_best = alternatives(parts)
     if n_best > 1:  # the first is this one (each part's best heads its own list)
-        others = [combined(text, segments, [p.hypotheses[i] for p in parts]) for i in range(1, n_best)]
+        others = [combined(text, segments, [ith(p, i) for p in parts]) for i in range(1, n_best)]
         out.hypotheses = [replace(out), *others]
     return out
 
@@ -198,8 +209,8 @@ def page_translation(text: str, page: HtmlDocument, units: list[Translation]) ->
         out.segment_qualities += qualities
         out.withheld += [at + i for i in u.withheld]
         at += len(qualities)
-    n_best = min(len(u.hypotheses) for u in units)
+    n_best = alternatives(units)
     if n_best > 1:
-        others = [page_translation(text, page, [u.hypotheses[i] for u in units]) for i in range(1, n_best)]
+        others = [page_translation(text, page, [ith(u, i) for u in units]) for i in range(1, n_best)]
         out.hypotheses = [replace(out), *others]
     return out

@@ -85,6 +85,15 @@ async def test_min_confidence_withholds_exactly_the_sentences_below_it(client):
     assert "Welt" not in out["text"]
     nothing = (await translate(client, text=text, min_confidence=0))["translations"][0]
     assert nothing["text"] == full["text"]
+    # the sentences that stand keep their alignment and their alternatives
+    asked = {"return_alignment": True, "beam_size": 2, "num_hypotheses": 2}
+    want = (await translate(client, text=text, **asked))["translations"][0]
+    got = (await translate(client, text=text, min_confidence=floor, **asked))["translations"][0]
+    a, b = withheld["source_span"]
+    standing = [s["source_span"] for s in want["alignment"] if not a <= s["source_span"][0] < b]
+    assert [s["source_span"] for s in got["alignment"]] == standing and standing
+    assert [h["text"] for h in got["hypotheses"]][:1] == [got["text"]] and len(got["hypotheses"]) == 2
+    assert all("Welt" not in h["text"] for h in got["hypotheses"])
     everything = (await translate(client, text=[GOOD, BAD], min_confidence=1, return_tokens=True))["translations"]
     assert [t["text"] for t in everything] == ["", ""] and all(t["token_ids"] == [] for t in everything)
 
