@@ -9,8 +9,9 @@ break the format marks), which app/html/place.py puts back around the words alig
 once. A fragment without codes is a plain unit. `back()` reads a unit's translation as text and the codes, in order,
 each exactly once (defensively: one the translation lacks comes at the end, a repeated one is left out).
 
-`lines()` puts a translation back on as many lines as its source had, each break at a space nearest the source's
-proportional point (subtitle cues, hard-wrapped Markdown paragraphs).
+`tagged()` reads text in which a pattern finds a format's codes (tags, a start paired with its end, and points) into
+a Fragment (subtitle cues, HTML in a PO msgid). `lines()` puts a translation back on as many lines as its source had,
+each break at a space nearest the source's proportional point (subtitle cues, hard-wrapped Markdown paragraphs).
 """
 
 from __future__ import annotations
@@ -123,6 +124,40 @@ class Fragment:
             if i not in seen:
                 out += [("open", c), ("close", c)] if c.kind == "paired" else [("empty", c)]
         return _spaced(out)
+
+
+def tagged(
+    text: str, codes: re.Pattern, decode: Callable[[str], str] = str, void: frozenset[str] = frozenset()
+) -> Fragment:
+    """The text as a Fragment: each match of `codes` a code as written, the text between them `decode`d. A match
+    with a group 1 is a tag of that name (case-insensitive): an end tag closes the innermost start tag still open
+    where it has its name, the two wrapping the text between them; a start tag never closed wraps the rest; an end
+    tag that closes none, a self-closing tag (`<br/>`), a start tag whose name is in `void` (`<br>`) and a match
+    without a group 1 are points."""
+    tokens, stack, pairs = [], [], {}  # tokens: (start, end, name of a start or end tag, closing); pairs: start -> end
+    for m in codes.finditer(text):
+        name = m[1] and m[1].lower()
+        point = name is not None and (m[0].endswith("/>") or (name in void and not m[0].startswith("</")))
+        tokens.append((m.start(), m.end(), None if point else name, m[0].startswith("</")))
+        name, closing = tokens[-1][2:]
+        if name and not closing:
+            stack.append(len(tokens) - 1)
+        elif name and stack and tokens[stack[-1]][2] == name:
+            pairs[stack.pop()] = len(tokens) - 1
+    f, at, ends = Fragment(), 0, set(pairs.values())
+    for i, (a, b, name, closing) in enumerate(tokens):
+        if a > at:
+            f.text(decode(text[at:a]))
+        at = b
+        if name and not closing:
+            f.open(text[a:b], text[tokens[pairs[i]][0] : tokens[pairs[i]][1]] if i in pairs else "")
+        elif i in ends:
+            f.close()
+        else:
+            f.empty(text[a:b])
+    if at < len(text):
+        f.text(decode(text[at:]))
+    return f
 
 
 def _spaced(pieces: list[Piece]) -> list[Piece]:

@@ -5,13 +5,17 @@ ones where the caller asks to overwrite (`reader(overwrite=True)`; `read` keeps 
 included). Each msgid is one unit with the built-in placeholder kinds kept verbatim (`%s`, `%(name)s`, `%1$d`,
 `{count}`, `{{ x }}`: app/protect/), whatever the entry's python-format or c-format flag says; its leading and
 trailing whitespace (a "\\n" at either end, which msgfmt checks) stays out of the unit and is put back as written. A
-plural entry is two units, msgid and msgid_plural, and fills every msgstr[n] the header's Plural-Forms asks for
-(nplurals; two where it has none): the singular's translation for the form that plural= gives n = 1 where it fits
-(the form is for 1 alone, or the singular has the plural's format specifications: Russian's form for 1, 21, 31
-needs the %d msgfmt checks for), the plural's for the others. Each entry given a translation is marked fuzzy, as
-translate-toolkit's pretranslate marks machine translations: a reviewer clears the flag (msgfmt leaves fuzzy
-entries out of the .mo until then). An entry whose translation is its msgid is left as it was (gettext shows the
-msgid for an empty msgstr, so nothing is lost).
+msgid with HTML tags (what the `tags` protect kind finds: `<strong>`, `<a href="%(url)s">`, `<br/>`; not "a < b") is
+a markup unit (app/files/inline.py): each tag an inline code that comes back exactly once as written, attributes and
+all, a start and its end tag around the words aligned to the ones they wrapped, and its entities (`&amp;`) read as
+their characters and written back as they were. A msgid without tags is plain text. A plural entry is two units,
+msgid and msgid_plural, and fills every msgstr[n] the header's Plural-Forms asks for (nplurals; two where it has
+none): the singular's translation for the form that plural= gives n = 1 where it fits (the form is for 1 alone, or
+the singular has the plural's format specifications: Russian's form for 1, 21, 31 needs the %d msgfmt checks for),
+the plural's for the others. Each entry given a translation is marked fuzzy, as translate-toolkit's pretranslate
+marks machine translations: a reviewer clears the flag (msgfmt leaves fuzzy entries out of the .mo until then). An
+entry whose translation is its msgid is left as it was (gettext shows the msgid for an empty msgstr, so nothing is
+lost).
 
 Kept: the header (its Language is set where the caller names the target language and the header has none),
 comments, references, flags, contexts, obsolete (#~) entries and translated entries. A file none of whose units
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import codecs
 import gettext
+import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +41,7 @@ from functools import partial
 import polib
 
 from app.files import FileError, FileLimits, FileTooLarge, Unit, unchanged
+from app.files.inline import Fragment, tagged
 
 _CHARSET = re.compile(rb"charset=([\w.:-]+)")
 _STRING = r'"(?:[^"\\\r\n]|\\[ntrvbfa"\\?\']|\\[0-7]{1,3}|\\x[0-9A-Fa-f]+)*+"'  # possessive: linear time
@@ -44,6 +50,12 @@ _BAD_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*+\\[^ntrvbfa\"\\?'0-7x]")
 _WORDS = {"msgctxt", "msgid", "msgid_plural", "msgstr"}
 _CONTINUATION = re.compile(rf"{_STRING}\s*\Z")
 _FORMAT = re.compile(r"%(?:\([^)]*\))?[-+ #0-9.*]*[a-zA-Z]|\{[^{}]*\}")  # printf's and Python's, roughly
+_TAG = re.compile(  # what the `tags` protect kind finds (app/protect/spans.py), its name captured; not "a < b"
+    r"</?([A-Za-z][\w:.\-]*)(?:\s+[\w:.\-]+\s*=\s*(?:\"[^\"<>]*\"|'[^'<>]*'))*\s*/?>"
+)
+_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+                   "track", "wbr"})  # fmt: skip  # HTML's elements without an end tag
+_ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
 _NPLURALS = re.compile(r"nplurals\s*=\s*([0-9]+)")
 _PLURAL = re.compile(r"plural\s*=\s*([^;]+)")
 
@@ -52,6 +64,34 @@ _PLURAL = re.compile(r"plural\s*=\s*([^;]+)")
 class _Job:
     index: int  # the entry's place in the catalogue
     edges: list[tuple[str, str]]  # per unit: the whitespace before and after it in its msgid
+    markup: list[_Markup | None] = field(default_factory=list)  # per unit: its tags, where it has any
+
+
+@dataclass
+class _Markup:
+    """A msgid with HTML tags: its tags as inline codes, its entities read as characters and written back as they
+    were written (`&amp;`, `&nbsp;`), a translation's other characters as they come."""
+
+    fragment: Fragment
+    entities: dict[str, str]  # a character -> the entity the msgid wrote it as
+
+    @classmethod
+    def of(cls, text: str) -> _Markup:
+        entities = {}
+        for m in _ENTITY.finditer(text):
+            if len(c := html.unescape(m[0])) == 1:
+                entities.setdefault(c, m[0])
+        decode = partial(_ENTITY.sub, lambda m: m[0] if len(c := html.unescape(m[0])) != 1 else c)
+        return cls(tagged(text, _TAG, decode, _VOID), entities)
+
+    def render(self, translation: str) -> str:
+        out = []
+        for kind, x in self.fragment.back(translation):
+            if kind == "text":
+                out.append("".join(self.entities.get(c, c) for c in x))
+            else:
+                out.append(x.end if kind == "close" else x.start)
+        return "".join(out)
 
 
 @dataclass
@@ -74,6 +114,7 @@ class Catalogue:
             at += len(job.edges)
             if all(t == u.text for t, u in zip(mine, units)):
                 continue
+            mine = [m.render(t) if m else t for t, m in zip(mine, job.markup)]
             done = [lead + t.strip() + trail for t, (lead, trail) in zip(mine, job.edges)]
             entry = po[job.index]
             if entry.msgid_plural:
@@ -180,12 +221,14 @@ def read(data: bytes, limits: FileLimits, overwrite: bool = False, language: str
             continue
         if not overwrite and (entry.msgstr.strip() or any(s.strip() for s in entry.msgstr_plural.values())):
             continue
-        edges = []
+        job = _Job(i, [])
         for source in [entry.msgid, entry.msgid_plural] if entry.msgid_plural else [entry.msgid]:
             core = source.strip()
-            edges.append((source[: len(source) - len(source.lstrip())], source[len(source.rstrip()) :]))
-            units.append(Unit(core, placeholders=True))
-        jobs.append(_Job(i, edges))
+            job.edges.append((source[: len(source) - len(source.lstrip())], source[len(source.rstrip()) :]))
+            markup = _Markup.of(core) if _TAG.search(core) else None
+            job.markup.append(markup)
+            units.append(markup.fragment.unit(placeholders=True) if markup else Unit(core, placeholders=True))
+        jobs.append(job)
         if len(units) > limits.max_units:
             raise FileTooLarge(f"the file has more than {limits.max_units} strings to translate; the limit is "
                                f"{limits.max_units}")  # fmt: skip

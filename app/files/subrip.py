@@ -3,8 +3,11 @@ as written, and so does any cue whose translation is its own text.
 
 A cue's lines are one unit, joined by spaces (a sentence often runs over both lines of a cue; the engine splits
 sentences), and the translation is put back on as many lines as the cue had, each break at the space nearest the
-point where the source's line ended, in proportion (app/files/inline.py). A dialogue cue, whose every line starts
-with a dash ("- Where?" / "- Here."), is one unit a line, the dashes kept. Formatting tags (`<i>`, `<b>`, `<u>`,
+point where the source's line ended, in proportion (app/files/inline.py). A dialogue dash starts a speaker's line:
+a dash and a space ("- Where?", "– Here."), on any line, one alone included; or, where two or more lines of the cue
+start with a dash, one without the space too ("-Where?" / "-Here."), but never "-5 degrees" alone. Each speaker is a
+unit of their own, from the line with their dash to the next speaker's (the lines before the first speaker's are one
+too), put back on as many lines as theirs were, behind their dash as written. Formatting tags (`<i>`, `<b>`, `<u>`,
 `<font color=..>`, any `<tag>`) and ASS overrides (`{\\an8}`) are inline codes: a start tag and its end tag wrap
 the words aligned to the ones they wrapped; a tag without its pair (and `{\\..}`) is a point placed after the word
 aligned to the one before it; a start tag never closed in its cue wraps the rest of it. Each comes back exactly once.
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 import srt
 
 from app.files import FileError, FileLimits, FileTooLarge, Unit, one_each
-from app.files.inline import Fragment, lines
+from app.files.inline import Fragment, lines, tagged
 
 _TS = r"[0-9]+[,.:，．。：][0-9]+[,.:，．。：][0-9]+(?:[,.:，．。：][0-9]*)?"  # as srt's, unambiguous
 _TIMING = re.compile(rf"\s*({_TS}) *-[ -] *> *({_TS})(?: [^\r\n]*)?\s*\Z")
@@ -33,69 +36,56 @@ _TIMING_LIKE = re.compile(r"\s*[0-9]+[,.:][0-9]|.*-->")  # a line meant as a tim
 _INDEX = re.compile(r"\s*-?[0-9]+(?:\.[0-9]*)?\s*\Z")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|\Z)")
 _SRT_CODES = re.compile(r"</?([A-Za-z][\w.-]*+)[^<>\r\n]*>|\{\\[^{}\r\n]*\}")
-_DASH = re.compile(r"[-‐‑–—]\s*")
+_DASH = re.compile(r"[-‐‑–—]\s*")  # a dialogue's dash, spaced or not ("-Where?" / "-Here.")
+_SPOKEN = re.compile(r"[-‐‑–—]\s+")  # a dash and a space, as one speaker's line is written ("- Where?"), not "-5"
 
 
 @dataclass
 class Cue:
-    """A cue's text (its lines without their endings) as units: all lines as one, or one a line of dialogue."""
+    """A cue's text (its lines without their endings) as units: one a speaker, a speaker's lines from the one that
+    starts with their dash to the next speaker's (lines before the first speaker's are one of their own)."""
 
     lines: list[str]
     codes: re.Pattern = _SRT_CODES  # a tag (group 1: its name) or a point code
     decode: Callable[[str], str] = str  # the text between codes as the model reads it, and back
     encode: Callable[[str], str] = str
-    speaker: re.Pattern = _DASH  # what starts each line of a dialogue cue
+    speaker: re.Pattern = _DASH  # what starts a speaker's line where two or more lines of the cue start with one
+    dash: re.Pattern = _SPOKEN  # what starts a speaker's line wherever it is
     fragments: list[Fragment] = field(default_factory=list)
-    dashes: list[str] = field(default_factory=list)
+    dashes: list[str] = field(default_factory=list)  # per speaker, what starts their first line, as written
+    parts: list[list[str]] = field(default_factory=list)  # per speaker, their lines without it
     units: list[Unit] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if len(self.lines) > 1 and all(self.speaker.match(line.lstrip()) for line in self.lines):
-            for line in self.lines:
-                lead = len(line) - len(line.lstrip())
-                self.dashes.append(line[: lead + self.speaker.match(line.lstrip()).end()])
-                self.fragments.append(self.fragment([line[len(self.dashes[-1]) :]]))
-        else:
-            self.fragments = [self.fragment(self.lines)]
+        dialogue = sum(bool(self.speaker.match(line.lstrip())) for line in self.lines) > 1
+        for line in self.lines:
+            m = (self.speaker if dialogue else self.dash).match(line.lstrip())
+            if m or not self.parts:
+                dash = line[: len(line) - len(line.lstrip()) + m.end()] if m else ""
+                self.dashes.append(dash)
+                self.parts.append([line[len(dash) :]])
+            else:
+                self.parts[-1].append(line)
+        self.fragments = [self.fragment(lines_) for lines_ in self.parts]
         self.units = [f.unit() for f in self.fragments]
 
     def fragment(self, lines_: list[str]) -> Fragment:
-        text = " ".join(line.strip() for line in lines_)
-        tokens, stack, pairs = [], [], {}  # pairs: a start tag's token -> its end tag's
-        for m in self.codes.finditer(text):
-            tokens.append((m.start(), m.end(), m[1] and m[1].lower(), m[0].startswith("</")))
-            name, closing = tokens[-1][2:]
-            if name and not closing:
-                stack.append(len(tokens) - 1)
-            elif name and stack and tokens[stack[-1]][2] == name:
-                pairs[stack.pop()] = len(tokens) - 1
-        f, at, ends = Fragment(), 0, set(pairs.values())
-        for i, (a, b, name, closing) in enumerate(tokens):
-            if a > at:
-                f.text(self.decode(text[at:a]))
-            at = b
-            if name and not closing:
-                f.open(text[a:b], text[tokens[pairs[i]][0] : tokens[pairs[i]][1]] if i in pairs else "")
-            elif i in ends:
-                f.close()
-            else:
-                f.empty(text[a:b])
-        if at < len(text):
-            f.text(self.decode(text[at:]))
-        return f
+        return tagged(" ".join(line.strip() for line in lines_), self.codes, self.decode)
 
     def render(self, translations: list[str]) -> list[str]:
-        """The cue's lines with these translations of its units."""
-        if self.dashes:
-            return [d + self._parts(f, t, 1)[0] for d, f, t in zip(self.dashes, self.fragments, translations)]
-        return self._parts(self.fragments[0], translations[0], len(self.lines))
+        """The cue's lines with these translations of its units: each speaker's on as many lines as theirs were."""
+        out: list[str] = []
+        for dash, lines_, f, t in zip(self.dashes, self.parts, self.fragments, translations):
+            parts = self._parts(f, t, lines_)
+            out += [dash + parts[0], *parts[1:]]
+        return out
 
-    def _parts(self, f: Fragment, translation: str, count: int) -> list[str]:
+    def _parts(self, f: Fragment, translation: str, lines_: list[str]) -> list[str]:
         parts: list[tuple[str, bool]] = []
         for kind, x in f.back(translation):
             text = self.encode(x) if kind == "text" else x.end if kind == "close" else x.start
             parts.append((text.replace("\r", " ").replace("\n", " "), kind == "text"))
-        return lines(parts, [len(line.strip()) or 1 for line in self.lines[:count]])
+        return lines(parts, [len(line.strip()) or 1 for line in lines_])
 
 
 @dataclass

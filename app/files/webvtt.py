@@ -3,11 +3,11 @@ timing lines with their cue settings, blank lines and line endings come back as 
 translation is its own text.
 
 A cue's text is translated as SubRip's is (app/files/subrip.py): its lines as one unit put back on as many lines,
-a dialogue cue (every line starting with a dash or a `<v Speaker>` tag) one unit a line with the dash or the voice
-tag kept. The cue's tags (`<v Speaker>`, `<c.class>`, `<i>`, `<b>`, `<u>`, `<ruby>`, `<rt>`, `<lang en>`) are inline
-codes, a start tag and its end tag wrapping the words aligned to the ones they wrapped, and a timestamp tag
-(`<00:00:01.500>`) or a tag without its pair a point after the word aligned to the one before it; each comes back
-exactly once. Entities (`&amp;`, `&lt;`, `&nbsp;`) are read as their characters; a translation's "&", "<" and ">"
+a speaker's lines one unit with their dash kept ("- Where?" on any line; where two or more lines of the cue start
+with a dash or a `<v Speaker>` tag, each of those starts a speaker, the dash or the voice tag kept). The cue's tags
+(`<v Speaker>`, `<c.class>`, `<i>`, `<b>`, `<u>`, `<ruby>`, `<rt>`, `<lang en>`) are inline codes, a start tag and
+its end tag wrapping the words aligned to the ones they wrapped, and a timestamp tag (`<00:00:01.500>`) or a tag
+without its pair a point after the word aligned to the one before it; each comes back exactly once. Entities (`&amp;`, `&lt;`, `&nbsp;`) are read as their characters; a translation's "&", "<" and ">"
 are written as `&amp;`, `&lt;` and `&gt;`.
 
 webvtt-py writes a file of its own layout (it drops blank lines and line endings and moves comments), so the blocks

@@ -140,6 +140,71 @@ async def test_untranslated_entries_are_translated_marked_fuzzy_and_keep_their_p
     assert msgfmt_errors(out, tmp_path) == ""
 
 
+MARKUP = r"""msgid ""
+msgstr ""
+"Content-Type: text/plain; charset=UTF-8\n"
+"Plural-Forms: nplurals=2; plural=(n != 1);\n"
+
+msgid "A man is riding a <strong>red</strong> bike."
+msgstr ""
+
+#, python-format
+msgid "A dog is running to <a href=\"%(url)s\" class='big'>the park</a> with %(count)s children."
+msgstr ""
+
+#, c-format
+msgid "A man in a <b>red</b> shirt."
+msgid_plural "%d men in <b>red</b> shirts.<br/>"
+msgstr[0] ""
+msgstr[1] ""
+
+msgid "A dog runs if a < b and c > d."
+msgstr ""
+
+msgid "Tom &amp; Jerry&nbsp;<em>run</em>."
+msgstr ""
+"""
+LINK = "<a href=\"%(url)s\" class='big'>"  # its attributes as written, a placeholder among them
+CLICK = f"A dog is running to {LINK}the park</a> with %(count)s children."
+
+
+async def test_html_tags_in_a_msgid_come_back_around_the_translation_as_written(bundled, tmp_path):
+    out = await translated("po", MARKUP.encode(), bundled)
+    after = entries(out)
+    bike = after["A man is riding a <strong>red</strong> bike."].msgstr
+    assert re.fullmatch(r"[^<>]+<strong>[^<>]*\w[^<>]*</strong>[^<>]*", bike), bike  # around a word
+    click = after[CLICK].msgstr
+    assert click.count(LINK) == 1 and click.count("</a>") == 1, click
+    assert click.count("%(count)s") == 1 and click.count("<") == 2, click
+    plural = after["A man in a <b>red</b> shirt."].msgstr_plural
+    assert plural[0].count("<b>") == plural[0].count("</b>") == 1, plural
+    assert plural[1].count("<b>") == plural[1].count("</b>") == plural[1].count("<br/>") == 1, plural
+    assert plural[1].count("%d") == 1, plural
+    for msgstr in (bike, click, *plural.values()):
+        assert_german(msgstr)
+    assert msgfmt_errors(out, tmp_path) == ""
+
+
+def test_a_msgid_with_tags_is_a_markup_unit_and_one_without_stays_plain_text():
+    units = FORMATS["po"].read(MARKUP.encode(), FileLimits()).units
+    assert [(u.text, u.markup) for u in units] == [
+        ('A man is riding a <span id="c0">red</span> bike.', True),
+        ('A dog is running to <span id="c0">the park</span> with %(count)s children.', True),  # attributes kept out
+        ('A man in a <span id="c0">red</span> shirt.', True),
+        ('%d men in <span id="c0">red</span> shirts.<img id="c1">', True),
+        ("A dog runs if a < b and c > d.", False),  # "<" alone is text, as before
+        ('Tom &amp; Jerry\xa0<span id="c0">run</span>.', True),  # the entities read as their characters
+    ]
+    assert all(u.placeholders for u in units)
+
+
+async def test_text_and_entities_around_the_tags_come_back_as_written():
+    out = entries(await translated("po", MARKUP.encode(), marked))
+    assert out["A dog runs if a < b and c > d."].msgstr == "DE A dog runs if a < b and c > d."
+    assert out["Tom &amp; Jerry&nbsp;<em>run</em>."].msgstr == "DE Tom &amp; Jerry&nbsp;<em>run</em>."
+    assert out[CLICK].msgstr == "DE " + CLICK
+
+
 async def test_every_plural_form_the_header_asks_for_is_filled(tmp_path):
     out = await translated("po", RUSSIAN.encode(), marked)
     men = "DE %d men are holding a ball."  # Russian's form 0 is for 1, 21, 31, ...: not the singular without its %d

@@ -70,6 +70,65 @@ def test_a_dialogue_cue_is_one_unit_a_line_and_other_cues_one_unit():
     assert len(units) == 5
 
 
+SPEAKERS = """1
+00:00:03,000 --> 00:00:04,000
+- A cat sleeps.
+
+2
+00:00:05,000 --> 00:00:06,000
+Where are the children playing?
+- In the snow.
+
+3
+00:00:07,000 --> 00:00:08,000
+– A man is riding
+a red bike.
+—  A woman is reading.
+"""
+
+
+async def test_a_dialogue_dash_is_kept_on_any_line_that_starts_with_one(bundled):
+    out = cues((await translated("srt", SPEAKERS.encode(), bundled)).decode())
+    assert out[0][2].startswith("- ")  # a cue of one line, one speaker
+    assert not out[1][2].startswith(("-", "–")) and out[1][3].startswith("- ")  # a dashed line beside another
+    assert out[2][2].startswith("– ") and out[2][4].startswith("—  ")  # each dash as written
+    assert not out[2][3].startswith(("-", "–", "—"))
+    for source, target in zip(cues(SPEAKERS), out, strict=True):
+        assert len(target) == len(source)  # each speaker on as many lines as theirs were
+        assert_german(" ".join(target[2:]))
+
+
+async def test_each_speaker_is_a_unit_put_back_behind_their_dash():
+    units = FORMATS["srt"].read(SPEAKERS.encode(), FileLimits()).units
+    assert [u.text for u in units] == [
+        "A cat sleeps.", "Where are the children playing?", "In the snow.", "A man is riding a red bike.",
+        "A woman is reading.",
+    ]  # fmt: skip
+    out = cues((await translated("srt", SPEAKERS.encode(), upper)).decode())
+    assert [cue[2:] for cue in out] == [
+        ["- A CAT SLEEPS."], ["WHERE ARE THE CHILDREN PLAYING?", "- IN THE SNOW."],
+        ["– A MAN IS RIDING", "A RED BIKE.", "—  A WOMAN IS READING."],
+    ]  # fmt: skip
+
+
+async def upper(units):
+    return [u.text.upper() for u in units]
+
+
+@pytest.mark.parametrize(
+    "text, units",
+    [
+        ("-5 degrees in the park.", ["-5 degrees in the park."]),  # a minus sign, not a dash
+        ("-5 degrees in the park.\nA dog runs.", ["-5 degrees in the park. A dog runs."]),
+        ("-Where are you?\n-Here.", ["Where are you?", "Here."]),  # a dialogue written without spaces
+        ("A dog runs.\n-5 degrees.", ["A dog runs. -5 degrees."]),
+    ],
+)
+def test_a_dash_without_a_space_starts_a_speaker_only_where_another_line_starts_with_one(text, units):
+    data = f"1\n00:00:01,000 --> 00:00:02,000\n{text}\n".encode()
+    assert [u.text for u in FORMATS["srt"].read(data, FileLimits()).units] == units
+
+
 async def test_a_translation_goes_back_on_the_lines_of_its_cue_broken_at_spaces():
     data = b"1\n00:00:01,000 --> 00:00:02,000\nAaaa bbbb\ncccc dddd eeee ffff\nggg\n"
 

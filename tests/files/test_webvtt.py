@@ -76,6 +76,28 @@ def test_voice_lines_are_units_of_their_own_and_tags_are_inline_codes():
     assert units[0] == '<span id="c0">A man in a red shirt is walking his dog in the park.</span>'  # <v ..>..</v>
 
 
+async def test_a_dialogue_dash_is_kept_on_any_line_that_starts_with_one():
+    data = (
+        "WEBVTT\n\n00:01.000 --> 00:02.000\n\u2013 A cat sleeps.\n\n"
+        "00:03.000 --> 00:04.000\nA dog runs <i>in the park</i>.\n- Two men are sitting.\n\n"
+        "00:05.000 --> 00:06.000\n-5 degrees in the park.\n"
+    ).encode()
+    units = FORMATS["vtt"].read(data, FileLimits()).units
+    assert [u.text for u in units] == [
+        "A cat sleeps.", 'A dog runs <span id="c0">in the park</span>.', "Two men are sitting.",
+        "-5 degrees in the park.",
+    ]  # fmt: skip
+
+    async def upper(units):  # the text upper-cased, the tags as they are
+        return [re.sub(r"[^<>]+(?=<|$)", lambda m: m[0].upper(), u.text) for u in units]
+
+    out = blocks((await translated("vtt", data, upper)).decode())
+    assert [b.split("\n")[1:] for b in out[1:]] == [
+        ["\u2013 A CAT SLEEPS."], ["A DOG RUNS <i>IN THE PARK</i>.", "- TWO MEN ARE SITTING."],
+        ["-5 DEGREES IN THE PARK."],
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "data, message",
     [
