@@ -8,6 +8,7 @@ from app import schemas as s
 from app.engine import InvalidRequest
 from app.glossaries import Glossary, fits, terms
 from app.protect.spans import Protect, protection
+from app.segment import blank
 from app.text import Attention, Engine, Translation, inspection
 from app.text.limits import Decoding
 
@@ -54,7 +55,7 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
 async def detect_source(engine: Engine, texts: list[str]) -> str:
     """The likeliest of a many-to-many model's languages that the detector knows (by their ISO 639-1 names)."""
     names = tuple(sorted(set(engine.codes.names.values())))
-    if detect.identifier(names) is None or not any(t.strip() for t in texts):
+    if detect.identifier(names) is None or all(map(blank, texts)):
         what = "the text is blank" if detect.identifier(names) else "the detector knows none of this model's languages"
         raise InvalidRequest(f'name the source language: {what}, so "auto" cannot tell; {engine.codes.hint()}')
     return (await detect.detect(texts, names))[0][0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from app import schemas as s
+from app.segment import blank
 from app.text import Engine, Translation
 from model.confidence import Quality
 
@@ -17,7 +18,7 @@ def translation_response(body: s.TranslateRequest, out: list[Translation], engin
 
     def spans_of(source: str, t: Translation) -> list[tuple[tuple[int, int], tuple[int, int]]]:
         if t.segments is None:  # translated whole
-            return [((0, len(source)), (0, len(t.text)))] if source.strip() else []
+            return [] if blank(source) else [((0, len(source)), (0, len(t.text)))]
         return t.segments
 
     def segments(source: str, t: Translation) -> list[s.SegmentOut] | None:
