@@ -278,7 +278,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     decoding = replace(decoding, source=source, target=target)  # a many-to-many model's direction
     floor = min_confidence(values)
     out = await unless_disconnected(
-        request.receive, engine.translate(q, decoding=decoding, format=fmt, min_confidence=floor)
+        request.receive, engine.translate(q, decoding=decoding, format=fmt, min_confidence=floor, cut_long=True)
     )
     return answer(out, isinstance(values["q"], str), detected, n)
 

@@ -21,6 +21,7 @@ ellipses, lines without a full stop) and on speed: docs/performance.md has the f
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -86,6 +87,39 @@ def segment(text: str, split: Split = "sentences", language: str = "en") -> list
     else:
         raise ValueError(f"split={split!r}: one of sentences, lines, none")
     return [s for a, b in spans if (s := _trimmed(text, a, b)) is not None]
+
+
+# Where a sentence too long for the model is cut, best first: after a clause's punctuation, at a dash between
+# spaces, at any whitespace, anywhere (a script written without spaces)
+_CLAUSE = re.compile(r"(?<=[,;:)\]»”])\s+|\s+(?=[–—]\s)|(?<=[，、；：])")
+_SPACE = re.compile(r"\s+")
+_ANYWHERE = re.compile(r"(?<=.)", re.DOTALL)
+
+
+def cut_to_fit(text: str, segments: list[Segment], fits: Callable[[str], bool]) -> list[Segment]:
+    """The segments, each that does not `fits` (a sentence over the model's tokens) cut into pieces that do, at the
+    place nearest its middle of the best kind there (_CLAUSE, then any whitespace, then anywhere), again and again;
+    the text between two pieces stays as written, as between sentences."""
+    out: list[Segment] = []
+    todo = list(reversed(segments))
+    while todo:
+        s = todo.pop()
+        if fits(text[s.start : s.end]) or (halves := _halves(text, s)) is None:
+            out.append(s)  # fits, or a single character: the engine cuts it to the limit
+        else:
+            todo += reversed(halves)
+    return out
+
+
+def _halves(text: str, s: Segment) -> list[Segment] | None:
+    middle = (s.start + s.end) / 2
+    for where in (_CLAUSE, _SPACE, _ANYWHERE):
+        cuts = [m for m in where.finditer(text, s.start, s.end) if s.start < m.start() and m.end() < s.end]
+        if cuts:
+            at = min(cuts, key=lambda m: abs(m.start() - middle))
+            halves = [_trimmed(text, s.start, at.start()), _trimmed(text, at.end(), s.end)]
+            return [h for h in halves if h is not None] if all(halves) else None
+    return None
 
 
 def assemble(text: str, segments: list[Segment], translations: list[str]) -> tuple[str, list[tuple[int, int]]]:

@@ -89,7 +89,9 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     marked = [ignoring(t, a.ignored) if a.ignored else (t, "") for t in a.texts]
     out = await unless_disconnected(
         request.receive,
-        engine.translate([t for t, _ in marked], decoding=decoding, split=a.split, format="html" if a.html else "text"),
+        engine.translate(
+            [t for t, _ in marked], decoding=decoding, split=a.split, format="html" if a.html else "text", cut_long=True
+        ),
     )
     request.app.state.deepl_characters = characters(request) + sum(map(len, a.texts))
     results = []

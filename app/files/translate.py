@@ -26,7 +26,7 @@ async def translate_units(engine: Engine, units: list[Unit], decoding: Decoding 
         if not blank(u.text):
             groups.setdefault((u.markup, u.placeholders), []).append(i)
     done = await asyncio.gather(*(
-        engine.translate([units[i].text for i in at], truncate=True, decoding=decoding,
+        engine.translate([units[i].text for i in at], cut_long=True, decoding=decoding,
                          format="html" if markup else "text", protect=PLACEHOLDERS if placeholders else None)
         for (markup, placeholders), at in groups.items()
     ))  # fmt: skip  # the kinds decode side by side in the batch

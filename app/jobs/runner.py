@@ -268,7 +268,7 @@ class Runner:
         try:
             async with self.share.take(weight(chunk)):
                 return await self.translate(engine, chunk, decoding)
-        except InputTooLong:  # more sentences than a request may have (none is too long: they are truncated)
+        except InputTooLong:  # more sentences than a request may have (none is too long: long ones are cut)
             if len(chunk) > 1:
                 half = len(chunk) // 2
                 first, second = chunk[:half], chunk[half:]

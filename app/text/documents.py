@@ -3,12 +3,13 @@ of every text a sequence of its own in the running batch, and each text's transl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from app.engine.errors import InputTooLong, InvalidRequest
 from app.html import HtmlDocument, MalformedHtml, parse
-from app.segment import Segment, Split, assemble, segment
+from app.segment import Segment, Split, assemble, cut_to_fit, segment
 from app.text.results import Aligned, Translation
 from model.confidence import FLAGS, Quality
 
@@ -62,11 +63,17 @@ def check_chars(texts: list[str], max_chars: int) -> int:
     return chars
 
 
-def split_texts(texts: list[str], split: Split, language: str, max_chars: int, max_segments: int) -> Documents:
-    """Each text's segments; InputTooLong when the texts have more than max_chars characters in all, or more than
-    max_segments segments (what one request may have waiting or decoding)."""
+def split_texts(
+    texts: list[str], split: Split, language: str, max_chars: int, max_segments: int,
+    fits: Callable[[str], bool] | None = None,
+) -> Documents:  # fmt: skip
+    """Each text's segments, and with `fits` each segment that does not fit cut into pieces that do (app/segment.py's
+    cut_to_fit); InputTooLong when the texts have more than max_chars characters in all, or more than max_segments
+    segments (what one request may have waiting or decoding)."""
     check_chars(texts, max_chars)
     segments = [segment(text, split, language) for text in texts]
+    if fits is not None:
+        segments = [cut_to_fit(text, segs, fits) for text, segs in zip(texts, segments, strict=True)]
     count = sum(map(len, segments))
     if count > max_segments:
         raise InputTooLong(

@@ -25,7 +25,7 @@ from app.text.documents import (
     withhold,
 )
 from app.text.glossary import Terms
-from app.text.limits import GREEDY, Decoding, Limits
+from app.text.limits import GREEDY, Decoding, Fits, Limits
 from app.text.offload import inline_or_on_thread
 from app.text.protected import protect_documents, restored
 from app.text.results import Translation, as_decoded, translations
@@ -185,22 +185,26 @@ class Engine:
     async def translate(
         self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False,
         decoding: Decoding = GREEDY, split: Split = "sentences", format: Format = "text",
-        min_confidence: float | None = None, protect: Protect | None = None,
+        min_confidence: float | None = None, protect: Protect | None = None, cut_long: bool = False,
     ) -> list[Translation]:  # fmt: skip
         """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
         (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
         whitespace (app/text/documents.py). Blank texts translate to "" without a model call. `format="html"`
         translates the pages' text (app/html/) and gives back their markup. Segments whose confidence is below
         `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`. `protect`'s
-        spans are kept out of the model's sight and put back as written (app/protect/)."""
+        spans are kept out of the model's sight and put back as written (app/protect/). A segment over the model's
+        max_input_tokens is a 413, or with `truncate` cut to the limit, or with `cut_long` cut into segments that fit
+        (as DeepL translates a sentence of any length: the file and compatible APIs)."""
         texts = self.limits.texts(text, "text")
         decoding = self.directions.resolve(decoding)
         floor = self.min_confidence if min_confidence is None else min_confidence
+        fits = self.limits.fits(self.tokenizer, decoding.source) if cut_long else None
+        truncate = truncate or cut_long  # what no cut makes fit (a single character): cut to the limit
         if format == "html":
-            out = await self._translate_pages(texts, max_new_tokens, truncate, decoding, split, floor, protect)
+            out = await self._translate_pages(texts, max_new_tokens, truncate, decoding, split, floor, protect, fits)
         else:
             out = await self._translate_texts(
-                texts, isinstance(text, str), max_new_tokens, truncate, decoding, split, floor, protect
+                texts, isinstance(text, str), max_new_tokens, truncate, decoding, split, floor, protect, fits
             )
         for t in out:
             self.metrics.judged(t.segment_qualities or [t.quality], len(t.withheld))
@@ -208,11 +212,11 @@ class Engine:
 
     async def _translate_texts(
         self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
-        split: Split, min_confidence: float, protect: Protect | None = None,
+        split: Split, min_confidence: float, protect: Protect | None = None, fits: Fits | None = None,
     ) -> list[Translation]:  # fmt: skip
         if protect is not None:
-            docs, masks = await self._split_protected(texts, split, decoding, protect)
-        elif (docs := await self._split(texts, split, decoding)).whole:  # a caption: the text as it is
+            docs, masks = await self._split_protected(texts, split, decoding, protect, fits)
+        elif (docs := await self._split(texts, split, decoding, fits)).whole:  # a caption: the text as it is
             return withhold(await self._translate(texts, single, max_new_tokens, truncate, decoding), min_confidence)
         self._one_sentence_prefix(docs, decoding)
         names = docs.names(single)
@@ -236,7 +240,7 @@ class Engine:
 
     async def _translate_pages(
         self, texts: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding, split: Split,
-        min_confidence: float, protect: Protect | None = None,
+        min_confidence: float, protect: Protect | None = None, fits: Fits | None = None,
     ) -> list[Translation]:  # fmt: skip
         """HTML pages: the text of each page's units translated as documents (with the alignment that puts the
         inline tags back), and each page rendered with the translations. Protected spans in the text between tags
@@ -252,24 +256,24 @@ class Engine:
             return [Translation(t, "eos", [], 0.0, 0, 0, False, str) for t in texts]
         parts = await self._translate_texts(
             units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split, min_confidence,
-            protect,
+            protect, fits,
         )  # fmt: skip
         return await inline_or_on_thread(size, pages_back, texts, pages, parts)
 
-    async def _split(self, texts: list[str], split: Split, decoding: Decoding) -> Documents:
+    async def _split(self, texts: list[str], split: Split, decoding: Decoding, fits: Fits | None = None) -> Documents:
         return await inline_or_on_thread(
             sum(map(len, texts)), split_texts, texts, split, self.directions.split_language(decoding),
-            self.max_request_chars, self.max_request_sequences,
+            self.max_request_chars, self.max_request_sequences, fits,
         )  # fmt: skip
 
     async def _split_protected(
-        self, texts: list[str], split: Split, decoding: Decoding, protect: Protect
+        self, texts: list[str], split: Split, decoding: Decoding, protect: Protect, fits: Fits | None = None
     ) -> tuple[Documents, list[Masked]]:
         """The texts split as `_split` does, their protected spans out of the splitter's sight, and each piece masked
         (app/text/protected.py)."""
         return await inline_or_on_thread(
             sum(map(len, texts)), protect_documents, texts, split, self.directions.split_language(decoding),
-            self.max_request_chars, self.max_request_sequences, protect,
+            self.max_request_chars, self.max_request_sequences, protect, fits,
         )  # fmt: skip
 
     @staticmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -12,6 +13,7 @@ from model.options import DecodingOptions
 from model.token import TextTokenizer
 
 MAX_BEAM = 8  # beam_size and num_hypotheses: at most this many
+Fits = Callable[[str], bool]  # whether a text is within the model's input tokens
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,13 @@ class Limits:
                 srcs[i] = ids[: limit - keep] + ids[-keep:]
                 truncated.add(i)
         return srcs, truncated
+
+    def fits(self, tokenizer: TextTokenizer, language: str | None = None) -> Fits:
+        """Whether a text's source ids are within max_input_tokens (a many-to-many model's: with `language`'s code)."""
+        more = {} if language is None else {"language": language}
+        limit = self.max_input_tokens
+        # a character is at most a few tokens (its bytes, with byte fallback): a short text needs no tokenizing
+        return lambda text: len(text) <= limit // 8 or len(tokenizer.encode_batch([text], "source", **more)[0]) <= limit
 
     def decoding(self, d: Decoding, stream: bool = False) -> DecodingOptions:
         """The model-level options for a request's decoding fields (the prefix is added once it is tokenized)."""

@@ -11,12 +11,15 @@ from app.text.documents import Documents, check_chars, split_texts
 from app.text.results import Aligned, Translation
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from app.protect import Masked, Protect
 
 
 def protect_documents(
-    texts: list[str], split: Split, language: str, max_chars: int, max_segments: int, protect: Protect
-) -> tuple[Documents, list[Masked]]:
+    texts: list[str], split: Split, language: str, max_chars: int, max_segments: int, protect: Protect,
+    fits: Callable[[str], bool] | None = None,
+) -> tuple[Documents, list[Masked]]:  # fmt: skip
     """The texts split into segments as split_texts splits them, with their protected spans out of the splitter's
     sight (a URL's "?" ends no sentence): each text is split with its groups of spans taken out, and its segments
     mapped back to it. A group between two segments stays there as written, one inside a segment is in its piece;
@@ -24,7 +27,7 @@ def protect_documents(
     check_chars(texts, max_chars)
     found = [protect.spans(text) for text in texts]
     whole = [spans.mask(text, f) for text, f in zip(texts, found, strict=True)]
-    masked = split_texts([w.text for w in whole], split, language, max_chars, max_segments)
+    masked = split_texts([w.text for w in whole], split, language, max_chars, max_segments, fits)
     segments = [
         segment(w.source, "none") if w.groups and not w.reads else [w.segment(s) for s in segs]
         for w, segs in zip(whole, masked.segments, strict=True)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from app.segment import cut_to_fit, segment
 from app.settings import Settings
 from tests.app.conftest import MODES, serve_in
 from tests.app.files_api import PARAGRAPHS, finished, holding, ours, text_file, upload
@@ -218,3 +219,25 @@ async def test_a_po_catalogue_gets_its_strings_translated_and_the_target_languag
     assert r.headers["content-type"].startswith("text/x-gettext-translation")
     out = r.content.decode()
     assert '"Language: de\\n"' in out and f'msgstr "{(await ours(client, ["A dog runs."]))[0]}"' in out, out
+
+
+async def test_a_sentence_longer_than_the_model_takes_is_cut_where_it_fits_not_truncated(served):
+    """A sentence over max_input_tokens, in a file or sent to DeepL's or LibreTranslate's API (which translate any
+    length), is cut at its clauses into pieces the model takes, each translated as a sentence of its own and put back
+    between the text's own whitespace: none of it is lost (it was cut to the limit, silently)."""
+    app, client = served
+    engine = next(iter(app.state.models.engines.values()))
+    sentence = ", ".join(p.rstrip(".").lower() for p in PARAGRAPHS) + "."
+    fits = engine.limits.fits(engine.tokenizer)
+    pieces = [sentence[s.start : s.end] for s in cut_to_fit(sentence, segment(sentence), fits)]
+    assert not fits(sentence) and len(pieces) > 1 and all(map(fits, pieces))
+    expected = " ".join(await ours(client, pieces))
+    job = await finished(client, (await upload(client, sentence.encode()))["id"])
+    assert job["status"] == "done", job
+    assert (await client.get(job["download"])).content.decode() == expected
+    deepl = await client.post("/deepl/v2/translate", json={"text": [sentence], "target_lang": "DE"})
+    assert deepl.status_code == 200 and deepl.json()["translations"][0]["text"] == expected, deepl.text
+    libre = await client.post("/libretranslate/translate", json={"q": sentence, "source": "en", "target": "de"})
+    assert libre.status_code == 200 and libre.json()["translatedText"] == expected, libre.text
+    native = await client.post("/translate", json={"text": sentence})  # a 413 saying so, as documented
+    assert native.status_code == 413 and "tokens; the limit is" in native.json()["error"]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.segment import Segment, assemble, blank, segment
+from app.segment import Segment, assemble, blank, cut_to_fit, segment
 from bench.splitters import HARD_CASES
 
 MISSED = {"(This is a note.) The text goes on."}  # sentencex 1.0.32 keeps a sentence in brackets with the next
@@ -94,3 +94,21 @@ def test_segments_cover_every_word_in_order_and_the_rest_is_kept(text, split):
     assert re.sub(r"x+", "", out) == outside and [out[a:b] for a, b in spans] == [
         "x" * (i + 1) for i in range(len(segs))
     ]
+
+
+def test_a_segment_too_long_is_cut_at_clauses_then_spaces_then_anywhere_until_each_piece_fits():
+    text = "A man, who is tall, rides a bike; a dog — brown — runs after him and barks at the cat on the wall."
+
+    def fits(piece):
+        return len(piece) <= 30
+
+    pieces = [text[s.start : s.end] for s in cut_to_fit(text, segment(text), fits)]
+    assert pieces == ["A man, who is tall,", "rides a bike; a dog — brown", "— runs after him and barks",
+                      "at the cat on the wall."]  # fmt: skip
+    assert assemble(text, cut_to_fit(text, segment(text), fits), pieces)[0] == text
+    unspaced = "一二三四五六七八九十，一二三四五六七八九十一二三四五六七八九十"
+    pieces = [unspaced[s.start : s.end] for s in cut_to_fit(unspaced, segment(unspaced), lambda p: len(p) <= 8)]
+    assert "".join(pieces) == unspaced and all(len(p) <= 8 for p in pieces) and pieces[1].endswith("，")
+    assert cut_to_fit("x", [Segment(0, 1)], lambda p: False) == [Segment(0, 1)]  # a character: as it is
+    fine = segment(text)
+    assert cut_to_fit(text, fine, lambda p: True) == fine
