@@ -4,10 +4,12 @@ It stays inside the tag it was in and off its siblings: crossing a sibling, it k
 holds; with no aligned token, or no alignment at all, it takes the stretch of its parent no sibling holds nearest its
 place (so a lone tag wraps the whole translation), else it is empty at the nearer end. An empty element follows the
 word aligned to the one before it, or goes to the nearer end. A kept element replaces its text where the translation
-has that text (the same occurrence), else the target aligned to it alone; else it goes in before that target, or at
-the nearer end. A protected span (app/html/reader.py) goes where app/protect/ puts one. No text is dropped and
-every tag comes back as written. A unit whose translation is its own text comes back exactly as written
-(app/html/document.py).
+has that text (the same occurrence), else the target aligned to it alone (not the punctuation its source has right
+outside it); else it goes in before that target, or with none, after the word aligned to the one before it, or with no
+alignment at the nearer end. Put in, it is spaced as app/protect/ spaces a span: a space on a side where its source had
+whitespace or where a word would touch it, none where its source had it attached. A protected span (app/html/reader.py)
+goes where app/protect/ puts one. No text is dropped and every tag comes back as written. A unit whose translation is
+its own text comes back exactly as written (app/html/document.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from itertools import accumulate
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from app.protect.restoring import closes, opens, word_char
+
 if TYPE_CHECKING:
     from app.html.document import Alignment, Node
 
@@ -30,7 +34,7 @@ _END = itemgetter(1)  # a range's end: the key that bisects sorted disjoint rang
 def put_back(roots: list[Node], source: str, translation: str, alignment: Alignment | None) -> list:
     """The translation escaped, with the markup of a unit's inline elements (`roots`, outer first) placed in it."""
     placed = _place(roots, _Translation(source, translation, alignment)) if roots else {}
-    return _emit(roots, translation, placed)
+    return _emit(roots, source, translation, placed)
 
 
 def _letter(c: str) -> bool:
@@ -124,6 +128,12 @@ class _Translation:
             j -= 1
         return False
 
+    def after_word_before(self, a: int) -> tuple[int, int]:
+        """The position after the translation of the source's word that ends last at or before a (else the start)."""
+        i = bisect_right(self.end_at, a)
+        x = self.snap(self.ends[i - 1][1], self.ends[i - 1][1])[1] if i else 0
+        return x, x
+
     def wanted(self, n: Node) -> tuple[int, int] | None:
         """Where a node goes by its text or by the alignment: a range of tgt, a position (x == y) or None."""
         if n.protect is not None:  # a protected span: where app/protect/ puts one
@@ -136,22 +146,24 @@ class _Translation:
             return None
         a, b = n.a, n.b
         if not n.ranged:
-            i = bisect_right(self.end_at, a)
-            x = self.snap(self.ends[i - 1][1], self.ends[i - 1][1])[1] if i else 0
-            return x, x
+            return self.after_word_before(a)
         # the pairs aligned to [a, b): those starting in it (a range of by_start), those ending in it (of ends), and
         # those around a or b, cut in proportion
         i, j = bisect_left(self.start_at, a), bisect_left(self.start_at, b)
         firsts = [_share(t, s, a, b)[0] for t, s in self.straddling(a)]
         firsts += [self.first_target.over(i, j)] if i < j else []
         if not firsts:
-            return None
+            return self.after_word_before(a) if n.kept else None
         i, j = bisect_right(self.end_at, a), bisect_right(self.end_at, b)
         lasts = [_share(t, s, a, b)[1] for t, s in self.straddling(b)]
         lasts += [self.last_target.over(i, j)] if i < j else []
         x, y = self.snap(min(firsts), max(lasts))
         if n.kept and self.stranger(x, y, a, b):
             return x, x  # a kept element replaces no other word's translation: it goes in before them
+        if n.kept and y - x > 1:  # nor the punctuation its source has right outside it
+            x += self.tgt[x] == self.src[a - 1 : a] and not _letter(self.tgt[x])
+            y -= self.tgt[y - 1] == self.src[b : b + 1] and not _letter(self.tgt[y - 1])
+            x, y = self.trim(x, y)
         return x, y
 
 
@@ -253,23 +265,44 @@ def _place_siblings(nodes: list[Node], lo: int, hi: int, pa: int, pb: int, tr: _
         placed[n] = (x, x)
 
 
-def _emit(roots: list[Node], tgt: str, placed: dict) -> list:
+def _emit(roots: list[Node], src: str, tgt: str, placed: dict) -> list:
     """The translation escaped, with the nodes' markup where they were placed."""
-    out, at, stack = [], 0, [(roots, 0, len(tgt), "")]  # per element open: its children, the next, its end, end tag
+    out, at, last = [], 0, ""  # last: the last character of text written
+    stack = [(roots, 0, len(tgt), "")]  # per element open: its children, the next, its end, its end tag
     while stack:
         nodes, i, hi, end = stack.pop()
         if i == 0:
             nodes = sorted(nodes, key=lambda n: (placed[n][0], placed[n][0] < placed[n][1]))
         if i == len(nodes):
             out += [html.escape(tgt[at:hi], quote=False), end]
-            at = hi
+            last, at = tgt[hi - 1] if hi > at else last, hi
             continue
         n, (x, y) = nodes[i], placed[nodes[i]]
-        out += [html.escape(tgt[at:x], quote=False), *n.start]
+        out.append(html.escape(tgt[at:x], quote=False))
+        last = tgt[x - 1] if x > at else last
         stack.append((nodes, i + 1, hi, end))
-        if n.kept:
-            at = y
-        else:
+        if not n.kept:
+            out += n.start
             at = x
             stack.append((n.children, 0, y, n.end))
+            continue
+        lead, trail = _spacing(n, src, last, tgt[x : x + 2]) if x == y and n.text.strip() else ("", "")
+        out += [lead, *n.start, trail]
+        last, at = (trail or n.text or last)[-1:], y
     return out
+
+
+def _spacing(n: Node, src: str, last: str, ahead: str) -> tuple[str, str]:
+    """The whitespace around a kept element put in between `last` (the text written before it) and `ahead` (the
+    translation's next two characters), as app/protect/masking.py's restore puts it around a span: a space on a side
+    where its source had whitespace, or where a word or punctuation facing away from it would touch it; none where
+    its source had it attached to a word (or to that same punctuation), where there is whitespace already, or against
+    punctuation that faces it (a full stop, an opening bracket)."""
+    left, right, nxt = src[n.a - 1 : n.a], src[n.b : n.b + 1], ahead[:1]
+    spaced = left.isspace() or word_char(last) or closes(last, n.text[0]) and last != left
+    spaced = spaced and not word_char(left) and not opens(last, n.text[0])
+    lead = " " if last and not last.isspace() and not n.text[0].isspace() and spaced else ""
+    spaced = right.isspace() or word_char(nxt) or opens(nxt, ahead[1:]) and nxt != right
+    spaced = spaced and not word_char(right) and not closes(nxt, ahead[1:])
+    trail = " " if nxt and not nxt.isspace() and not n.text[-1].isspace() and spaced else ""
+    return lead, trail

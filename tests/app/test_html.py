@@ -313,18 +313,88 @@ def test_kept_elements_replace_their_text_in_the_translation():
     assert doc.render(["Führen Sie ls -la aus"]) == "<p>Führen Sie <code>ls -la</code> aus</p>"
     alignment = [((0, 6), (0, 3)), ((7, 10), (0, 3)), ((11, 13), (4, 6)), ((14, 17), (7, 10)), ((18, 21), (14, 18))]
     assert doc.render(["Führen Sie LS -LA aus"], [alignment]) == "<p>Führen Sie <code>ls -la</code> aus</p>"
-    assert doc.render(["Dateien auflisten"]) == "<p><code>ls -la</code>Dateien auflisten</p>"
+    assert doc.render(["Dateien auflisten"]) == "<p><code>ls -la</code> Dateien auflisten</p>"
 
 
 def test_a_kept_element_replaces_no_other_words_and_stays_off_its_siblings():
     doc = parse("<p>Run <code>make all</code> first</p>")
     # "make zuerst all": the code's words are apart, so it is put in before them and "zuerst" stays
     alignment = [((0, 4), (4, 8)), ((5, 11), (18, 23)), ((12, 15), (9, 12))]
-    assert doc.render(["make zuerst all"], [alignment]) == "<p><code>make all</code>make zuerst all</p>"
+    assert doc.render(["make zuerst all"], [alignment]) == "<p><code>make all</code> make zuerst all</p>"
     doc = parse("<p><b>call it</b> with <code>ls</code></p>")
     # "ruf ls damit auf": "ls" is inside the range of <b>, its sibling, so the code goes after it
     alignment = [((0, 3), (0, 4)), ((4, 6), (13, 15)), ((7, 12), (5, 7)), ((13, 16), (0, 4))]
-    assert doc.render(["ruf ls damit auf"], [alignment]) == "<p><b>ruf ls damit auf</b><code>ls</code></p>"
+    assert doc.render(["ruf ls damit auf"], [alignment]) == "<p><b>ruf ls damit auf</b> <code>ls</code></p>"
+
+
+# the bundled model's translations and alignments (target span, source span), nothing aligned to a kept text or only
+# with another word
+SPACED = [
+    (
+        "<p>Two dogs <code>x</code> play in the snow.</p>",
+        "Zwei Hunde spielen im Schnee.",
+        [((0, 4), (0, 3)), ((5, 10), (4, 8)), ((11, 18), (11, 15)), ((19, 21), (16, 18)), ((22, 28), (23, 27)),
+         ((28, 29), (27, 28))],
+        "<p>Zwei Hunde <code>x</code> spielen im Schnee.</p>",
+    ),
+    (
+        '<p>A man <span translate="no">Bob</span> is riding a bike.</p>',
+        "Ein Mann fährt auf einem Fahrrad.",
+        [((0, 3), (0, 1)), ((4, 8), (2, 5)), ((9, 14), (13, 19)), ((15, 18), (20, 21)), ((19, 24), (20, 21)),
+         ((25, 32), (22, 26)), ((32, 33), (26, 27))],
+        '<p>Ein Mann <span translate="no">Bob</span> fährt auf einem Fahrrad.</p>',
+    ),
+    (
+        "<p>A <code>foo</code> dog.</p>",
+        "Ein doose Hund.",
+        [((0, 3), (0, 1)), ((4, 5), (2, 3)), ((5, 7), (3, 5)), ((7, 9), (6, 9)), ((10, 14), (6, 9)),
+         ((14, 15), (9, 10))],
+        "<p>Ein <code>foo</code> doose Hund.</p>",
+    ),
+    (  # attached to the full stop: it stays attached, and the full stop is not replaced
+        "<p>Two dogs play in the <code>x</code>.</p>",
+        "Zwei Hunde spielen im „MS.",
+        [((0, 4), (0, 3)), ((5, 10), (4, 8)), ((11, 18), (9, 13)), ((19, 21), (14, 16)), ((22, 23), (21, 22)),
+         ((23, 24), (21, 22)), ((24, 25), (21, 22)), ((25, 26), (21, 22))],
+        "<p>Zwei Hunde spielen im <code>x</code>.</p>",
+    ),
+    (  # attached to a comma: put in before one, it stays attached; before a word, it is not glued to it
+        "<p>Run <code>make</code>, then wait.</p>",
+        "Führe aus, dann warte.",
+        [((0, 5), (0, 3)), ((6, 9), (0, 3)), ((9, 10), (8, 9)), ((11, 15), (10, 14)), ((16, 21), (15, 19)),
+         ((21, 22), (19, 20))],
+        "<p>Führe aus <code>make</code>, dann warte.</p>",
+    ),
+    (
+        "<p>Run <code>make</code>, then wait.</p>",
+        "Führe es aus, dann warte.",
+        [((0, 5), (0, 3)), ((6, 8), (4, 8)), ((6, 8), (0, 3)), ((9, 12), (0, 3)), ((12, 13), (8, 9)),
+         ((14, 18), (10, 14)), ((19, 24), (15, 19)), ((24, 25), (19, 20))],
+        "<p>Führe <code>make</code> es aus, dann warte.</p>",
+    ),
+    (  # after a word in another element, against an opening quote, and two together
+        "<p><b>Two dogs</b> <kbd>x</kbd> <kbd>y</kbd> play.</p>",
+        "Zwei Hunde „spielen“.",
+        [((0, 4), (0, 3)), ((5, 10), (4, 8)), ((11, 12), (13, 17)), ((12, 19), (13, 17)), ((20, 21), (17, 18))],
+        "<p><b>Zwei Hunde</b> <kbd>x</kbd> <kbd>y</kbd> „spielen“.</p>",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("page,translation,alignment,out", SPACED)
+def test_a_kept_element_keeps_the_spacing_of_its_source_at_a_word_boundary(page, translation, alignment, out):
+    assert parse(page).render([translation], [alignment]) == out
+
+
+def test_a_kept_element_at_an_end_keeps_the_spacing_of_its_source():
+    doc = parse("<p>Two dogs <code>x</code> play in the snow.</p>")
+    assert doc.render(["Zwei Hunde spielen im Schnee."]) == "<p><code>x</code> Zwei Hunde spielen im Schnee.</p>"
+    doc = parse("<p>Two dogs play in the <var>x</var></p>")
+    assert doc.render(["Zwei Hunde spielen im Schnee."]) == "<p>Zwei Hunde spielen im Schnee. <var>x</var></p>"
+    doc = parse("<p><code>x</code>: two dogs play.</p>")
+    assert doc.render(["Zwei Hunde spielen."]) == "<p><code>x</code> Zwei Hunde spielen.</p>"
+    doc = parse("<p><code>f</code>(x) runs</p>")
+    assert doc.render(["(x) läuft"]) == "<p><code>f</code>(x) läuft</p>"
 
 
 def test_an_empty_element_aligned_inside_a_sibling_goes_after_it():

@@ -74,6 +74,18 @@ async def test_an_inline_tag_wraps_the_translation_of_the_words_it_wrapped(clien
     assert bold.strip() and bold in (await plain(client, [S[3].rstrip(".") + "."]))[0]
 
 
+async def test_an_element_kept_as_written_is_a_word_of_its_own_as_in_the_source(client):
+    kept = ["<code>x</code>", "<kbd>Bob</kbd>", '<span translate="no">Ann</span>', '<b class="notranslate">Max</b>']
+    pages = [f"<p>{' '.join(s.split()[:2])} {k} {' '.join(s.split()[2:])}</p>" for s, k in zip(S[4:], kept)]
+    r = await client.post("/translate", json={"text": pages, "format": "html"})
+    assert r.status_code == 200, r.text
+    for k, t in zip(kept, r.json()["translations"]):
+        out = t["text"]
+        # a space (one) on each side, or the block's edge, or punctuation; never glued to a word
+        assert re.search(rf"(^<p>|[^\s<>]\s|[^\w\s<>]){re.escape(k)}(\s[^\s<>]|[^\w\s<>]|</p>$)", out), out
+        assert "  " not in out, out
+
+
 async def test_malformed_html_is_a_422_saying_where(client):
     r = await client.post("/translate", json={"text": ["<p>ok</p>", "<p>A <b>dog</i> runs.</p>"], "format": "html"})
     assert_error(r, 422, "validation_error", "text[1] is not well-formed HTML", "</i>", "1:")
