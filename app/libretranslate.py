@@ -21,6 +21,7 @@ from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable
 from app.errors import ENGINE_ERRORS, RETRY_AFTER_S, ClientDisconnected, error, error_kind
 from app.files import FORMATS
+from app.files.translate import ADDRESSES
 from app.files_api import disposition
 from app.jobs import JobError, JobNotDone, UnknownJob
 from app.jobs.intake import extensions, job_for, read
@@ -278,7 +279,8 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     decoding = replace(decoding, source=source, target=target)  # a many-to-many model's direction
     floor = min_confidence(values)
     out = await unless_disconnected(
-        request.receive, engine.translate(q, decoding=decoding, format=fmt, min_confidence=floor, cut_long=True)
+        request.receive,
+        engine.translate(q, decoding=decoding, format=fmt, min_confidence=floor, cut_long=True, protect=ADDRESSES),
     )
     return answer(out, isinstance(values["q"], str), detected, n)
 

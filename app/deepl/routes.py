@@ -31,6 +31,7 @@ from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable
 from app.files import FORMATS
+from app.files.translate import ADDRESSES
 from app.files_api import disposition
 from app.html import ignoring
 from app.jobs import Job, Runner, UnknownJob
@@ -87,11 +88,10 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     glossary = await glossary_terms(request, a.glossary_ids, source, a.target) if a.glossary_ids else ()
     decoding = replace(GREEDY, glossary=glossary, source=base(source), target=into)
     marked = [ignoring(t, a.ignored) if a.ignored else (t, "") for t in a.texts]
+    texts, kind = [t for t, _ in marked], "html" if a.html else "text"
     out = await unless_disconnected(
         request.receive,
-        engine.translate(
-            [t for t, _ in marked], decoding=decoding, split=a.split, format="html" if a.html else "text", cut_long=True
-        ),
+        engine.translate(texts, decoding=decoding, split=a.split, format=kind, cut_long=True, protect=ADDRESSES),
     )
     request.app.state.deepl_characters = characters(request) + sum(map(len, a.texts))
     results = []

@@ -1,5 +1,6 @@
 """A file's units through the engine: plain units as text, markup units as HTML fragments (app/html/ places their
-inline tags), placeholder units with the built-in placeholder kinds protected (app/protect/)."""
+inline tags); URLs and e-mail addresses kept verbatim (app/protect/; a model given one writes words in its place, as
+DeepL would not), and in placeholder units the built-in placeholder kinds too."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from app.text.limits import GREEDY, Decoding
 if TYPE_CHECKING:
     from app.text.engine import Engine
 
-PLACEHOLDERS = protection(["placeholders"], None, None)
+ADDRESSES = protection(["urls", "emails"], None, None)  # also what DeepL's and LibreTranslate's APIs keep verbatim
+PLACEHOLDERS = protection(["placeholders", "urls", "emails"], None, None)
 
 
 async def translate_units(engine: Engine, units: list[Unit], decoding: Decoding = GREEDY) -> list[str]:
@@ -27,7 +29,7 @@ async def translate_units(engine: Engine, units: list[Unit], decoding: Decoding 
             groups.setdefault((u.markup, u.placeholders), []).append(i)
     done = await asyncio.gather(*(
         engine.translate([units[i].text for i in at], cut_long=True, decoding=decoding,
-                         format="html" if markup else "text", protect=PLACEHOLDERS if placeholders else None)
+                         format="html" if markup else "text", protect=PLACEHOLDERS if placeholders else ADDRESSES)
         for (markup, placeholders), at in groups.items()
     ))  # fmt: skip  # the kinds decode side by side in the batch
     for at, translated in zip(groups.values(), done, strict=True):

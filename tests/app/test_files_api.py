@@ -241,3 +241,19 @@ async def test_a_sentence_longer_than_the_model_takes_is_cut_where_it_fits_not_t
     assert libre.status_code == 200 and libre.json()["translatedText"] == expected, libre.text
     native = await client.post("/translate", json={"text": sentence})  # a 413 saying so, as documented
     assert native.status_code == 413 and "tokens; the limit is" in native.json()["error"]
+
+
+async def test_urls_and_email_addresses_come_back_verbatim_from_files_deepl_and_libretranslate(client):
+    """A model given a URL or an address writes words in its place; files and the compatible APIs keep them as
+    written (as DeepL does), a paragraph of one alone untouched."""
+    kept = ["https://example.com/two-dogs?page=2&q=snow", "a.dog@example.org", "www.example.com/park"]
+    paragraphs = [kept[0], f"{PARAGRAPHS[0]} Write to {kept[1]} or see {kept[2]}, please."]
+    job = await finished(client, (await upload(client, "\n\n".join(paragraphs).encode()))["id"])
+    out = (await client.get(job["download"])).content.decode().split("\n\n")
+    assert out[0] == kept[0] and all(k in out[1] for k in kept[1:]), out
+    deepl = await client.post("/deepl/v2/translate", json={"text": paragraphs, "target_lang": "DE"})
+    assert [t["text"] for t in deepl.json()["translations"]][0] == kept[0], deepl.text
+    assert all(k in deepl.json()["translations"][1]["text"] for k in kept[1:]), deepl.text
+    libre = await client.post("/libretranslate/translate", json={"q": paragraphs, "source": "en", "target": "de"})
+    assert libre.json()["translatedText"][0] == kept[0], libre.text
+    assert all(k in libre.json()["translatedText"][1] for k in kept[1:]), libre.text
