@@ -8,7 +8,8 @@ has that text (the same occurrence), else the target aligned to it alone (not th
 outside it); else it goes in before that target, or with none, after the word aligned to the one before it, or with no
 alignment at the nearer end. Put in, it is spaced as app/protect/ spaces a span: a space on a side where its source had
 whitespace or where a word would touch it, none where its source had it attached. A protected span (app/html/reader.py)
-goes where app/protect/ puts one. No text is dropped and every tag comes back as written. A unit whose translation is
+goes where app/protect/ puts one. An alignment pair with an empty target span is a sentence withheld under
+min_confidence: a tag inside its source comes back empty where its translation would have been. No text is dropped and every tag comes back as written. A unit whose translation is
 its own text comes back exactly as written (app/html/document.py).
 """
 
@@ -68,6 +69,8 @@ class _Translation:
         for i in range(n):
             self.last_text[i + 1] = self.last_text[i] if tgt[i].isspace() else i
         self.pairs = pairs = [(t, s) for t, s in alignment or () if t[0] < t[1] and s[0] < s[1]]
+        # a sentence withheld under min_confidence: its source, and the place its translation would have had
+        self.gaps = [(s, t[0]) for t, s in alignment or () if t[0] == t[1] and s[0] < s[1]]
         if not pairs:
             return
         letters = [_letter(c) for c in tgt]
@@ -142,9 +145,11 @@ class _Translation:
             return x, x
         if n.kept and n.text and (found := self.occurrence(n.text, n.a)):
             return found
+        a, b = n.a, n.b
+        if (gap := next((x for (s, e), x in self.gaps if s <= a and b <= e), None)) is not None:
+            return gap, gap  # inside a withheld sentence: empty where its translation would have been
         if not self.pairs:
             return None
-        a, b = n.a, n.b
         if not n.ranged:
             return self.after_word_before(a)
         # the pairs aligned to [a, b): those starting in it (a range of by_start), those ending in it (of ends), and

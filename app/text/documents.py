@@ -193,11 +193,21 @@ def pages_back(texts: list[str], pages: list[HtmlDocument], parts: list[Translat
     return out
 
 
+def placing(unit: Translation, length: int) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+    """A unit's alignment as app/html/place.py takes it, (target span, source span) pairs of its tokens, and for each
+    of its segments withheld under min_confidence the pair of an empty target span where its translation would have
+    been and its source: the tags in it come back empty there."""
+    if unit.alignment is None:
+        return None
+    pairs = [(a.target_span, a.source_span) for a in unit.alignment if a.target_span[0] < a.target_span[1]]
+    spans = unit.segments or [((0, length), (0, len(unit.text)))]  # a unit translated whole
+    return pairs + [((spans[k][1][0],) * 2, spans[k][0]) for k in unit.withheld]
+
+
 def page_translation(text: str, page: HtmlDocument, units: list[Translation]) -> Translation:
     if not units:
         return Translation(text, "eos", [], 0.0, 0, 0, False, str)
-    alignments = [None if u.alignment is None else [(a.target_span, a.source_span) for a in u.alignment]
-                  for u in units]  # fmt: skip
+    alignments = [placing(u, len(unit.text)) for u, unit in zip(units, page.units, strict=True)]
     steps = sum(u.output_tokens for u in units)
     out = Translation(
         text=page.render([u.text for u in units], alignments),

@@ -107,6 +107,11 @@ async def test_each_alternative_and_each_html_unit_is_judged(client):
     html = (await translate(client, text=page, format="html", min_confidence=0.5))["translations"][0]
     assert "Welt" not in html["text"] and html["text"].startswith("<p>Ein") and "<b></b>" in html["text"]
     assert [w["segment"] for w in html["withheld"]] == [1] and "source_span" not in html["withheld"][0]
+    # a sentence withheld beside another in one block: its tags come back empty where it was, the other's in place
+    block = "<p>A man is <b>riding</b> a bike. <i>Hello</i> world</p>"
+    alone = (await translate(client, text="<p>A man is <b>riding</b> a bike.</p>", format="html"))["translations"][0]
+    both = (await translate(client, text=block, format="html", min_confidence=0.5))["translations"][0]
+    assert both["text"] == alone["text"].replace("</p>", " <i></i></p>") and "<b>" in both["text"], both["text"]
 
 
 async def test_the_last_streamed_event_has_the_confidence_and_what_was_withheld(client):
