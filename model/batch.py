@@ -241,6 +241,8 @@ class RowBatch:
                 keep = total[g, 0, token].clone()
                 total[g] = float("-inf")
                 total[g, 0, token] = keep
+            elif s.options.begins_word(s.length):  # after a prefix that ended in a space
+                total[g] = total[g].masked_fill(s.options.glued, float("-inf"))
         vocab = total.size(-1)
         best, flat = total.view(len(searches), -1).topk(2 * k)  # (G, 2k)
         for g, (s, own, b, f) in enumerate(zip(searches, searches.values(), best.tolist(), flat.tolist())):

@@ -30,6 +30,8 @@ class ConstrainedBeamSearch(BeamSearch):
         alive = [b for b in range(k) if self.scores[b] > NEG_INF]
         barred = [b for b in alive if not K.done(self.progress[b])]
         ended = [b for b in alive if self.progress[b].ended >= 0]
+        if self.options.begins_word(self.length):  # after a prefix that ended in a space
+            total = total.masked_fill(self.glued, NEG_INF)
         if barred or ended:
             total = total.clone()
             total[barred, eos] = NEG_INF  # no </s> while a constraint is unmet

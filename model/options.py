@@ -31,6 +31,12 @@ class DecodingOptions:
     # (V,) True for tokens that continue a word: none may follow a phrase. The engine's searches get a tensor on its
     # device; a front-end makes it without torch, as an array, which the engine process turns into one
     glued: torch.Tensor | np.ndarray | None = None
+    # the prefix's text ended in a space ("Ein "): the token after it begins a word (none of `glued`)
+    word_after_prefix: bool = False
+
+    def begins_word(self, t: int) -> bool:
+        """Whether the token at output position `t` must begin a word: the first after a prefix that asks so."""
+        return self.word_after_prefix and t == len(self.prefix) and self.glued is not None
 
 
 GREEDY = DecodingOptions()

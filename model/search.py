@@ -98,7 +98,7 @@ class Sampling(Search):
 
     def __init__(self, options: DecodingOptions, budget: int, config: TransformerConfig, device):
         super().__init__(budget, config)
-        self.rows, self.prefix = options.num_hypotheses, options.prefix
+        self.rows, self.prefix, self.options = options.num_hypotheses, options.prefix, options
         self.topk, self.temperature = options.sampling_topk, options.sampling_temperature
         self.hyps = [Hypothesis() for _ in range(self.rows)]
         self.live = self.rows
@@ -114,7 +114,12 @@ class Sampling(Search):
     def next_token(self, slot: int, logprobs: torch.Tensor, argmax: int) -> int:
         """The row's next token, given its log-probabilities (V,) (logits would draw the same) and their argmax."""
         t = len(self.hyps[slot].logprobs)
-        return self.prefix[t] if t < len(self.prefix) else self._draw(logprobs, argmax)
+        if t < len(self.prefix):
+            return self.prefix[t]
+        if self.options.begins_word(t):  # after a prefix that ended in a space
+            logprobs = logprobs.masked_fill(self.glued, NEG_INF)
+            argmax = int(logprobs.argmax())
+        return self._draw(logprobs, argmax)
 
     def choose(self, slot: int, row: StepRow) -> int:
         """A constrained row's next token, from its step (model/batch.py's StepRow): the whole distribution is read
@@ -128,7 +133,7 @@ class Sampling(Search):
                 p = self.progress[slot] = k.closing(p)
             # no </s> while a constraint is unmet; after a term, a token that begins a word and is not the one it replaced
             barred = ([] if k.done(p) else [self.eos]) + (k.replaced[p.ended] if p.ended >= 0 else [])
-            glued = p.ended >= 0 and self.glued is not None
+            glued = (p.ended >= 0 or self.options.begins_word(t)) and self.glued is not None
             choice = row.argmax  # what the row picks, unless it is barred (the closing terms need no pick)
             if not p.closing and (self.generator is not None or choice in barred or glued and self._glued()[choice]):
                 logprobs = row.full().copy()
@@ -184,7 +189,7 @@ class BeamSearch(Search):
     def __init__(self, options: DecodingOptions, budget: int, config: TransformerConfig):
         super().__init__(budget, config)
         self.rows, self.n, self.penalty = options.beam_size, options.num_hypotheses, options.length_penalty
-        self.prefix = options.prefix
+        self.prefix, self.options = options.prefix, options
         # each beam's tokens, their log-probabilities and their steps' attention facts
         self.beams: list[tuple[list[int], list[float], list[tuple[float, float]]]] = [([], [], [])] * self.rows
         self.facts: list[tuple[float, float]] | None = None  # this step's attention facts, a beam's row each
@@ -276,6 +281,8 @@ def beam_search_reference(
             candidates = [(score + lp, 0, token)]
         else:
             total = logprobs + torch.tensor([score for _, _, score in beams])[:, None]
+            if options.begins_word(t):
+                total = total.masked_fill(torch.as_tensor(options.glued), NEG_INF)
             top, flat = total.view(-1).topk(2 * k)
             candidates = [(s, *divmod(i, total.size(1))) for s, i in zip(top.tolist(), flat.tolist())]
         last = t + 1 == steps

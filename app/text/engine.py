@@ -328,8 +328,12 @@ class Engine:
         and what the source's length calls for)."""
         prefix = []
         if decoding.target_prefix:
-            prefix = await asyncio.to_thread(self.tokenizer.encode, decoding.target_prefix, "target", False)
+            # a space at its end is not a token of its own ("Ein " + " Hund" is two spaces): the next word begins anew
+            written = decoding.target_prefix.rstrip()
+            prefix = await asyncio.to_thread(self.tokenizer.encode, written, "target", False)
             options = self.limits.prefix(options, prefix, max_new_tokens)
+            if written != decoding.target_prefix and prefix:
+                options = replace(options, word_after_prefix=True, glued=await self.terms.glued())
         if max_new_tokens:
             return options, [max_new_tokens] * len(srcs)
         default = [

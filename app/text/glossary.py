@@ -45,9 +45,7 @@ class Terms:
         (app/terms.py); each budget (changed in place) grows by its terms' tokens up to NMT_MAX_NEW_TOKENS unless the
         request `fixed` it, and a 422 says where the budget leaves no room for them."""
         found = [find(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
-        if self._glued is None and any(found):
-            pieces = [self.tokenizer.id_to_token(i, "target") for i in range(self.core.config.tgt_vocab_size)]
-            self._glued = await self.core.word_continuations(pieces)
+        glued = await self.glued() if any(found) else None
         targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}
         instead = await self._rendered([s for f in found for s, _ in f], decoding, options.start)
         out = []
@@ -68,8 +66,15 @@ class Terms:
             phrases = tuple(
                 Phrase(targets[t], frozenset() if instead[s] is None else frozenset({instead[s]})) for s, t in terms
             )
-            out.append(replace(options, constraints=phrases, glued=self._glued))
+            out.append(replace(options, constraints=phrases, glued=glued))
         return out
+
+    async def glued(self) -> torch.Tensor | np.ndarray:
+        """(V,) True for the target tokens that continue a word (the core's word_continuations), asked once."""
+        if self._glued is None:
+            pieces = [self.tokenizer.id_to_token(i, "target") for i in range(self.core.config.tgt_vocab_size)]
+            self._glued = await self.core.word_continuations(pieces)
+        return self._glued
 
     async def _rendered(self, terms: list[str], decoding: Decoding, start: tuple[int, ...]) -> dict[str, int | None]:
         """The token each source term's translation takes the place of (app/terms.py's rendering_token): the model's

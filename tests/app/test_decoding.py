@@ -81,6 +81,17 @@ async def test_a_target_prefix_starts_the_translation(client, app):
         assert t["token_ids"] == plain["token_ids"]
 
 
+async def test_a_target_prefix_ending_in_a_space_goes_on_with_a_word_of_its_own(client):
+    """A prefix of a word and a space ("Zwei "): the translation goes on with a new word after one space, not the
+    space as a token of its own and another before the next word."""
+    for kind in ({}, {"beam_size": 3}, {"sampling_topk": 5, "seed": 1}, {"glossary": {"dog": "Hund"}, "beam_size": 2}):
+        (t,) = await post(client, text=SENTENCES[1], target_prefix="Zwei ", return_tokens=True, **kind)
+        assert t["text"].startswith("Zwei ") and "  " not in t["text"], (kind, t)
+        assert t["tokens"][0] == "▁Zwei" and t["tokens"][1].startswith("▁"), (kind, t["tokens"])
+    events = sse(await client.post("/translate", json={"text": SENTENCES[1], "target_prefix": "Zwei ", "stream": True}))
+    assert events[-1]["text"].startswith("Zwei ") and "  " not in events[-1]["text"]
+
+
 async def test_a_seed_gives_the_same_sample_and_a_stream_streams_it(client):
     body = {"text": SENTENCES[2], "sampling_topk": 0, "seed": 42, "return_tokens": True, "max_new_tokens": 15}
     first, again = await post(client, **body), await post(client, **body)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -150,3 +152,23 @@ def test_alignments_in_one_padded_pass_equal_each_sources_own(trained, sources):
         for at in ((), start):
             assert alignments(model, srcs, hyps, at) == [alignment(model, s, h, at) for s, h in zip(srcs, hyps)]
     assert alignments(model, [srcs[0]], [[]]) == [[]]
+
+
+def test_after_a_prefix_that_ended_in_a_space_the_next_token_begins_a_word_in_every_search(trained, sources):
+    """DecodingOptions.word_after_prefix: the first token after the prefix is none of `glued` (the tokens that
+    continue a word), in greedy, sampling and beam search; here `glued` bars the token greedy would pick there."""
+    model = trained[0]
+    for src in sources[:20]:
+        (g,) = greedy_decode(model, torch.tensor([src]), budget(src))
+        if len(g.tokens) < 3:
+            continue
+        glued = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
+        glued[g.tokens[1]] = True
+        asked = DecodingOptions(prefix=(g.tokens[0],), word_after_prefix=True, glued=glued)
+        for options in (asked, replace(asked, sampling_topk=5, seed=1), replace(asked, beam_size=3)):
+            (h, *_) = decode(model, [src], [budget(src)], options)[0]
+            assert h.tokens[0] == g.tokens[0] and h.tokens[1] != g.tokens[1], options
+        beam = replace(asked, beam_size=3, num_hypotheses=3)
+        same(decode(model, [src], [budget(src)], beam)[0], beam_search_reference(model, src, budget(src), beam))
+        (h,) = decode(model, [src], [budget(src)], replace(asked, word_after_prefix=False))[0]
+        assert h.tokens == g.tokens  # not asked: the prefix goes on as greedy would
