@@ -8,7 +8,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from app.protect.restoring import Anchors, Pair, Restored, Span, closes, opens, word_char
-from app.segment import Segment
+from app.segment import Segment, blank
 
 _TAG = re.compile(r"<(/?)([A-Za-z][\w:.\-]*)[^<>]*?(/?)>\Z")  # a span that is a tag: its name, opening or closing
 
@@ -20,14 +20,21 @@ def inside(spans: list[Span], seg: Segment) -> list[Span]:
 
 
 def groups(text: str, spans: list[Span]) -> list[Span]:
-    """Runs of spans with nothing but whitespace between them, each from its first span's start to its last's end."""
+    """Runs of spans with nothing but whitespace between them, or punctuation glued to both (`{a}-{b}`, `%s:%d`: the
+    model would read a "-" alone, and drop it), each from its first span's start to its last's end."""
     out: list[list[int]] = []
     for a, b in spans:
-        if out and not text[out[-1][1] : a].strip():
+        if out and _joins(text[out[-1][1] : a]):
             out[-1][1] = b
         else:
             out.append([a, b])
     return [(a, b) for a, b in out]
+
+
+def _joins(between: str) -> bool:
+    """Whether the text between two spans makes them one group: whitespace alone, or punctuation without whitespace
+    or a word's character."""
+    return not between.strip() or not any(c.isspace() or word_char(c) for c in between)
 
 
 def forward(text: str, a: int, b: int) -> bool:
@@ -107,12 +114,6 @@ class Masked:
         piece then comes back as written."""
         return self.text if not self.groups or any(c.isalnum() for c in self.text) else ""
 
-    def segment(self, seg: Segment) -> Segment:
-        """A segment of `text` (its ends not whitespace) as a segment of `source`: its groups in it, or outside."""
-        if not self.groups:
-            return seg
-        return Segment(self.to_source[seg.start], self.to_source[seg.end - 1] + 1)
-
     def source_span(self, span: Span) -> Span:
         """A span of `text` as a span of the piece."""
         if not self.groups:
@@ -183,3 +184,58 @@ def mask(piece: str, spans: list[Span]) -> Masked:
     out.append(piece[at:])
     to_source += [*range(at, len(piece)), len(piece)]
     return Masked(piece, "".join(out), tuple(found), tuple(to_source))
+
+
+STAND_IN = "Word"  # what a sentence splitter reads for a group: an ordinary word, in no language's abbreviations
+
+
+@dataclass(frozen=True)
+class StoodIn:
+    """A text with each group of spans replaced by an ordinary word (STAND_IN), for a sentence splitter: it sees a
+    word where the group was ("holds a {x}. The dog" reads "holds a Word. The dog", not "holds a. The dog", whose
+    "a." it takes for an initial), and none of the group's own punctuation (a URL's "?", a term's "!")."""
+
+    source: str
+    text: str
+    groups: tuple[Span, ...] = ()
+    starts: tuple[int, ...] = ()  # each character of `text` as a span of `source`: where it starts
+    ends: tuple[int, ...] = ()  # and ends (a stand-in's characters: its group's)
+
+    def segments(self, segs: list[Segment]) -> list[Segment]:
+        """Segments of `text` as segments of `source`: the groups at a segment's ends are taken out of it (they stay
+        between segments, as written), a segment of groups alone goes, and one of groups and punctuation (`{x}.`) is
+        kept whole (it has nothing to translate and comes back as written)."""
+        if not self.groups:
+            return segs
+        by_start, by_end = dict(self.groups), {b: a for a, b in self.groups}
+        out: list[Segment] = []
+        end = 0
+        for seg in segs:  # a segment cut inside a stand-in (cut_to_fit) starts after the one before
+            start, end = max(self.starts[seg.start], end), self.ends[seg.end - 1]
+            while start < end and blank(self.source[start]):
+                start += 1
+            a, b = start, end
+            while a < b and (blank(self.source[a]) or a in by_start and by_start[a] <= b):
+                a = by_start.get(a, a + 1)
+            while b > a and (blank(self.source[b - 1]) or b in by_end and by_end[b] >= a):
+                b = by_end.get(b, b - 1)
+            if a < b:
+                out.append(Segment(a, b) if any(c.isalnum() for c in self.source[a:b]) else Segment(start, end))
+        return out
+
+
+def stand_in(text: str, spans: list[Span]) -> StoodIn:
+    """The text with each group of its spans (in order, not overlapping) replaced by STAND_IN, for a splitter."""
+    if not spans:
+        return StoodIn(text, text)
+    runs = groups(text, spans)
+    out, starts, ends, at = [], [], [], 0
+    for a, b in runs:
+        out += [text[at:a], STAND_IN]
+        starts += [*range(at, a), *[a] * len(STAND_IN)]
+        ends += [*range(at + 1, a + 1), *[b] * len(STAND_IN)]
+        at = b
+    out.append(text[at:])
+    starts += range(at, len(text))
+    ends += range(at + 1, len(text) + 1)
+    return StoodIn(text, "".join(out), tuple(runs), tuple(starts), tuple(ends))

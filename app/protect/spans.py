@@ -83,10 +83,12 @@ class _RE2:
 
 
 class _Terms:
-    """Literal terms, each where it stands as whole words (not inside a longer word), the longest first."""
+    """Literal terms, each where it stands as whole words (not inside a longer word: a hyphen or an apostrophe
+    between letters is inside one, as in app/protect/restoring.py), the longest first; a term's whitespace at its
+    ends is not part of it."""
 
     def __init__(self, terms: tuple[str, ...]):
-        self.regex = _terms_regex(terms)
+        self.regex = _terms_regex(tuple(dict.fromkeys(t.strip() for t in terms)))
 
     def next(self, t: _Text, at: int) -> Span | None:
         m = self.regex.search(t.text, at)
@@ -97,9 +99,9 @@ class _Terms:
 def _terms_regex(terms: tuple[str, ...]) -> re.Pattern:
     def bounded(term: str) -> str:  # a word boundary only where the term's own end is a word character
         return (
-            ("(?<!\\w)" if re.match(r"\w", term) else "")
+            ("(?<!\\w)(?<!\\w[-'’])" if re.match(r"\w", term) else "")
             + re.escape(term)
-            + ("(?!\\w)" if re.search(r"\w\Z", term) else "")
+            + ("(?!\\w)(?![-'’]\\w)" if re.search(r"\w\Z", term) else "")
         )
 
     return re.compile("|".join(bounded(t) for t in sorted(terms, key=len, reverse=True)))

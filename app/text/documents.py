@@ -74,6 +74,13 @@ def split_texts(
     segments = [segment(text, split, language) for text in texts]
     if fits is not None:
         segments = [cut_to_fit(text, segs, fits) for text, segs in zip(texts, segments, strict=True)]
+    check_segments(segments, split, max_segments)
+    return Documents(texts, segments, split)
+
+
+def check_segments(segments: list[list[Segment]], split: Split, max_segments: int) -> None:
+    """InputTooLong when the texts have more than max_segments segments (what one request may have waiting or
+    decoding)."""
     count = sum(map(len, segments))
     if count > max_segments:
         raise InputTooLong(
@@ -81,7 +88,6 @@ def split_texts(
             f"request may have at most {max_segments} at once (NMT_MAX_REQUEST_SEQUENCES): send the rest in another "
             "request"
         )
-    return Documents(texts, segments, split)
 
 
 def withhold(parts: list[Translation], min_confidence: float) -> list[Translation]:

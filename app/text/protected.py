@@ -3,11 +3,12 @@ piece masked for the model, and each translation restored, its alignment and wor
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from app import protect as spans
 from app.segment import Split, segment
-from app.text.documents import Documents, check_chars, split_texts
+from app.text.documents import Documents, check_chars, check_segments, split_texts
 from app.text.results import Aligned, Translation
 
 if TYPE_CHECKING:
@@ -21,17 +22,20 @@ def protect_documents(
     fits: Callable[[str], bool] | None = None,
 ) -> tuple[Documents, list[Masked]]:  # fmt: skip
     """The texts split into segments as split_texts splits them, with their protected spans out of the splitter's
-    sight (a URL's "?" ends no sentence): each text is split with its groups of spans taken out, and its segments
-    mapped back to it. A group between two segments stays there as written, one inside a segment is in its piece;
-    a text of spans and punctuation alone is one piece, as written. Each piece masked, in `pieces` order."""
+    sight (a URL's "?" ends no sentence): each text is split with each group of spans replaced by an ordinary word
+    (so that "holds a {x}. The dog" is two sentences, as "holds a box. The dog" is), and its segments mapped back to
+    it. A group between two segments stays there as written, one inside a segment is in its piece; a text (or a
+    sentence) of spans and punctuation alone is one piece, as written. Each piece masked, in `pieces` order."""
     check_chars(texts, max_chars)
     found = [protect.spans(text) for text in texts]
     whole = [spans.mask(text, f) for text, f in zip(texts, found, strict=True)]
-    masked = split_texts([w.text for w in whole], split, language, max_chars, max_segments, fits)
+    stood = [spans.stand_in(text, f) for text, f in zip(texts, found, strict=True)]
+    split_up = split_texts([s.text for s in stood], split, language, max_chars, sys.maxsize, fits)
     segments = [
-        segment(w.source, "none") if w.groups and not w.reads else [w.segment(s) for s in segs]
-        for w, segs in zip(whole, masked.segments, strict=True)
+        segment(w.source, "none") if w.groups and not w.reads else s.segments(segs)
+        for w, s, segs in zip(whole, stood, split_up.segments, strict=True)
     ]
+    check_segments(segments, split, max_segments)  # as split_texts counts, without the stand-ins alone
     masks = [
         spans.mask(text[s.start : s.end], spans.inside(f, s))
         for text, segs, f in zip(texts, segments, found, strict=True)

@@ -154,6 +154,37 @@ async def test_a_stream_sends_the_spans_in_its_tokens_and_ends_as_the_plain_answ
                       "truncated": False, "calibrated": False, "flags": []}]  # fmt: skip
 
 
+@pytest.mark.parametrize(("body", "span"), [({"protect": True}, "{x}"), ({"protect_patterns": [r"ACME-\d"]}, "ACME-1")])
+async def test_a_span_before_a_full_stop_ends_its_sentence_as_a_word_there_would(client, body, span):
+    """Found by black-box testing: "a {x}. The" was split as "a. The", which the splitter takes for an initial: the
+    two sentences were one piece, and the full stop after the span was lost."""
+    first, second = f"A man is sitting near a {span}.", "The dog is running."
+    r = await client.post("/translate", json={"text": f"{first} {second}", "return_segments": True, **body})
+    assert r.status_code == 200, r.text
+    t = r.json()["translations"][0]
+    after = len(first) + 1
+    assert [s["source_span"] for s in t["segments"]] == [[0, len(first)], [after, after + len(second)]]
+    alone = await translate(client, [first, second], **body)
+    assert t["text"] == f"{alone[0]} {alone[1]}" and t["text"].count(span) == 1
+    (a, b), _ = (s["target_span"] for s in t["segments"])
+    assert t["text"][a:b].endswith(f"{span}.")  # the full stop after the span, where the model wrote one
+
+
+async def test_a_term_matches_only_whole_words_and_no_character_around_a_span_is_lost(client):
+    """A hyphen or an apostrophe between letters is inside a word (docs/protected-spans.md): "dog" is not a whole
+    word of "dog's" or "dog-dog"; spans joined by punctuation alone are one group, its punctuation as written; a
+    term's whitespace at its ends is not part of it (it left two spaces in a row)."""
+    inside = ["The dog's toy.", "A dog-dog is running.", "A hot-dog is running."]
+    assert await translate(client, inside, protect_terms=["dog"]) == await translate(client, inside)
+    joined = await translate(client, ["A dog-dog is running.", "A man {a}-{b} is running."], protect_patterns=["dog"],
+                             protect=True)  # fmt: skip
+    assert "dog-dog" in joined[0] and "{a}-{b}" in joined[1]
+    spaced = await translate(client, ["A dog is running.", "A man is sitting near the dog."], protect_terms=[" dog "])
+    assert spaced == await translate(client, ["A dog is running.", "A man is sitting near the dog."],
+                                     protect_terms=["dog"])  # fmt: skip
+    assert all("  " not in t and t.count("dog") == 1 for t in spaced), spaced
+
+
 @pytest.mark.parametrize(
     ("body", "status", "words"),
     [
@@ -192,10 +223,11 @@ async def test_the_bundled_model_puts_spans_beside_the_translations_of_their_nei
         'A woman <g id="1">in a red dress</g> is sitting on a bench.',
         "Two dogs are playing in the snow {where}.",
         "A man is riding a bike. {x} Two dogs play in the snow. {y}",
+        "A man holds a {x}. The dog runs.",  # "a {x}." ends a sentence, as "a box." does
     ]
     async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, device="cpu")) as (_, bundled):
         out = await translate(bundled, texts, protect=True)
-        plain = await translate(bundled, ["A man is riding a bike.", "Two dogs play in the snow."])
+        plain = await translate(bundled, ["A man is riding a bike.", "Two dogs play in the snow.", "The dog runs."])
         page = await translate(bundled, ["<p>A man {name} is riding a <b>bike</b>.</p>"], format="html", protect=True)
         events = sse(await bundled.post("/translate", json={"text": texts[4], "stream": True, "protect": True}))
     assert "Mann {name} " in out[0]  # after the translation of "man"
@@ -203,5 +235,6 @@ async def test_the_bundled_model_puts_spans_beside_the_translations_of_their_nei
     assert '<g id="1">in ' in out[2] and "Kleid</g> " in out[2]  # around "in a red dress"
     assert out[3].endswith(" {where}.")  # at the end, before the full stop
     assert out[4] == f"{plain[0]} {{x}} {plain[1]} {{y}}"  # between the sentences, as written
+    assert "{x}. " in out[5] and out[5].endswith(f"{{x}}. {plain[2]}")  # two sentences, the full stop kept
     assert "Mann {name} " in page[0] and "<b>" in page[0]
     assert "".join(e["token"]["text"] for e in events[:-1]) == events[-1]["text"] == out[4]
