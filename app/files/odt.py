@@ -7,14 +7,17 @@ boxes, footnotes and endnotes, and the master pages' headers and footers. Not tr
 
 A paragraph's text is its character data, each piece in the spans (`text:span`, by its `text:style-name`) and
 links (`text:a`, whose `xlink:href` stays as it is) around it: its format, links becoming `<a>`; whitespace is
-read as ODF renders it (a run of it is one space). Kept where they are, and cutting the paragraph into separate
-units: spaces, tabs and line breaks written as elements (`text:s`, `text:tab`, `text:line-break`), fields, notes,
-frames, and any element that is not a span or a link. A stretch of text between them that has a letter is a
-unit (app/files/runs.py).
+read as ODF renders it (a run of it is one space). Points inside the sentence, which do not cut it
+(app/files/runs.py's Point): spaces, tabs and line breaks written as elements (`text:s`, `text:tab`,
+`text:line-break`) and notes (`text:note`: its anchor; the note's own paragraphs are units of their own). Kept
+where they are, and cutting the paragraph into separate units: fields, frames, and any other element that is not
+a span or a link. A stretch of text between them that has a letter, with the points between its texts, is a unit
+(app/files/runs.py).
 
 Written back, a paragraph with a stretch whose translation differs from its text is rebuilt: its content goes
 back in order, each stretch translated replaced by the text of its translation, each piece in copies of the spans
-and links of the first text of that format. Soft page breaks in a translated stretch are dropped; bookmarks and
+and links of the first text of that format (or of the point it follows, where they have that format), each point
+(its element, moved) where the translation has it, in copies of its own spans and links. Soft page breaks in a translated stretch are dropped; bookmarks and
 reference marks starting in it start before its translation, those ending in it end after it. The members come
 back in the order they came, `mimetype` first and stored; those not rewritten come back byte for byte.
 """
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Runs, encode, rewritten, worth
+from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten, worth
 
 _TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
 _OFFICE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}"
@@ -35,6 +38,7 @@ _FLOWS = (_TEXT + "p", _TEXT + "h")
 _WRAPPERS = {_TEXT + "span", _TEXT + "a"}
 _UNREAD = {_OFFICE + "annotation", _TEXT + "tracked-changes"}  # comments, deleted text
 _HINTS = {_TEXT + "soft-page-break"}
+_INLINE = {_TEXT + "s": "space", _TEXT + "tab": "space", _TEXT + "line-break": "break", _TEXT + "note": "anchor"}
 _POINTS = {"bookmark", "reference-mark", "alphabetical-index-mark", "toc-mark", "user-index-mark"}
 _WHITESPACE = re.compile(r"[ \t\r\n]+")
 _MEMBERS = ("content.xml", "styles.xml")
@@ -47,9 +51,10 @@ def _parser() -> etree.XMLParser:
 
 @dataclass(eq=False)
 class _Atom:
-    kind: str  # "text", "kept", "hint" (dropped where translated), "start" or "end" (of a range)
+    kind: str  # "text", "kept", "hint" (dropped where translated), "start" or "end" (of a range), "point"
     chain: tuple  # the spans and links it is in, outer first
     item: etree._Element | str
+    point: Point | None = None  # a point's, which stands for the atom in its stretch's unit
 
 
 @dataclass(eq=False)
@@ -114,13 +119,18 @@ def _parsed(container: zipped.Container, limits: FileLimits) -> OdtFile:
 
 def _stretches(paragraph: etree._Element) -> list[_Stretch]:
     atoms = _atoms(paragraph, ())
+    items = [a.item if a.kind == "text" else a.point or (None if a.kind == "kept" else "") for a in atoms]
+    for i in cuts(items):
+        atoms[i].kind, atoms[i].point = "kept", None
     out, first, last = [], None, None
     for i, a in enumerate([*atoms, _Atom("kept", (), paragraph)]):
         if a.kind == "text":
             first, last = i if first is None else first, i
         elif a.kind == "kept" and first is not None:
             texts = [t for t in atoms[first : last + 1] if t.kind == "text"]
-            runs = encode([(_WHITESPACE.sub(" ", t.item), _format(t.chain)) for t in texts], _link)
+            inside = [t.point if t.point else (_WHITESPACE.sub(" ", t.item), _format(t.chain))
+                      for t in atoms[first : last + 1] if t.kind == "text" or t.point]  # fmt: skip
+            runs = encode(inside, _link)
             if worth(runs.unit.text):
                 chains: dict = {}
                 for t in texts:
@@ -135,6 +145,8 @@ def _atoms(element: etree._Element, chain: tuple) -> list[_Atom]:
     for child in element:
         if child.tag in _WRAPPERS:
             out += _atoms(child, (*chain, child))
+        elif child.tag in _INLINE:
+            out.append(_Atom("point", chain, child, Point(child, _INLINE[child.tag])))
         else:
             out.append(_Atom(_kind(child), chain, child))
         if child.tail:
@@ -173,8 +185,15 @@ def _rebuild(paragraph: etree._Element, atoms: list[_Atom], stretches: dict[int,
         for a in inside:
             if a.kind == "start":
                 b.element((), a.item)
-        for text, key in pieces:
-            b.text(s.chains[key], text)
+        chains = {id(a.point): a.chain for a in inside if a.point}
+        chain: tuple = ()  # the last point's: text of its format after it goes on in its spans
+        for piece in pieces:
+            if isinstance(piece, Point):
+                chain = chains[id(piece)]
+                b.element(chain, piece.item)
+                continue
+            text, key = piece
+            b.text(chain if chain and _format(chain) == key else s.chains[key], text)
         for a in inside:
             if a.kind == "end":
                 b.element((), a.item)

@@ -4,14 +4,17 @@ Translated: each paragraph (`a:p`) on every slide, in the text frames of its sha
 depth) and table cells, and on the slide's notes page. Masters, layouts, charts, SmartArt and comments are parts
 of their own and left as they are.
 
-A paragraph's runs (`a:r`) are its text; kept where they are, and cutting the paragraph into separate units: its
-line breaks (`a:br`), its fields (`a:fld`: slide numbers, dates) and its properties. A stretch of runs between
-them that has a letter is a unit (app/files/runs.py); a run's format is its `a:rPr` without its language and
-proofing marks, a click link (`a:hlinkClick`, whose target stays as it is) among them, such runs becoming `<a>`.
+A paragraph's runs (`a:r`) are its text; its line breaks (`a:br`, a text's vertical tab) are points inside the
+sentence, which do not cut it (app/files/runs.py's Point); kept where they are, and cutting the paragraph into
+separate units: its fields (`a:fld`: slide numbers, dates) and its properties. A stretch of runs between them that
+has a letter, with the line breaks between its runs, is a unit (app/files/runs.py); a run's format is its `a:rPr`
+without its language and proofing marks, a click link (`a:hlinkClick`, whose target stays as it is) among them,
+such runs becoming `<a>`.
 
 Written back, a paragraph with a stretch whose translation differs from its text is rebuilt: each stretch
-translated becomes the runs of its translation, each with a copy of the `a:rPr` of the first run of that format;
-breaks, fields and the rest stay in their places.
+translated becomes the runs of its translation, each with a copy of the `a:rPr` of the first run of that format,
+and its line breaks (their elements, moved) where the translation has them; fields and the rest stay in their
+places.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ import pptx
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Runs, encode, rewritten, worth
+from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten, worth
 
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
-_P, _R, _T, _RPR = _A + "p", _A + "r", _A + "t", _A + "rPr"
+_P, _R, _T, _RPR, _BR = _A + "p", _A + "r", _A + "t", _A + "rPr", _A + "br"
 _LINKS = {_A + "hlinkClick"}
 _UNSEEN = {"lang", "altLang", "dirty", "err", "smtClean", "smtId", "noProof", "bmk"}  # not a run's format
 
@@ -80,20 +83,32 @@ def read(data: bytes, limits: FileLimits) -> PowerPointFile:
 
 
 def _stretches(paragraph: etree._Element) -> list[_Stretch]:
-    children, out, first = list(paragraph), [], None
+    children, out, first, last = list(paragraph), [], None, None
+    items = [_text(c) if c.tag == _R else Point(c, "break") if c.tag == _BR else None for c in children]
+    cut = cuts(items)
     for i, c in enumerate([*children, paragraph]):
         if c.tag == _R and c.find(_T) is not None:
-            first = i if first is None else first
-        elif first is not None:
-            text_runs = children[first:i]
-            runs = encode([(r.find(_T).text or "", _format(r)) for r in text_runs], lambda key: key[2])
+            first, last = i if first is None else first, i
+        elif (c.tag != _BR or i in cut) and first is not None:
+            inside = children[first : last + 1]
+            text_runs = [r for r in inside if r.tag == _R]
+            runs = encode(
+                [(r.find(_T).text or "", _format(r)) if r.tag == _R else Point(r, "break") for r in inside],
+                lambda key: key[2],
+            )
             if worth(runs.unit.text):
                 chains: dict = {}
                 for r in text_runs:
                     chains.setdefault(_format(r), (r,))
-                out.append(_Stretch(paragraph, children, first, i - 1, runs, chains))
+                out.append(_Stretch(paragraph, children, first, last, runs, chains))
             first = None
     return out
+
+
+def _text(run: etree._Element) -> str | None:
+    """A run's text; None for a run without one (it cuts the paragraph)."""
+    t = run.find(_T)
+    return None if t is None else t.text or ""
 
 
 def _format(run: etree._Element) -> tuple:
@@ -115,7 +130,11 @@ def _rebuild(paragraph: etree._Element, stretches: dict[int, tuple[_Stretch, lis
             i += 1
             continue
         s, pieces = stretches[i]
-        for text, key in pieces:
+        for piece in pieces:
+            if isinstance(piece, Point):
+                b.element((), piece.item)
+                continue
+            text, key = piece
             t = paragraph.makeelement(_T)
             t.text = text
             b.element(s.chains[key], t, fresh=True)  # a run holds one text

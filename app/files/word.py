@@ -8,17 +8,22 @@ into the part. Comments, the glossary and everything else are left as they are.
 
 A paragraph (and each element holding a paragraph's runs of its own: a tracked insertion, a smart tag, an
 inline content control, a simple field's result) is read as atoms, in order: each `w:t` of its runs is text,
-and so is a run inside a link (`w:hyperlink`, whose target stays as it is). Kept where they are, and cutting the
-paragraph into separate units: whatever else a run holds (tabs, breaks, drawings, field characters and codes,
-symbols, footnote references) and whatever else the paragraph holds (its properties, a field, a deletion, a
-math zone). A stretch of text atoms between them that has a letter is a unit (app/files/runs.py): a run's
-format is its `w:rPr` (without its language and proofing marks) and its link's attributes, links becoming `<a>`.
+and so is a run inside a link (`w:hyperlink`, whose target stays as it is). Points inside the sentence, which do
+not cut it (app/files/runs.py's Point): a run's tabs (`w:tab`, `w:ptab`), soft line breaks (`w:br` but a page or
+column break, `w:cr`) and footnote and endnote references. Kept where they are, and cutting the paragraph into
+separate units: whatever else a run holds (page and column breaks, drawings, field characters and codes,
+symbols) and whatever else the paragraph holds (its properties, a field, a deletion, a math zone). A stretch of
+text atoms between them that has a letter, with the points between its texts, is a unit (app/files/runs.py): a
+run's format is its `w:rPr` (without its language and proofing marks) and its link's attributes, links becoming
+`<a>`.
 
 Written back, only a paragraph with a unit whose translation differs from its text is rebuilt: its atoms go
 back in order, each stretch translated replaced by the runs of its translation, each in a copy of the `w:rPr`
-(and the link) of the first run of that format. Spell-check marks and rendered page breaks in a translated stretch
-are dropped (Word recomputes them); the bookmarks, comment and permission ranges starting in it start before
-its translation, those ending in it end after it. Everything else keeps its element, moved, never copied.
+(and the link) of the first run of that format, or of the point's run it follows where that run has the format;
+each point goes where the translation has it, in a copy of its own run. Spell-check marks and rendered page
+breaks in a translated stretch are dropped (Word recomputes them); the bookmarks, comment and permission ranges
+starting in it start before its translation, those ending in it end after it. Everything else keeps its element,
+moved, never copied.
 """
 
 from __future__ import annotations
@@ -32,22 +37,26 @@ from docx.opc.constants import CONTENT_TYPE as CT
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Runs, encode, rewritten, worth
+from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten, worth
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _R, _T, _RPR, _LINK = _W + "r", _W + "t", _W + "rPr", _W + "hyperlink"
 _SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 _FLOWS = [_W + n for n in ("p", "ins", "moveTo", "smartTag", "customXml", "sdtContent", "fldSimple", "dir", "bdo")]
 _HINTS = {_W + "proofErr", _W + "lastRenderedPageBreak", _W + "softHyphen"}
+_TABS = {_W + "tab", _W + "ptab"}
+_ANCHORS = {_W + "footnoteReference", _W + "endnoteReference"}
+_PAGE_BREAKS = {"page", "column"}  # w:br's types that are no line of a sentence: they cut the paragraph
 _UNSEEN = {_W + "lang", _W + "noProof", _W + "rPrChange"}  # not a run's format: they do not cut a sentence
 _PARTS = [CT.WML_DOCUMENT_MAIN, CT.WML_HEADER, CT.WML_FOOTER, CT.WML_FOOTNOTES, CT.WML_ENDNOTES]
 
 
 @dataclass(eq=False)
 class _Atom:
-    kind: str  # "text", "kept", "hint" (dropped where translated), "start" or "end" (of a range)
+    kind: str  # "text", "kept", "hint" (dropped where translated), "start" or "end" (of a range), "point"
     chain: tuple  # the link and the run it is in, outer first
     item: etree._Element
+    point: Point | None = None  # a point's, which stands for the atom in its stretch's unit
 
 
 @dataclass(eq=False)
@@ -113,13 +122,18 @@ def read(data: bytes, limits: FileLimits) -> WordFile:
 
 def _stretches(flow: etree._Element) -> list[_Stretch]:
     atoms = _atoms(flow)
+    items = [a.item.text or "" if a.kind == "text" else a.point or (None if a.kind == "kept" else "") for a in atoms]
+    for i in cuts(items):
+        atoms[i].kind, atoms[i].point = "kept", None
     out, first, last = [], None, None
     for i, a in enumerate([*atoms, _Atom("kept", (), flow)]):
         if a.kind == "text":
             first, last = i if first is None else first, i
         elif a.kind == "kept" and first is not None:
             texts = [t for t in atoms[first : last + 1] if t.kind == "text"]
-            runs = encode([(t.item.text or "", _format(t.chain)) for t in texts], lambda key: key[1] is not None)
+            inside = [t.point if t.point else (t.item.text or "", _format(t.chain)) for t in atoms[first : last + 1]
+                      if t.kind == "text" or t.point]  # fmt: skip
+            runs = encode(inside, lambda key: key[1] is not None)
             if worth(runs.unit.text):
                 chains: dict = {}
                 for t in texts:
@@ -147,7 +161,18 @@ def _run(run: etree._Element, chain: tuple) -> list[_Atom]:
     if not content:
         return [_Atom("hint", chain, run)]  # an empty run
     chain += (run,)
-    return [_Atom("text" if c.tag == _T else "hint" if c.tag in _HINTS else "kept", chain, c) for c in content]
+    return [_in_run(chain, c) for c in content]
+
+
+def _in_run(chain: tuple, c: etree._Element) -> _Atom:
+    if c.tag == _T:
+        return _Atom("text", chain, c)
+    if c.tag in _HINTS:
+        return _Atom("hint", chain, c)
+    kind = "space" if c.tag in _TABS else "anchor" if c.tag in _ANCHORS else None
+    if c.tag == _W + "cr" or c.tag == _W + "br" and c.get(_W + "type") not in _PAGE_BREAKS:
+        kind = "break"
+    return _Atom("kept", chain, c) if kind is None else _Atom("point", chain, c, Point(c, kind))
 
 
 def _kind(e: etree._Element) -> str:
@@ -180,10 +205,17 @@ def _rebuild(flow: etree._Element, atoms: list[_Atom], stretches: dict[int, tupl
         for a in inside:
             if a.kind == "start":
                 b.element((), a.item)
-        for text, key in pieces:
+        chains = {id(a.point): a.chain for a in inside if a.point}
+        chain: tuple = ()  # the last point's: text of its run's format after it goes on in its run
+        for piece in pieces:
+            if isinstance(piece, Point):
+                chain = chains[id(piece)]
+                b.element(chain, piece.item)
+                continue
+            text, key = piece
             t = flow.makeelement(_T, {_SPACE: "preserve"})
             t.text = text
-            b.element(s.chains[key], t)
+            b.element(chain if chain and _format(chain) == key else s.chains[key], t)
         for a in inside:
             if a.kind == "end":
                 b.element((), a.item)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from app.files import FORMATS, FileError, FileLimits, odt
+from app.files import FORMATS, FileError, FileLimits, Unit, odt
 from tests.files import office
 from tests.files.conftest import identity, translated
 
@@ -126,3 +126,62 @@ async def test_write_can_be_called_again():
     extracted = FORMATS["odt"].read(office.odt_sample(), FileLimits())
     shouted = await office.shout(extracted.units)
     assert office.members(extracted.write(shouted)) == office.members(extracted.write(shouted))
+
+
+SENTENCES = [  # a paragraph's content with a point inside a sentence, and the sentence
+    ("A cat<text:tab/>sleeps on a couch.", "A cat sleeps on a couch."),
+    ('A man<text:s text:c="3"/>is riding a bike.', "A man is riding a bike."),
+    ("A man is riding<text:line-break/>a bike in the snow.", "A man is riding a bike in the snow."),
+    (('A <text:span text:style-name="T1">dog<text:note text:id="n1" text:note-class="footnote"><text:note-citation>1'
+      "</text:note-citation><text:note-body><text:p>A girl is eating.</text:p></text:note-body></text:note></text:span>"
+      " catches a ball."), "A dog catches a ball."),
+]  # fmt: skip
+POINTS = ("tab", "s", "line-break", "note")
+
+
+def sentences_odt() -> bytes:
+    body = "".join(f"<text:p>{content}</text:p>" for content, _ in SENTENCES)
+    return office.odt_sample(office.ODT_CONTENT.replace(
+        '<text:h text:outline-level="1">A man is riding a bike.</text:h>', body))  # fmt: skip
+
+
+def outer(root: etree._Element) -> list[etree._Element]:
+    """The body's first paragraphs, those of SENTENCES."""
+    return root.find(f"{OFFICE}body/{OFFICE}text").findall(TEXT + "p")[: len(SENTENCES)]
+
+
+def parts(p: etree._Element) -> list[str]:
+    """A paragraph's text and points in order, a point by its name (the note's own text left out)."""
+    out = [p.text or ""]
+    for c in p.iterdescendants():
+        if c.tag in {TEXT + t for t in POINTS}:
+            out.append(etree.QName(c).localname)
+        if not any(a.tag == TEXT + "note" for a in c.iterancestors()):
+            out += [c.text or ""] if c.tag == TEXT + "span" else []
+            out += [c.tail or ""]
+    return [x for x in out if x]
+
+
+async def test_a_tab_spaces_a_line_break_and_a_note_inside_a_sentence_leave_it_one_unit():
+    extracted = FORMATS["odt"].read(sentences_odt(), FileLimits())
+    assert [u.text for u in extracted.units][:5] == [
+        'A cat<img id="p0"> sleeps on a couch.', 'A man<img id="p0"> is riding a bike.',
+        'A man is riding<img id="p0"> a bike in the snow.', 'A <span id="r1">dog</span><img id="p0"> catches a ball.',
+        "A girl is eating."]  # fmt: skip
+    out = xml(extracted.write(await office.shout(extracted.units)))
+    for p, point, (_, sentence) in zip(outer(out), POINTS, SENTENCES, strict=True):
+        got = parts(p)
+        assert got.count(point) == 1 and " ".join(x.strip() for x in got if x != point) == sentence.upper()
+    spaces, noted = outer(out)[1].find(TEXT + "s"), outer(out)[3]
+    assert spaces.get(TEXT + "c") == "3"
+    assert [etree.QName(c).localname for c in noted.find(TEXT + "span")] == ["note"]  # in its span, after DOG
+    assert noted.find(TEXT + "span").text == "DOG"
+    assert "".join(noted.find(f".//{TEXT}note-body").itertext()) == "A GIRL IS EATING."
+
+
+async def test_the_sentence_around_a_tab_spaces_a_line_break_or_a_note_is_translated_whole(bundled):
+    out = xml(await translated("odt", sentences_odt(), bundled))
+    whole = await bundled([Unit(sentence) for _, sentence in SENTENCES])
+    for p, point, german in zip(outer(out), POINTS, whole, strict=True):
+        got = parts(p)
+        assert got.count(point) == 1 and " ".join(x.strip() for x in got if x != point) == german

@@ -11,7 +11,7 @@ import pytest
 from lxml import etree
 from pptx.enum.shapes import MSO_SHAPE_TYPE
 
-from app.files import FORMATS, FileLimits
+from app.files import FORMATS, FileLimits, Unit
 from tests.files import office
 from tests.files.conftest import identity, translated
 
@@ -91,3 +91,32 @@ async def test_write_can_be_called_again():
     extracted = FORMATS["pptx"].read(office.pptx_sample(), FileLimits())
     shouted = await office.shout(extracted.units)
     assert office.members(extracted.write(shouted)) == office.members(extracted.write(shouted))
+
+
+def broken_pptx() -> bytes:
+    """A slide whose title is a sentence with a line break (a vertical tab) inside it, in a bold run and a plain one."""
+    prs = pptx.Presentation()
+    title = prs.slides.add_slide(prs.slide_layouts[5]).shapes.title.text_frame.paragraphs[0]
+    title.text = "A cat\vsleeps"  # a paragraph's vertical tab is a line break (a run's is no character of XML)
+    for run in title.runs:
+        run.font.bold = True
+    title.add_run().text = " on a couch."
+    out = io.BytesIO()
+    prs.save(out)
+    return out.getvalue()
+
+
+async def test_a_line_break_inside_a_sentence_leaves_it_one_unit_and_comes_back_in_it():
+    extracted = FORMATS["pptx"].read(broken_pptx(), FileLimits())
+    assert [u.text for u in extracted.units] == ['<span id="r0">A cat<img id="p0"> sleeps</span> on a couch.']
+    title = pptx.Presentation(io.BytesIO(extracted.write(await office.shout(extracted.units)))).slides[0].shapes.title
+    p = title.text_frame.paragraphs[0]
+    assert [etree.QName(c).localname for c in p._p if c.tag != A + "pPr"] == ["r", "br", "r", "r"]
+    assert [(r.text, r.font.bold) for r in p.runs] == [("A CAT", True), ("SLEEPS", True), (" ON A COUCH.", None)]
+
+
+async def test_the_sentence_around_a_line_break_is_translated_whole(bundled):
+    out = await translated("pptx", broken_pptx(), bundled)
+    p = pptx.Presentation(io.BytesIO(out)).slides[0].shapes.title.text_frame.paragraphs[0]
+    whole = await bundled([Unit("A cat sleeps on a couch.")])
+    assert p.text.count("\v") == 1 and p.text.replace("\v", " ") == whole[0]

@@ -12,7 +12,7 @@ import pytest
 from lxml import etree
 
 from app.files import FORMATS, FileLimits, Unit
-from app.files.runs import encode
+from app.files.runs import Point, encode
 from tests.files import office
 from tests.files.conftest import identity, translated
 
@@ -93,8 +93,8 @@ async def test_headers_footers_footnotes_and_text_boxes_are_translated_comments_
 
 
 async def test_a_paragraphs_stretches_are_rebuilt_keeping_what_is_not_text():
-    """Runs cut by spell-check split into one; proofing marks dropped, bookmarks around; an insertion, a field's
-    result and a simple field are read on their own."""
+    """Runs cut by spell-check split into one, and the text after a tab in it; proofing marks dropped, bookmarks
+    around; an insertion, a field's result and a simple field are read on their own."""
     p = (
         f'<w:p {_NS}><w:pPr><w:jc w:val="center"/></w:pPr><w:r><w:rPr><w:lang w:val="en-GB"/></w:rPr>'
         '<w:t xml:space="preserve">a d</w:t></w:r><w:proofErr w:type="spellStart"/><w:bookmarkStart w:id="0" w:name="x"/>'
@@ -105,15 +105,60 @@ async def test_a_paragraphs_stretches_are_rebuilt_keeping_what_is_not_text():
     )
     data = docx_with(p)
     extracted = FORMATS["docx"].read(data, FileLimits())
-    assert [u.text for u in extracted.units] == ["a dog runs fast", "then", "stops", "see above"]
+    assert [u.text for u in extracted.units] == ['a dog runs fast <img id="p0">then', "stops", "see above"]
     out = xml(extracted.write(await office.shout(extracted.units)))
     body = out.find(f"{W}body/{W}p")
-    assert [etree.QName(c).localname for c in body] == ["pPr", "bookmarkStart", "r", "bookmarkEnd", "r", "ins",
+    assert [etree.QName(c).localname for c in body] == ["pPr", "bookmarkStart", "r", "r", "bookmarkEnd", "ins",
                                                         "fldSimple", "r"]  # fmt: skip
     assert [[etree.QName(c).localname for c in r] for r in body.findall(W + "r")] == [
         ["rPr", "t"], ["tab", "t"], ["t"]]  # fmt: skip
     assert [t.text for t in body.iter(W + "t")] == ["A DOG RUNS FAST ", "THEN", " STOPS", "SEE ABOVE", None]
     assert body.find(f"{W}r/{W}rPr/{W}lang").get(W + "val") == "en-GB"
+
+
+SENTENCES = [  # a paragraph's runs (w:r's content) with a point inside a sentence, and the sentence
+    ('<w:t>A cat</w:t><w:tab/><w:t>sleeps on a couch.</w:t>', "A cat sleeps on a couch."),
+    ('<w:t>A man is riding</w:t><w:br/><w:t>a bike in the snow.</w:t>', "A man is riding a bike in the snow."),
+    (('<w:t>A dog</w:t></w:r><w:r><w:rPr><w:vertAlign w:val="superscript"/></w:rPr><w:footnoteReference w:id="1"/>'
+      '</w:r><w:r><w:t xml:space="preserve"> catches a ball in the park.</w:t>'), "A dog catches a ball in the park."),
+]  # fmt: skip
+POINTS = ("tab", "br", "footnoteReference")
+
+
+def sentences_docx() -> bytes:
+    return docx_with(*(f"<w:p {_NS}><w:r>{runs}</w:r></w:p>" for runs, _ in SENTENCES))
+
+
+async def test_a_tab_a_line_break_and_a_footnote_reference_inside_a_sentence_leave_it_one_unit():
+    extracted = FORMATS["docx"].read(sentences_docx(), FileLimits())
+    assert [u.text for u in extracted.units] == [
+        'A cat<img id="p0"> sleeps on a couch.', 'A man is riding<img id="p0"> a bike in the snow.',
+        'A dog<img id="p0"> catches a ball in the park.']  # fmt: skip
+    out = xml(extracted.write(await office.shout(extracted.units)))
+    paragraphs = out.findall(f"{W}body/{W}p")
+    for p, point, (_, sentence) in zip(paragraphs, POINTS, SENTENCES, strict=True):
+        parts = [c.text if c.tag == W + "t" else etree.QName(c).localname for c in p.iter(W + "t", W + point)]
+        assert parts[1] == point and len(parts) == 3  # the element back, once, between the sentence's words
+        assert f"{parts[0]} {parts[2].strip()}" == sentence.upper()
+    assert paragraphs[2].find(f"{W}r/{W}footnoteReference").get(W + "id") == "1"
+    assert paragraphs[2].find(f"{W}r/{W}rPr/{W}vertAlign") is not None  # in its own superscript run
+
+
+async def test_the_sentence_around_a_tab_line_break_or_footnote_reference_is_translated_whole(bundled):
+    out = xml(await translated("docx", sentences_docx(), bundled))
+    whole = await bundled([Unit(sentence) for _, sentence in SENTENCES])
+    for p, point, german in zip(out.findall(f"{W}body/{W}p"), POINTS, whole, strict=True):
+        parts = [c.text if c.tag == W + "t" else etree.QName(c).localname for c in p.iter(W + "t", W + point)]
+        assert parts.count(point) == 1 and " ".join(t.strip() for t in parts if t != point) == german
+
+
+async def test_a_tab_after_a_sentences_end_or_a_number_keeps_the_parts_apart():
+    p = f"<w:p {_NS}><w:r><w:t>1.</w:t><w:tab/><w:t>Note:</w:t><w:tab/><w:t>A dog runs.</w:t></w:r></w:p>"
+    extracted = FORMATS["docx"].read(docx_with(p), FileLimits())
+    assert [u.text for u in extracted.units] == ['Note:<br id="p0">A dog runs.']  # "1." is not translated
+    out = xml(extracted.write(await office.shout(extracted.units))).find(f"{W}body/{W}p")
+    assert [c.text or etree.QName(c).localname for c in out.iter(W + "t", W + "tab")] == [
+        "1.", "tab", "NOTE:", "tab", "A DOG RUNS."]  # fmt: skip
 
 
 async def test_write_can_be_called_again():
@@ -146,9 +191,22 @@ def test_decoding_is_lenient_with_what_it_does_not_know():
     assert runs.decode('<span id="r9">x</span><span>y</span></a><span id="r1">z\x01</span>') == [("xy", 1), ("z", 2)]
 
 
-def docx_with(paragraph: str) -> bytes:
+def test_points_come_back_once_each_in_the_translations_order_spaced_as_their_source():
+    tab, anchor, line = Point("tab"), Point("ref", "anchor"), Point("br", "break")
+    runs = encode([("A cat", 1), tab, ("sleeps", 1), anchor, (" here", 2), line, ("too.", 1)])
+    assert runs.unit == Unit('A cat<img id="p0"> sleeps<img id="p1"><span id="r1"> here</span><img id="p2"> too.',
+                             markup=True)  # fmt: skip
+    assert runs.decode('Eine Katze <img id="p0"> schläft <img id="p1"><img id="p0"> hier') == [
+        ("Eine Katze", 1), tab, ("schläft", 1), anchor, (" hier", 1), line]  # fmt: skip
+    ended = encode([("A dog runs.", 1), line, ("A cat.", 1)])
+    assert ended.unit.text == 'A dog runs.<br id="p0">A cat.'
+    assert ended.decode("Ein Hund rennt. Eine Katze.") == [("Ein Hund rennt. Eine Katze.", 1), line]
+
+
+def docx_with(*paragraphs: str) -> bytes:
     d = docx.Document()
-    d.element.body.insert(0, etree.fromstring(paragraph))
+    for i, paragraph in enumerate(paragraphs):
+        d.element.body.insert(i, etree.fromstring(paragraph))
     out = io.BytesIO()
     d.save(out)
     return out.getvalue()
