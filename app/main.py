@@ -16,6 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import deepl, files_api, libretranslate
@@ -181,8 +182,9 @@ async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return error(422, unreadable(exc.__cause__), "validation_error")
     if exc.status_code == 404:
         message = f"there is no endpoint {path}; GET /docs lists the endpoints"
-    elif exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
+    elif exc.status_code == 405:  # Starlette's Allow names one route's methods: the path may have several routes
+        allowed = ", ".join(allowed_methods(request)) or (exc.headers or {}).get("Allow", "")
+        exc.headers = {**(exc.headers or {}), "Allow": allowed} if allowed else exc.headers
         message = f"{request.method} is not allowed on {path}; use {allowed or 'another method'}"
     else:
         message = str(exc.detail)
@@ -209,6 +211,13 @@ async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error(500, message, "internal_error")
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the app takes on the request's path."""
+    methods = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+    routes = request.app.router.routes
+    return [m for m in methods if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
+
+
 def describe(errors: list[dict], request: Request) -> str:
     """One sentence per problem, naming the field and what it accepts."""
     out = []
@@ -218,6 +227,11 @@ def describe(errors: list[dict], request: Request) -> str:
             return f"the body is not valid JSON: {e.get('ctx', {}).get('error', 'decode error')} at character {loc[-1]}"
         field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:]).lstrip(".")
         if not field:
+            sent = request.headers.get("content-type")
+            if kind != "missing" and "json" not in (sent or "").lower():  # the body was not read as JSON at all
+                said = f"this request's is {sent!r}" if sent else "this request has none"
+                out.append(f"the body must be sent with Content-Type: application/json ({said})")
+                continue
             out.append(
                 "the body must be a JSON object sent with Content-Type: application/json"
                 + ("" if kind == "missing" else f", got {short(value)}")

@@ -95,7 +95,7 @@ Ids = Annotated[
 
 
 class Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # NaN: "a finite number", not "<= 10"
 
 
 class ErrorResponse(BaseModel):

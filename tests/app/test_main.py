@@ -46,7 +46,14 @@ async def test_malformed_json_and_non_objects_get_422(client):
     r = await client.post("/translate", content=b'["a"]', headers={"content-type": "application/json"})
     assert_error(r, 422, "validation_error", "JSON object")
     assert_error(await client.post("/translate"), 422, "validation_error", "JSON object")
-    assert_error(await client.post("/translate", content=b'{"text": "a"}'), 422, "validation_error", "Content-Type")
+    for number in (b"NaN", b"Infinity", b"-Infinity"):  # Python's json reads them; no field takes one
+        r = await client.post("/translate", content=b'{"text": "a", "length_penalty": %s}' % number,
+                              headers={"content-type": "application/json"})  # fmt: skip
+        assert_error(r, 422, "validation_error", "length_penalty: input should be a finite number")
+    r = await client.post("/translate", content=b'{"text": "a"}')  # a JSON object, but not said to be one
+    assert_error(r, 422, "validation_error", "Content-Type: application/json (this request has none)")
+    r = await client.post("/translate", content=b'{"text": "a"}', headers={"content-type": "text/plain"})
+    assert_error(r, 422, "validation_error", "Content-Type: application/json (this request's is 'text/plain')")
 
 
 @pytest.mark.parametrize(
@@ -116,6 +123,10 @@ async def test_body_over_1mb_is_413_by_length_and_by_stream(client):
 async def test_unknown_path_and_wrong_method(client):
     assert_error(await client.get("/translations"), 404, "not_found", "/translations", "/docs")
     assert_error(await client.get("/translate"), 405, "method_not_allowed", "GET", "POST")
+    for path in ("/files/0", "/glossaries/0", "/deepl/v2/glossaries/0"):  # a path of two routes: both methods named
+        r = await client.put(path)
+        assert r.status_code == 405 and r.headers["allow"] == "DELETE, GET", (path, r.headers)
+        assert "use DELETE, GET" in r.text, r.text
 
 
 @pytest.mark.parametrize("mode", MODES)
