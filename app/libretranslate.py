@@ -256,8 +256,9 @@ def name(code: str) -> str:
 
 
 def others(translation: str, hypotheses: list[str]) -> list[str]:
-    """The n-best list's other translations, each once, as LibreTranslate's `alternatives`."""
-    return [h for h in dict.fromkeys(hypotheses) if h and h != translation]
+    """The n-best list's other translations, each once, as LibreTranslate's `alternatives` (a hypothesis that differs
+    from another only by the whitespace at its ends, where the model wrote a space before </s>, is the same)."""
+    return [h for h in dict.fromkeys(h.strip() for h in hypotheses) if h and h != translation.strip()]
 
 
 @router.post("/translate", openapi_extra=request_body(*FIELDS, required=("q", "source", "target")))

@@ -3,6 +3,7 @@ the glossary store or the job runner asked, the answer in DeepL's shape."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import math
 import secrets
@@ -29,13 +30,14 @@ from app.deepl.fields import (
 from app.deepl.languages import REGIONS, base, deepl_code, engine_for, name, pairs, sources
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
-from app.engine import EngineUnavailable
+from app.engine import EngineUnavailable, InvalidRequest
 from app.files import FORMATS
 from app.files.translate import ADDRESSES
 from app.files_api import disposition
 from app.html import ignoring
 from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
+from app.text.documents import parse_pages
 from app.text.limits import GREEDY
 
 CHARACTER_LIMIT = 10**12  # what /v2/usage reports: no quota here
@@ -89,10 +91,15 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     decoding = replace(GREEDY, glossary=glossary, source=base(source), target=into)
     marked = [ignoring(t, a.ignored) if a.ignored else (t, "") for t in a.texts]
     texts, kind = [t for t, _ in marked], "html" if a.html else "text"
-    out = await unless_disconnected(
-        request.receive,
-        engine.translate(texts, decoding=decoding, split=a.split, format=kind, cut_long=True, protect=ADDRESSES),
-    )
+    try:
+        out = await unless_disconnected(
+            request.receive,
+            engine.translate(texts, decoding=decoding, split=a.split, format=kind, cut_long=True, protect=ADDRESSES),
+        )
+    except InvalidRequest:
+        if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them
+            await asyncio.to_thread(parse_pages, a.texts)
+        raise
     request.app.state.deepl_characters = characters(request) + sum(map(len, a.texts))
     results = []
     for text, (_, marker), t in zip(a.texts, marked, out, strict=True):

@@ -69,6 +69,10 @@ async def test_ignored_tags_keep_their_text_and_come_back_as_written(client):
         assert "<b>bike</b>" in out and "<div>Two <code>dogs</code>.</div>" in out, out
         assert '<i translate="yes">a horse</i>' not in out  # its own attribute wins: translated
         assert "data-nmt-ignored" not in out and out.count("translate=") == 1
+    broken = {**fields, "text": ["<p>A man is <keep>riding</p>"]}  # said where it is in the text as sent
+    plain = await client.post("/deepl/v2/translate", json=broken)
+    r = await client.post("/deepl/v2/translate", json={**broken, "ignore_tags": "keep"})
+    assert r.status_code == 400 and r.json() == plain.json() and "1:25" in r.json()["message"], r.text
 
 
 @pytest.mark.parametrize(
