@@ -58,12 +58,14 @@ class ConstrainedBeamSearch(BeamSearch):
                 if (first := K.instead_of(p, t)) is not None:
                     candidates[b, first] = max(candidates.get((b, first), NEG_INF), s)
         ranked = sorted(((s, b, t) for (b, t), s in candidates.items() if s > NEG_INF), reverse=True)
-        for rank, (score, b, token) in enumerate(ranked[:k]):
+        # the candidates that end: those a bank's share of the beams takes (the hypotheses that have met every
+        # constraint are a bank of their own, which the others, not paying for their terms yet, would outrank)
+        for score, b, token in self._allocate(ranked, k):
             if token == eos or last:
                 progress = K.after(self.progress[b], token)
                 if K.done(progress):
                     self._finish(score, b, token)
-                    self.best_finished |= rank == 0
+                    self.best_finished |= (score, b, token) == ranked[0]
         enough = self.best_finished and len(self.finished) >= self.n if self.penalty == 0 else len(self.finished) >= k
         if last or enough or not ranked:
             self.done = True

@@ -27,7 +27,12 @@ class Hypothesis:
     @property
     def score(self) -> float:
         """The summed log-probabilities over length ** length_penalty (</s> counted, and the forced start tokens, as
-        transformers counts a forced_bos_token_id): with 1.0, the mean."""
+        transformers counts a forced_bos_token_id): with 1.0, the mean. A constraint's tokens are the caller's
+        choice, not the model's, and count in neither: with them, a hypothesis that went on past its sentence would
+        spread their cost over more tokens and outrank the one that ended it."""
         if not self.logprobs:
             return 0.0
+        if self.terms:
+            chosen = [lp for i, lp in enumerate(self.logprobs) if i not in self.terms]
+            return sum(chosen) / max(len(chosen) + self.start, 1) ** self.length_penalty
         return sum(self.logprobs) / (len(self.logprobs) + self.start) ** self.length_penalty

@@ -203,3 +203,24 @@ async def test_the_terms_are_forced_in_documents_html_streams_and_beams_and_a_gl
         assert "".join(e["token"]["text"] for e in events[:-1]) == final
         r = await client.post("/translate", json={"text": "A bike.", "glossary": {"bike": "Velo"}, "max_new_tokens": 2})
         assert r.status_code == 422 and "need 3 tokens" in r.json()["error"], r.text
+
+
+@pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
+async def test_beam_search_with_terms_finds_a_translation_at_least_as_likely_as_greedy(tmp_path):
+    """A hypothesis that has met its terms ends where the model ends it, however the ones still short of them score
+    (they have not paid for the terms yet), and a term's tokens, the caller's choice, count in no hypothesis's score:
+    beam search once went on past the sentence ("... Fahrrad. Ein Ein Ein Mann fährt Velo.")."""
+    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, compile=False, glossary_dir=tmp_path)) as (_, client):
+
+        async def best(**body) -> dict:
+            r = await client.post("/translate", json={**body, "return_scores": True})
+            assert r.status_code == 200, r.text
+            return r.json()["translations"][0]
+
+        text, glossary = "A man rides a bike", {"bike": "Velo"}
+        greedy = await best(text=text, glossary=glossary)
+        for beam, penalty in ((4, 0.0), (4, 1.0), (8, 1.0)):
+            found = await best(text=text, glossary=glossary, beam_size=beam, length_penalty=penalty)
+            assert "Velo" in found["text"] and found["text"].count(".") <= 1, (beam, penalty, found)
+            if penalty == 1.0:  # the mean, as greedy's score is
+                assert found["score"] >= greedy["score"] - 1e-3, (beam, found, greedy)
