@@ -26,6 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def continues_word(piece: str) -> bool:
+    """Whether a target token goes on the word before it: no "▁" in front, and a letter, a digit or a hyphen first
+    (none may follow a term: "Velo" + "-Fahrer" is another word than the term)."""
+    return not piece.startswith("▁") and (piece[:1].isalnum() or piece[:1] in ("-", "‐", "‑"))
+
+
 @dataclass(frozen=True, slots=True)
 class Phrase:
     """A constraint: target token ids a hypothesis must contain, and the tokens it begins in place of."""

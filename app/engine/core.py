@@ -24,6 +24,7 @@ from app.engine.metrics import EngineMetrics
 from app.engine.scheduler import Batcher
 from app.engine.sequence import TokenStream
 from model.compile import Compiled
+from model.constraints import continues_word
 from model.hypothesis import Hypothesis
 from model.options import GREEDY, DecodingOptions
 from model.quantize import int8_warning, quantize_int8
@@ -149,10 +150,9 @@ class EngineCore:
         return await self.batcher.call(_attention, self.model, src, tgt, layers, heads, average_heads, start)
 
     async def word_continuations(self, pieces: list[str]) -> torch.Tensor:
-        """(V,) True for the target tokens that continue a word (no "▁" in front, a letter or digit first), from the
+        """(V,) True for the target tokens that continue a word (model/constraints.py's continues_word), from the
         target vocabulary's `pieces`: no token of these may follow a glossary's phrase (model/constraints.py)."""
-        glued = [not p.startswith("▁") and p[:1].isalnum() for p in pieces]
-        return torch.tensor(glued, dtype=torch.bool, device=self.device)
+        return torch.tensor(list(map(continues_word, pieces)), dtype=torch.bool, device=self.device)
 
     # ---- facts -----------------------------------------------------------------------------------
 

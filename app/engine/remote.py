@@ -46,6 +46,7 @@ from app.engine.attention import AttentionWeights
 from app.engine.errors import EngineUnavailable, QueueFull
 from app.engine.metrics import EngineMetrics, Metrics
 from app.engine.wire import HWM, Reply, Request
+from model.constraints import continues_word
 from model.hypothesis import Hypothesis
 from model.options import GREEDY, DecodingOptions
 
@@ -362,7 +363,7 @@ class RemoteCore:
     async def word_continuations(self, pieces: list[str]) -> np.ndarray:
         """(V,) as EngineCore's, made here as an array (no torch here, and no round trip): the engine process turns
         it into a tensor on its device (core_server.py's `placed`)."""
-        return np.array([not p.startswith("▁") and p[:1].isalnum() for p in pieces], dtype=bool)
+        return np.array(list(map(continues_word, pieces)), dtype=bool)
 
     def _submit(self, kind: str, args: tuple, n: int = 0, stream: bool = False) -> Any:
         if self._stopped:

@@ -72,7 +72,7 @@ async def stream_events(
             )  # fmt: skip
     if all(map(blank, pieces)):  # a blank text, or protected spans alone: no model call
         yield None
-        yield Finished("" if blank(text) else text, "eos", 0, 0, False, engine.calibration is not None)
+        yield Finished("" if blank(text) else text, "eos", 0, 0, False, engine.calibration is not None, 0.0)
         return
     request = object()  # the segments take their turns to be admitted as one request
     streams = [engine.core.stream(src, budget, o, request) if not blank(piece) else None  # blank: spans alone

@@ -215,6 +215,9 @@ async def test_a_stream_can_carry_the_score_and_a_blank_text_streams_only_the_en
          "calibrated": False, "flags": []}  # as the JSON answer has them: no confidence, no flag
     ]  # fmt: skip
     assert "confidence" not in blank["translations"][0] and blank["translations"][0]["flags"] == []
+    scored = {"text": " ", "return_scores": True}  # the score too, as the JSON answer has it
+    (end,) = sse(await client.post("/translate", json={**scored, "stream": True}))
+    assert end["score"] == (await client.post("/translate", json=scored)).json()["translations"][0]["score"] == 0.0
 
 
 async def test_a_stream_of_a_list_is_refused(client):

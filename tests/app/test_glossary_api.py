@@ -224,3 +224,7 @@ async def test_beam_search_with_terms_finds_a_translation_at_least_as_likely_as_
             assert "Velo" in found["text"] and found["text"].count(".") <= 1, (beam, penalty, found)
             if penalty == 1.0:  # the mean, as greedy's score is
                 assert found["score"] >= greedy["score"] - 1e-3, (beam, found, greedy)
+        for beam in (1, 4):  # no piece of a word after the term: "Velo-Fahrer" is not the term
+            found = await best(text="A bike.", glossary=glossary, beam_size=beam, return_tokens=True)
+            after = found["tokens"][found["tokens"].index("o") + 1]
+            assert after.startswith("▁") or not (after[:1].isalnum() or after[:1] == "-"), found

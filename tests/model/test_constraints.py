@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from model.batch import RowBatch, decode, new_search
-from model.constraints import Constraints, Phrase, Progress
+from model.constraints import Constraints, Phrase, Progress, continues_word
 from model.decoding import KVCache
 from model.search import DecodingOptions
 
@@ -87,6 +87,11 @@ def test_no_word_piece_is_glued_to_the_end_of_a_phrase(trained, sources):
             assert hyp.tokens[at + 1 : at + 2] != [plain.tokens[1]], hyp.tokens
             checked += 1
     assert checked
+
+
+def test_a_word_goes_on_with_a_piece_without_a_space_in_front_that_is_a_letter_a_digit_or_a_hyphen():
+    assert all(map(continues_word, ["el", "s", "9", "-Fahrer", "-", "‑"]))
+    assert not any(map(continues_word, ["▁Hund", "▁", ".", ",", ")", "'s", "", "</s>"]))
 
 
 def test_unconstrained_rows_beside_constrained_ones_decode_as_they_would_alone(trained, sources):
