@@ -76,7 +76,9 @@ def wire_event(event: Token | Finished, scores: bool) -> s.TokenEvent | s.EndEve
     if isinstance(event, Token):
         return s.TokenEvent(index=event.index, token=s.StreamedToken(id=event.id, text=event.text),
                           text_so_far=event.text_so_far)  # fmt: skip
-    withheld = [s.WithheldSegment(segment=i, **judged(event.qualities[i])) for i in event.withheld]
+    withheld = [
+        s.WithheldSegment(segment=i, source_span=event.spans[i], **judged(event.qualities[i])) for i in event.withheld
+    ]
     return s.EndEvent(
         text=event.text, finish_reason=event.finish_reason,
         usage=s.Usage(input_tokens=event.input_tokens, output_tokens=event.output_tokens), truncated=event.truncated,

@@ -32,6 +32,7 @@ class TokenEvent(Event):
 
 class WithheldSegment(Event):
     segment: int = Field(description="which sentence of the text (from 0)")
+    source_span: tuple[int, int] = Field(description="[start, end) characters of it in the text")
     confidence: float
     flags: list[Flag]
 

@@ -47,6 +47,7 @@ class Finished:
     score: float | None = None
     qualities: tuple[Quality | None, ...] = ()
     withheld: tuple[int, ...] = ()
+    spans: tuple[tuple[int, int], ...] = ()  # each segment's [start, end) characters in the text
 
 
 async def stream_events(
@@ -146,6 +147,7 @@ async def stream_events(
             calibrated=engine.calibration is not None,
             score=real[0].score if len(real) == 1 else sum(h.score * len(h.logprobs) for h in real) / steps,
             qualities=tuple(qualities), withheld=tuple(withheld),
+            spans=((0, len(text)),) if segments is None else tuple((g.start, g.end) for g in segments),
         )  # fmt: skip
     finally:
         for tokens in streams:

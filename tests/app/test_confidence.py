@@ -122,6 +122,8 @@ async def test_the_last_streamed_event_has_the_confidence_and_what_was_withheld(
     assert "Welt" not in last["text"] and last["text"].startswith("Ein")  # ... and left out of what stands
     assert last["calibrated"] is True and "repetition" in last["flags"] and last["confidence"] < 0.5
     assert [w["segment"] for w in last["withheld"]] == [1]
+    plain = await translate(client, text=f"{GOOD} {BAD}", min_confidence=0.5)
+    assert last["withheld"] == plain["translations"][0]["withheld"]  # its source span too
 
 
 async def test_libretranslate_answers_carry_confidence_its_clients_ignore(client):
