@@ -56,14 +56,20 @@ class Templates:
         # "/translate" would be counted as ours), so each route's full template comes from its context in the app.
         contexts = list(iter_route_contexts(routes)) if iter_route_contexts else routes
         self.routes = [(c, c.path_format) for c in contexts]
-        self.by_route = {id(getattr(c, "original_route", c)): path for c, path in self.routes}
+        # a router included twice (DeepL's, at /deepl and at /v2) has each route under two templates
+        self.by_route: dict[int, list[tuple[BaseRoute, str]]] = {}
+        for c, path in self.routes:
+            self.by_route.setdefault(id(getattr(c, "original_route", c)), []).append((c, path))
 
     def of(self, scope: Scope) -> str:
         """The template of the route that answered, else of the one the path matches (FastAPI's /docs, /redoc and
         /openapi.json, and requests answered before routing, such as an early 413, carry no route)."""
         route = scope.get("route")
         if route is not None:
-            return self.by_route.get(id(route), route.path)
+            found = self.by_route.get(id(route), [])
+            if len(found) > 1:
+                found = [(c, path) for c, path in found if c.matches(scope)[0] == Match.FULL] or found
+            return found[0][1] if found else route.path
         partial = "unmatched"
         for context, path in self.routes:
             match = context.matches(scope)[0]

@@ -22,12 +22,16 @@ async def test_metrics_expose_every_series_with_sensible_values_after_traffic(ap
     assert [r.status_code for r in (*plain, stream)] == [200] * 4
     assert (await client.post("/translate", json={"text": 5})).status_code == 422
     assert (await client.get("/nowhere/42")).status_code == 404
+    deepl = {"text": "A dog.", "target_lang": "DE"}  # DeepL's routes at /deepl/v2 and at /v2: each its own label
+    statuses = [(await client.post(p, data=deepl)).status_code for p in ("/deepl/v2/translate", "/v2/translate") * 2]
     after = await scrape(client)
 
     def delta(name: str, **labels) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
     model = {"model": app.state.engine.name}  # the engine series are the model's
+    for path, status in zip(("/deepl/v2/translate", "/v2/translate"), statuses, strict=False):
+        assert delta("nmt_requests_total", endpoint=path, status=str(status)) == 2, (path, status)
 
     assert delta("nmt_requests_total", endpoint="/translate", status="200") == 4
     assert delta("nmt_requests_total", endpoint="/translate", status="422") == 1
