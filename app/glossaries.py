@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from app.durable import sync_directory
-from app.languages import UnknownLanguage, equivalents
+from app.languages import UnknownLanguage, same
 from app.text import Engine
 
 log = logging.getLogger("nmt_serve")
@@ -196,12 +196,6 @@ def short(text: str) -> str:
 
 
 # ---- languages -----------------------------------------------------------------------------------------------
-
-
-def same(a: str, b: str) -> bool:
-    """Whether two codes name one language, ignoring case, region and ISO spelling (`EN`, `en-GB`, `eng`)."""
-    first = [re.split("[-_]", c.strip().lower())[0] for c in (a, b)]
-    return bool(equivalents(first[0]) & equivalents(first[1]))
 
 
 def fits(glossary: Glossary, engine: Engine, source: str | None, target: str | None) -> bool:

@@ -47,6 +47,12 @@ class UnknownLanguage(ValueError):
     """A request names a language the model does not have, or names it ambiguously."""
 
 
+def same(a: str, b: str) -> bool:
+    """Whether two codes name one language, ignoring case, region and ISO spelling (`EN`, `en-GB`, `eng`)."""
+    first = [re.split("[-_]", c.strip().lower())[0] for c in (a, b)]
+    return bool(equivalents(first[0]) & equivalents(first[1]))
+
+
 def equivalents(language: str) -> frozenset[str]:
     """Every ISO spelling of a language subtag: `de` -> {de, deu}; `arb` -> {arb, ar, ara}."""
     language = ALIASES.get(language.lower(), language.lower())

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.engine import EngineUnavailable, InvalidRequest
+from app.languages import same
 from app.loading import load_engine
 from app.metrics import Metrics
 from app.settings import Settings
@@ -170,7 +171,7 @@ class Models:
             if engine.codes is None:
                 langs = self.languages(model)
                 for side, code in (("source", source), ("target", target)):
-                    if code and langs[side] != code:
+                    if code and not (same(langs[side], code) or side == "source" and code == "auto"):
                         raise UnknownModel(
                             f"the model {model!r} translates {self.pair(model)}, not {side} {code!r}; leave out "
                             f'"model" to pick one by language, or see GET /models'

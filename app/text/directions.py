@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.engine.errors import InvalidRequest
-from app.languages import Languages, UnknownLanguage
+from app.languages import Languages, UnknownLanguage, same
 from app.text.limits import Decoding
 from model.multilingual_tokenizer import MultilingualTokenizer
 from model.token import TextTokenizer
@@ -38,9 +38,11 @@ class Directions:
 
     def serves(self, source: str | None, target: str | None) -> bool:
         """Whether a request naming these languages (either may be left out) is this model's."""
-        if self.codes is None:
+        if self.codes is None:  # its codes as written, or another spelling (`FR`, `fr-FR`, `fra`); any source: auto
             langs = self.languages
-            return (not source or langs["source"] == source) and (not target or langs["target"] == target)
+            return (not source or source == "auto" or same(langs["source"], source)) and (
+                not target or same(langs["target"], target)
+            )
         return self.why_not(source, target) is None
 
     def why_not(self, source: str | None, target: str | None) -> str | None:

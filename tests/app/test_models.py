@@ -50,6 +50,9 @@ async def test_a_request_picks_its_model_by_name_or_by_language_and_the_first_is
     for body, name in [
         ({}, "en-de"), ({"model": "en-fr"}, "en-fr"), ({"target": "fr"}, "en-fr"), ({"source": "en"}, "en-de"),
         ({"source": "en", "target": "de"}, "en-de"), ({"model": "en-fr", "target": "fr"}, "en-fr"),
+        # the codes spelt otherwise (case, region, ISO 639-2), and "auto" for the source, as many-to-many models take them
+        ({"target": "FR"}, "en-fr"), ({"target": "fr-FR"}, "en-fr"), ({"source": "EN", "target": "fra"}, "en-fr"),
+        ({"source": "auto", "target": "fr"}, "en-fr"), ({"model": "en-fr", "source": "en_GB", "target": "Fr"}, "en-fr"),
     ]:  # fmt: skip
         out = await translated(client, **body)
         assert (out["model"], out["translations"][0]["text"]) == (name, own[name]), body
