@@ -65,7 +65,7 @@ async def test_a_plain_request_takes_the_fast_path_and_gets_the_full_apps_answer
         (b'{"text": "A dog."', {}, 422, ["not valid JSON"]),
         (b"\xff\xfe", {}, 422, ["not valid JSON"]),
         (b'["A dog."]', {}, 422, ["JSON object"]),
-        (b'{"text": "A dog."}', {"content-type": "text/plain"}, 422, ["JSON object"]),
+        (b'{"text": "A dog."}', {"content-type": "text/plain"}, 422, ["this request's is 'text/plain'"]),
     ],
 )
 async def test_a_request_the_model_refuses_goes_to_the_full_app(client, taken, monkeypatch, content, headers, status,
