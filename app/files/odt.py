@@ -181,22 +181,7 @@ def _rebuild(paragraph: etree._Element, atoms: list[_Atom], stretches: dict[int,
             i += 1
             continue
         s, pieces = stretches[i]
-        inside = atoms[s.first : s.last + 1]
-        for a in inside:
-            if a.kind == "start":
-                b.element((), a.item)
-        chains = {id(a.point): a.chain for a in inside if a.point}
-        chain: tuple = ()  # the last point's: text of its format after it goes on in its spans
-        for piece in pieces:
-            if isinstance(piece, Point):
-                chain = chains[id(piece)]
-                b.element(chain, piece.item)
-                continue
-            text, key = piece
-            b.text(chain if chain and _format(chain) == key else s.chains[key], text)
-        for a in inside:
-            if a.kind == "end":
-                b.element((), a.item)
+        b.stretch(atoms[s.first : s.last + 1], pieces, s.chains, _format, b.text)  # after a point: in its spans
         i = s.last + 1
     b.done()
 

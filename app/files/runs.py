@@ -339,6 +339,28 @@ class Builder:
         else:
             _TEXT.__set__(into, (_TEXT.__get__(into) or "") + text)
 
+    def stretch(self, atoms: list, pieces: list, chains: dict, formatted: Callable[[tuple], object],
+                put: Callable[[tuple, str], None]) -> None:  # fmt: skip
+        """A stretch's atoms (their `kind`: start, end; their `point`, `chain` and `item`) and its translation's
+        pieces (text with its format's key, and Points): the stretch's starts, then each piece, then its ends. Text
+        after a point goes on in the point's chain where that has its format (`formatted`), else in its format's
+        (`chains`); `put` writes a text into a chain."""
+        for a in atoms:
+            if a.kind == "start":
+                self.element((), a.item)
+        around = {id(a.point): a.chain for a in atoms if a.point}
+        chain: tuple = ()  # the last point's
+        for piece in pieces:
+            if isinstance(piece, Point):
+                chain = around[id(piece)]
+                self.element(chain, piece.item)
+                continue
+            text, key = piece
+            put(chain if chain and formatted(chain) == key else chains[key], text)
+        for a in atoms:
+            if a.kind == "end":
+                self.element((), a.item)
+
     def done(self) -> None:
         """Put the content written in place of the flow's own."""
         for child in list(self.flow):

@@ -195,30 +195,19 @@ def _format(chain: tuple) -> tuple:
 
 def _rebuild(flow: etree._Element, atoms: list[_Atom], stretches: dict[int, tuple[_Stretch, list]]) -> None:
     b, i = Builder(flow, _copy), 0
+
+    def put(chain: tuple, text: str) -> None:  # a run's text is a <w:t> of its own
+        t = flow.makeelement(_T, {_SPACE: "preserve"})
+        t.text = text
+        b.element(chain, t)
+
     while i < len(atoms):
         if i not in stretches:
             b.element(atoms[i].chain, atoms[i].item)
             i += 1
             continue
         s, pieces = stretches[i]
-        inside = atoms[s.first : s.last + 1]
-        for a in inside:
-            if a.kind == "start":
-                b.element((), a.item)
-        chains = {id(a.point): a.chain for a in inside if a.point}
-        chain: tuple = ()  # the last point's: text of its run's format after it goes on in its run
-        for piece in pieces:
-            if isinstance(piece, Point):
-                chain = chains[id(piece)]
-                b.element(chain, piece.item)
-                continue
-            text, key = piece
-            t = flow.makeelement(_T, {_SPACE: "preserve"})
-            t.text = text
-            b.element(chain if chain and _format(chain) == key else s.chains[key], t)
-        for a in inside:
-            if a.kind == "end":
-                b.element((), a.item)
+        b.stretch(atoms[s.first : s.last + 1], pieces, s.chains, _format, put)  # after a point: in its run
         i = s.last + 1
     b.done()
 
