@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -97,7 +98,11 @@ class Tokenizer:
         """Tokens with ids, pieces and character offsets into `text`."""
         enc = self.hf.encode(text, add_special_tokens=False)
         toks = []
-        for i, piece, (start, end) in zip(enc.ids, enc.tokens, enc.offsets):
+        starts = [start for start, _ in enc.offsets[1:]] + [len(text)]
+        for i, piece, (start, end), after in zip(enc.ids, enc.tokens, enc.offsets, starts):
+            # NFC makes "e" + U+0301 one character, whose offsets name the "e" alone: the marks are the token's too
+            while start < end < after and unicodedata.category(text[end])[0] == "M":
+                end += 1
             if start < end and not text[start].isspace() and piece == "▁":
                 end = start  # the word-boundary mark the pre-tokenizer added before the first word
             elif end - start > 1 and text[start].isspace():  # "▁man" points at "man", not " man"
