@@ -12,6 +12,7 @@ search would pick that token, the term begins instead.
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 
 Glossary = tuple[tuple[str, str], ...]  # (source term, target term) pairs, in the glossary's order
@@ -26,17 +27,23 @@ def _matcher(sources: tuple[str, ...], ignore_case: bool) -> re.Pattern:
 
 
 def find(text: str, glossary: Glossary, ignore_case: bool = False) -> list[tuple[str, str]]:
-    """The (source term, target term) entries whose source term occurs in `text`, in the order they occur, each once."""
+    """The (source term, target term) entries whose source term occurs in `text`, in the order they occur, each once.
+    Text and terms compare in Unicode's composed form (NFC), as the model reads them: "cafe" + U+0301 is "café"."""
     entries = [(s, t) for s, t in glossary if s.strip() and t.strip()]
     if not entries or not text.strip():
         return []
-    fold = str.casefold if ignore_case else str
+    fold = (lambda x: unicodedata.normalize("NFC", x).casefold()) if ignore_case else _composed
     by_source: dict[str, tuple[str, str]] = {}
     for s, t in entries:
         by_source.setdefault(fold(s), (s, t))
-    found = dict.fromkeys(by_source[fold(m.group())] for m in _matcher(tuple(s for s, _ in entries), ignore_case)
-                          .finditer(text) if fold(m.group()) in by_source)  # fmt: skip
+    terms = tuple(_composed(s) for s, _ in entries)
+    found = dict.fromkeys(by_source[fold(m.group())] for m in _matcher(terms, ignore_case)
+                          .finditer(_composed(text)) if fold(m.group()) in by_source)  # fmt: skip
     return list(found)
+
+
+def _composed(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
 
 
 def rendering_token(source_term: str, rendering: list[int], pieces: list[str]) -> int | None:

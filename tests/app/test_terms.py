@@ -30,6 +30,13 @@ def test_case_is_kept_unless_the_request_ignores_it():
     assert find("in new york", GLOSSARY, ignore_case=True) == [("New York", "New York City")]
 
 
+def test_a_decomposed_term_or_text_matches_its_composed_form_as_the_model_reads_both():
+    glossary = [("café", "Kaffeehaus"), ("nai\u0308ve", "naiv")]
+    for text in ("A cafe\u0301 and a naïve dog.", "A café and a nai\u0308ve dog."):
+        assert find(text, glossary) == glossary, text
+        assert find(text.upper(), glossary, ignore_case=True) == glossary, text
+
+
 def test_blank_terms_and_texts_match_nothing():
     assert find("a dog", (("", "x"), ("  ", "y"), ("dog", " "))) == []
     assert find("   ", GLOSSARY) == []
