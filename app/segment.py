@@ -13,6 +13,7 @@ characters: INVISIBLE) at either end.
   was, so hard-wrapped prose is translated line by line.
 - `lines`: one segment a line (subtitles, lists, tables pasted as text).
 - `none`: the whole text, trimmed, as one segment (what the model sees when the caller has split it already).
+- `nonewlines` (DeepL's `split_sentences=nonewlines`): sentences, a line break inside one read as a space.
 
 bench/splitters.py compares the splitters that were considered on hard cases (abbreviations, decimals, quotes,
 ellipses, lines without a full stop) and on speed: docs/performance.md has the figures, the README why sentencex.
@@ -27,7 +28,7 @@ from typing import Literal
 
 import sentencex
 
-Split = Literal["sentences", "lines", "none"]
+Split = Literal["sentences", "lines", "none", "nonewlines"]
 # Characters nobody sees, beside whitespace: zero-width spaces, joiners and non-joiners, direction marks and
 # isolates, the word joiner, the byte-order mark, the soft hyphen. Inside a segment they go to the model with its
 # words; at a segment's ends, or a line of nothing else, they are kept as written like whitespace (a model given
@@ -46,6 +47,14 @@ class Segment:
 def _trimmed(text: str, start: int, end: int) -> Segment | None:
     m = _CONTENT.search(text, start, end)
     return None if m is None else Segment(m.start(), m.end())
+
+
+def unwrapped(text: str) -> str:
+    """The text with each line break character a space (as long as it was: its spans are the text's)."""
+    return text.translate(_BREAKS)
+
+
+_BREAKS = {ord("\r"): " ", ord("\n"): " "}
 
 
 def blank(text: str) -> bool:
@@ -84,6 +93,8 @@ def segment(text: str, split: Split = "sentences", language: str = "en") -> list
         spans = _lines(text)
     elif split == "sentences":
         spans = [s for a, b in _lines(text) if a < b for s in _sentences(text, a, b, language)]
+    elif split == "nonewlines":  # DeepL's: sentences wherever they run, a line break as a space
+        spans = _sentences(unwrapped(text), 0, len(text), language) if text else []
     else:
         raise ValueError(f"split={split!r}: one of sentences, lines, none")
     return [s for a, b in spans if (s := _trimmed(text, a, b)) is not None]

@@ -16,7 +16,7 @@ from app.schemas import scrub
 
 MAX_GLOSSARY_IDS = 5  # glossary_ids, as DeepL's
 LISTS = {"text", "glossary_ids", "ignore_tags", "non_splitting_tags", "splitting_tags", "custom_instructions"}
-SPLIT = {"0": "none", "1": "sentences", "nonewlines": "sentences"}
+SPLIT = {"0": "none", "1": "sentences", "nonewlines": "nonewlines"}
 FORMALITY = {"default", "more", "less", "prefer_more", "prefer_less"}
 TRUE, FALSE = {"1", "true"}, {"0", "false"}
 
@@ -165,6 +165,7 @@ def asked(request: Request, values: dict[str, Any]) -> Asked:
     items, target, source = texts(values), string(values, "target_lang", required=True), string(values, "source_lang")
     html = choice(values, "tag_handling", {"html", "xml"}) is not None
     split = SPLIT[choice(values, "split_sentences", set(SPLIT)) or ("nonewlines" if html else "1")]
+    split = "sentences" if html and split == "nonewlines" else split  # HTML's line breaks are its own (<br>)
     flag(values, "preserve_formatting")  # the formatting is never corrected here: always preserved
     if choice(values, "formality", FORMALITY) in ("more", "less"):
         raise DeepLError(

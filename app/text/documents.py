@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from app.engine.errors import InputTooLong, InvalidRequest
 from app.html import HtmlDocument, MalformedHtml, parse
-from app.segment import Segment, Split, assemble, cut_to_fit, segment
+from app.segment import Segment, Split, assemble, cut_to_fit, segment, unwrapped
 from app.text.results import Aligned, Translation
 from model.confidence import FLAGS, Quality
 
@@ -29,12 +29,13 @@ class Documents:
 
     @property
     def pieces(self) -> list[str]:
-        return [text[s.start : s.end] for text, segs in zip(self.texts, self.segments) for s in segs]
+        pieces = [text[s.start : s.end] for text, segs in zip(self.texts, self.segments) for s in segs]
+        return list(map(unwrapped, pieces)) if self.split == "nonewlines" else pieces
 
     @property
     def kind(self) -> str:
         """What a piece is: a sentence, a line or a segment."""
-        return {"sentences": "sentence", "lines": "line"}.get(self.split, "segment")
+        return {"sentences": "sentence", "nonewlines": "sentence", "lines": "line"}.get(self.split, "segment")
 
     def names(self, single: bool) -> list[str]:
         """What an error calls each piece: "sentence 3 of text[1]" ("of the text" when the request sent one text;
@@ -84,7 +85,7 @@ def check_segments(segments: list[list[Segment]], split: Split, max_segments: in
     count = sum(map(len, segments))
     if count > max_segments:
         raise InputTooLong(
-            f"the texts have {count} {'sentences' if split == 'sentences' else 'segments'} (split={split!r}); a "
+            f"the texts have {count} {'sentences' if split in ('sentences', 'nonewlines') else 'segments'} (split={split!r}); a "
             f"request may have at most {max_segments} at once (NMT_MAX_REQUEST_SEQUENCES): send the rest in another "
             "request"
         )

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from app import protect as spans
-from app.segment import Split, segment
+from app.segment import Split, segment, unwrapped
 from app.text.documents import Documents, check_chars, check_segments, split_texts
 from app.text.results import Aligned, Translation
 
@@ -36,8 +36,9 @@ def protect_documents(
         for w, s, segs in zip(whole, stood, split_up.segments, strict=True)
     ]
     check_segments(segments, split, max_segments)  # as split_texts counts, without the stand-ins alone
+    read = unwrapped if split == "nonewlines" else str  # DeepL's nonewlines: a line break in a sentence is a space
     masks = [
-        spans.mask(text[s.start : s.end], spans.inside(f, s))
+        spans.mask(read(text[s.start : s.end]), spans.inside(f, s))
         for text, segs, f in zip(texts, segments, found, strict=True)
         for s in segs
     ]

@@ -56,6 +56,12 @@ async def test_json_form_and_the_root_mount_get_the_same_answer_as_our_api(clien
     assert (await client.post("/deepl/v2/translate", data=unsplit)).json()["translations"][0]["text"] == (
         await ours(client, f"{TEXT} {TEXT}", split="none")
     )[0]
+    # nonewlines: a sentence wrapped over lines is one sentence, read as if the line break were a space
+    wrapped = {"text": "A man is riding\na bike. Two dogs\r\nplay.", "target_lang": "DE"}
+    wrapped["split_sentences"] = "nonewlines"
+    sentences = await ours(client, ["A man is riding a bike.", "Two dogs  play."])
+    out = (await client.post("/deepl/v2/translate", data=wrapped)).json()["translations"][0]["text"]
+    assert out == " ".join(sentences), out
 
 
 async def test_ignored_tags_keep_their_text_and_come_back_as_written(client):
