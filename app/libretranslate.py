@@ -21,12 +21,12 @@ from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable
 from app.errors import ENGINE_ERRORS, RETRY_AFTER_S, ClientDisconnected, error, error_kind
 from app.files import FORMATS
-from app.files.translate import ADDRESSES
 from app.files_api import disposition
 from app.jobs import JobError, JobNotDone, UnknownJob
 from app.jobs.intake import extensions, job_for, read
 from app.jobs.store import ID
 from app.models import Models
+from app.protect.spans import ADDRESSES
 from app.schemas import ErrorResponse, scrub
 from app.text import Engine, Translation
 from app.text.directions import MULTILINGUAL

@@ -32,11 +32,11 @@ from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable, InvalidRequest
 from app.files import FORMATS
-from app.files.translate import ADDRESSES
 from app.files_api import disposition
 from app.html import ignoring
 from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
+from app.protect.spans import ADDRESSES
 from app.text.documents import parse_pages
 from app.text.limits import GREEDY
 

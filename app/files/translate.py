@@ -8,15 +8,14 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from app.files import Unit
-from app.protect.spans import protection
+from app.protect.spans import ADDRESSES, protection
 from app.segment import blank
 from app.text.limits import GREEDY, Decoding
 
 if TYPE_CHECKING:
     from app.text.engine import Engine
 
-ADDRESSES = protection(["urls", "emails"], None, None)  # also what DeepL's and LibreTranslate's APIs keep verbatim
-PLACEHOLDERS = protection(["placeholders", "urls", "emails"], None, None)
+PLACEHOLDERS = protection(["placeholders", *ADDRESSES.kinds], None, None)
 
 
 async def translate_units(engine: Engine, units: list[Unit], decoding: Decoding = GREEDY) -> list[str]:

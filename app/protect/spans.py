@@ -213,3 +213,7 @@ def _check(pattern: str, name: str) -> None:
             f"{name} matches the empty string ({pattern!r}); a pattern must match at least one character "
             "(+ rather than *, and not an anchor or \\b alone)"
         )
+
+
+# what files and the compatible APIs keep verbatim, as DeepL does (a model given a URL writes words in its place)
+ADDRESSES = protection(["urls", "emails"], None, None)
