@@ -6,7 +6,9 @@ tokens it has on its own, which begin a word.
 
 Each constraint also names the token it takes the place of: the model's own rendering of the source term, decoded
 alone, less the words it adds in front (an article: "dog" -> "Ein Hund" gives "Hund"'s first token). Where the
-search would pick that token, the term begins instead.
+search would pick that token, the term begins instead. It names the source tokens the term's occurrences cover too
+(`source_positions`), where a step that translates one begins it; and a text that ends a sentence (`ends_sentence`)
+has the target tokens that end one (`is_stop`) wait for the terms, so that none follows the sentence's end.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import unicodedata
 from functools import lru_cache
 
 Glossary = tuple[tuple[str, str], ...]  # (source term, target term) pairs, in the glossary's order
+Found = list[tuple[tuple[str, str], int, int]]  # (source term, target term), start, end: occurrences()
+STOPS = ".!?…。！？؟।"  # what ends a sentence
+CLOSERS = "\"'»«“”‘’)]}」』"  # what may follow its end
 
 
 @lru_cache(maxsize=64)
@@ -29,6 +34,12 @@ def _matcher(sources: tuple[str, ...], ignore_case: bool) -> re.Pattern:
 def find(text: str, glossary: Glossary, ignore_case: bool = False) -> list[tuple[str, str]]:
     """The (source term, target term) entries whose source term occurs in `text`, in the order they occur, each once.
     Text and terms compare in Unicode's composed form (NFC), as the model reads them: "cafe" + U+0301 is "café"."""
+    return list(dict.fromkeys(entry for entry, _, _ in occurrences(text, glossary, ignore_case)))
+
+
+def occurrences(text: str, glossary: Glossary, ignore_case: bool = False) -> Found:
+    """Each place a source term occurs in `text`: its (source term, target term) entry, and where it is (character
+    offsets into the text's composed form, NFC, which is the text itself but for a text not composed)."""
     entries = [(s, t) for s, t in glossary if s.strip() and t.strip()]
     if not entries or not text.strip():
         return []
@@ -37,9 +48,33 @@ def find(text: str, glossary: Glossary, ignore_case: bool = False) -> list[tuple
     for s, t in entries:
         by_source.setdefault(fold(s), (s, t))
     terms = tuple(_composed(s) for s, _ in entries)
-    found = dict.fromkeys(by_source[fold(m.group())] for m in _matcher(terms, ignore_case)
-                          .finditer(_composed(text)) if fold(m.group()) in by_source)  # fmt: skip
-    return list(found)
+    return [(by_source[fold(m.group())], m.start(), m.end()) for m in _matcher(terms, ignore_case)
+            .finditer(_composed(text)) if fold(m.group()) in by_source]  # fmt: skip
+
+
+def source_positions(text: str, tokens: list, found: Found) -> dict[str, frozenset[int]]:
+    """Each target term's source positions: those of the tokens (model/token.py's, the encoder input's, with their
+    character offsets into `text`) its source term's occurrences overlap. None for a text not composed (NFC), whose
+    matches' offsets are not the tokens'."""
+    if _composed(text) != text:
+        return {}
+    out: dict[str, set[int]] = {}
+    for (_, target), start, end in found:
+        out.setdefault(target, set()).update(
+            i for i, tok in enumerate(tokens) if not tok.special and tok.start < end and start < tok.end
+        )
+    return {t: frozenset(at) for t, at in out.items()}
+
+
+def is_stop(piece: str) -> bool:
+    """Whether a target token is closing punctuation alone (a word's "▁" in front and closing quotes after allowed)."""
+    text = piece.removeprefix("▁").rstrip(CLOSERS)
+    return bool(text) and all(ch in STOPS for ch in text)
+
+
+def ends_sentence(text: str) -> bool:
+    """Whether the text ends with closing punctuation (.!?… and their kin; closing quotes and brackets after it)."""
+    return text.rstrip().rstrip(CLOSERS)[-1:] in tuple(STOPS)
 
 
 def _composed(text: str) -> str:

@@ -8,7 +8,8 @@ model's cross-attention over the reference, teacher-forced: model/search.py's al
 (seeded). Each such sentence is then one request with its own inline glossary (source word -> reference word),
 all of them at once in the running batch, through the serving engine (app/engine). Prints the CPU, then JSON lines:
 
-- terms: the share of constrained translations holding every term as a whole word (goal: 1.0), and BLEU against the
+- terms: the share of constrained translations holding every term as a whole word (goal: 1.0), how many put one
+  after the sentence's end or lose its closing punctuation (`Ein Hund. Köter`; goal: 0), and BLEU against the
   references of those sentences' unconstrained and constrained translations (goal: constrained >= unconstrained);
 - identical: whether a glossary none of whose terms occur leaves every translation bit-identical (goal: true);
 - speed (medians of --rounds): a batch of 32 constrained requests against the same 32 without glossaries (goal:
@@ -46,6 +47,16 @@ COMMON = 100  # the most frequent words of each side are not terms (articles, pr
 
 def has_term(text: str, term: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(term)}(?!\w)", text) is not None
+
+
+END = re.compile(r"[.!?…]+[\"'»“”)]*(?=\s+\S)")  # a sentence's end with more text after it
+
+
+def after_the_end(text: str, terms) -> bool:
+    """Whether a term stands after the translation's sentence ended (`Ein Hund. Köter`), or ends it without the
+    punctuation the translation without terms ends with (caught by the caller)."""
+    ends = list(END.finditer(text))
+    return bool(ends) and any(has_term(text[ends[-1].end() :], t) for _, t in terms)
 
 
 def words(text: str) -> list[str]:
@@ -138,11 +149,17 @@ async def main(args: argparse.Namespace) -> None:
         forced = await translate(engine, [sources[i] for i in idx], [terms[i] for i in idx], decoding)
         held = [all(has_term(f, t) for _, t in terms[i]) for i, f in zip(idx, forced)]
         refs = [references[i] for i in idx]
+        stop = re.compile(r"[.!?…][\"'»“”)]*$")
+        misplaced = sum(
+            after_the_end(f, terms[i]) or (bool(stop.search(plain[i].strip())) and not stop.search(f.strip()))
+            for i, f in zip(idx, forced)
+        )
         before = sacrebleu.corpus_bleu([plain[i] for i in idx], [refs]).score
         after = sacrebleu.corpus_bleu(forced, [refs]).score
         print(json.dumps({
             "pair": args.pair, "split": args.split, "beam_size": args.beam_size, "sentences": len(sources),
             "with_terms": len(idx), "terms": sum(map(len, terms.values())), "all_terms_held": sum(held) / len(held),
+            "term_after_the_end": misplaced,
             "bleu_unconstrained": round(before, 2), "bleu_constrained": round(after, 2),
         }), flush=True)  # fmt: skip
         nowhere = (("zqxj", "Quux"), ("glossary term that never occurs", "nie"))

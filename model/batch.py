@@ -39,8 +39,10 @@ class StepRow:
     or, after a greedy step, from its hidden state (a few logits against the greedy pick's normalizer)."""
 
     def __init__(self, model, argmax: int, best: float, hidden: torch.Tensor | None, logprobs: torch.Tensor | None,
-                 weight: torch.Tensor | None = None, bias: torch.Tensor | None = None):  # fmt: skip
+                 weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                 aligned: int | None = None):  # fmt: skip
         self.model, self.argmax, self.best = model, argmax, best
+        self.aligned = aligned  # the source position the step's cross-attention weighs most (None: not said)
         self._hidden, self._logprobs, self._host = hidden, logprobs, None
         self._weight, self._bias = weight, bias  # the generator's (V, D) and (V,), where it has plain ones
 
@@ -192,7 +194,8 @@ class RowBatch:
         for r, (s, slot) in enumerate(self.rows):
             if s.per_row and r not in forced:
                 steps[r] = StepRow(self.model, ids_host[r], logprobs_host[r], hidden[r] if hidden is not None else None,
-                                   logprobs[r] if hidden is None else None, weight, bias)  # fmt: skip
+                                   logprobs[r] if hidden is None else None, weight, bias,
+                                   None if facts[r] is None else int(facts[r][1]))  # fmt: skip
         next_ids, done = list(ids_host), []
         sampled: list[tuple[Sampling, int, int]] = []
         beams: dict[int, dict[BeamSearch, list[int]]] = {}  # beam size -> search -> its rows by slot

@@ -17,7 +17,7 @@ class ConstrainedBeamSearch(BeamSearch):
 
     def __init__(self, options: DecodingOptions, budget: int, config: TransformerConfig):
         super().__init__(options, budget, config)
-        self.constraints, self.glued = Constraints(options.constraints), options.glued
+        self.constraints, self.glued = Constraints(options.constraints, options.stops), options.glued
         self.progress = [Progress()] * self.rows
         self.terms: list[frozenset[int]] = [frozenset()] * self.rows  # each beam's Hypothesis.terms
 
@@ -34,7 +34,8 @@ class ConstrainedBeamSearch(BeamSearch):
             total = total.masked_fill(self.glued, NEG_INF)
         if barred or ended:
             total = total.clone()
-            total[barred, eos] = NEG_INF  # no </s> while a constraint is unmet
+            if barred:  # no </s> while a constraint is unmet, nor the sentence's end
+                total[torch.tensor(barred)[:, None], torch.tensor([eos, *K.stops])[None, :]] = NEG_INF
             for b in ended:  # a term ends a word: the token after it begins one, and is not the word it replaced
                 if self.glued is not None:
                     total[b] = total[b].masked_fill(self.glued, NEG_INF)

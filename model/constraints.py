@@ -2,23 +2,29 @@
 
 A hypothesis's `Progress` says which constraints it has produced and how far it is through the one it has begun.
 Once begun, a constraint is produced to its end (its next token is forced); </s> is barred until every constraint is
-met; and when the budget left is just enough for the unmet ones and </s>, the next one begins. A constraint begins
-wherever the search picks its first token, whether the model chose it or a rule below did. Two searches use this:
+met, and so, where the source ends a sentence (.!?), are the target tokens that end one (`stops`: a term the model
+has not placed when it would end the sentence goes before its punctuation, "Ein Hund Köter.", not "Ein Hund. Köter");
+and when the budget left is just enough for the unmet ones and </s>, the next one begins. A constraint begins
+wherever the search picks its first token, whether the model chose it or a rule below did.
 
 Each constraint may name the tokens it stands in for (`Phrase.instead_of`: the first token of the model's own
 rendering of the glossary's source term): where a search would pick one of them and the constraint is unmet, the
 constraint begins there instead, so the term takes the place of the word it translates. Two searches use this:
 
-- One row (model/search.py's `Sampling` given constraints: a greedy request's, or a sampled one's): besides in place
-  of its rendering, a constraint begins where the model's log-probability for its first token is within `margin` of
-  the token the row would pick (DecodingOptions.constraint_margin), or where the model would end the sentence with it
-  unmet (the term then closes it), at no cost in rows.
+- One row (model/search.py's `Sampling` given constraints: a greedy request's, or a sampled one's): a constraint also
+  begins where the step translates its source term: the step's cross-attention says which source token the new
+  token aligns to (model/transformer.py's `attention_facts`), the constraint names its term's source positions
+  (`Phrase.source_at`), and where the new token would begin a word aligned to one of them, the term begins instead.
+  And where the model's log-probability for its first token is within `margin` of the token the row would pick
+  (DecodingOptions.constraint_margin), or where the model would end the text with it unmet (the term then closes
+  it). All at no cost in rows.
 - `ConstrainedBeamSearch` (model/constrained_beam.py): dynamic beam allocation (Post & Vilar 2018, vectorized by Hu
   et al. 2019). Each beam's candidates are its best continuations, the first token of every constraint it has not
   begun, and that token in place of a rendering among the continuations (at the rendering's score); the beams are
   shared out among banks of candidates that have produced as many constraint tokens, round robin from the furthest
   bank, best score first within a bank, so hypotheses that have placed a term live beside those that have not yet. A
-  hypothesis finishes only with every constraint met.
+  hypothesis finishes only with every constraint met. (The source positions would help it less: measured on
+  Multi30k, they cost en→fr 1 BLEU, docs/performance-history.md.)
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class Phrase:
 
     tokens: tuple[int, ...]
     instead_of: frozenset[int] = frozenset()
+    source_at: frozenset[int] = frozenset()  # the source positions of the term it translates (encoder input's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +61,16 @@ class Progress:
 class Constraints:
     """Target phrases as token ids, each of which a hypothesis must produce (duplicates count once)."""
 
-    def __init__(self, phrases: tuple[Phrase, ...]):
+    def __init__(self, phrases: tuple[Phrase, ...], stops: frozenset[int] = frozenset()):
         merged: dict[tuple[int, ...], frozenset[int]] = {}
+        sources: dict[tuple[int, ...], frozenset[int]] = {}
         for p in phrases:
             if p.tokens:
                 merged[p.tokens] = merged.get(p.tokens, frozenset()) | p.instead_of
+                sources[p.tokens] = sources.get(p.tokens, frozenset()) | p.source_at
         self.phrases = tuple(merged)
+        self.stops = sorted(stops)  # the target tokens that end a sentence, where the source ends one
+        self.translating: dict[int, list[int]] = {}  # a source position -> the constraints whose term is there
         self.firsts: dict[int, list[int]] = {}  # first token -> the constraints that begin with it
         self.instead: dict[int, list[int]] = {}  # a rendering's token -> the constraints that begin in its place
         self.replaced = [sorted(merged[phrase]) for phrase in self.phrases]  # each constraint's renderings
@@ -67,6 +78,8 @@ class Constraints:
             self.firsts.setdefault(phrase[0], []).append(i)
             for t in merged[phrase]:
                 self.instead.setdefault(t, []).append(i)
+            for at in sources[phrase]:
+                self.translating.setdefault(at, []).append(i)
         self.total = sum(map(len, self.phrases))
 
     def forced(self, p: Progress) -> int | None:
@@ -108,9 +121,14 @@ class Constraints:
         """The first token of an unmet constraint that begins in place of `token`, or None."""
         return next((self.phrases[i][0] for i in self.instead.get(token, ()) if i not in p.met), None)
 
-    def pick(self, p: Progress, row, choice: int, left: int, margin: float) -> int:
+    def aligned(self, p: Progress, at: int | None) -> list[int]:
+        """The unmet constraints whose source term is at `at`, the source position a step's new token aligns to."""
+        return [i for i in self.translating.get(at, ()) if i not in p.met and i != p.current] if at is not None else []
+
+    def pick(self, p: Progress, row, choice: int, left: int, margin: float, at: int | None = None) -> int:
         """One row's next token: `choice` is what it would pick from its step `row` (model/batch.py's StepRow) with
-        </s> barred; `left`: the tokens it may still take, this one and </s> included."""
+        </s> barred; `left`: the tokens it may still take, this one and </s> included; `at`: the source position the
+        step's new token aligns to, where the step said (None)."""
         if (token := self.forced(p)) is not None:
             return token
         unmet = self.unmet(p)
@@ -121,6 +139,12 @@ class Constraints:
         firsts = [self.phrases[i][0] for i in unmet]
         if choice in firsts:
             return choice
+        if there := self.aligned(p, at):  # the step translates a term's source term: the term in its place
+            if len(there) == 1:
+                return self.phrases[there[0]][0]
+            firsts = [self.phrases[i][0] for i in there]
+            scores = row.logprobs(firsts)
+            return firsts[max(range(len(firsts)), key=scores.__getitem__)]
         *scores, chosen = row.logprobs([*firsts, choice])
         best = max(range(len(firsts)), key=scores.__getitem__)
         if p.closing or left - 1 <= self.needed(p) or scores[best] >= chosen - margin:

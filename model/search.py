@@ -108,7 +108,8 @@ class Sampling(Search):
         self.constraints, self.margin, self.glued = None, options.constraint_margin, options.glued
         self._glued_host = None
         if options.constraints:
-            self.constraints, self.progress = Constraints(options.constraints), [Progress()] * self.rows
+            self.constraints = Constraints(options.constraints, options.stops)
+            self.progress = [Progress()] * self.rows
             self.per_row = True
 
     def next_token(self, slot: int, logprobs: torch.Tensor, argmax: int) -> int:
@@ -131,8 +132,9 @@ class Sampling(Search):
         elif (token := k.forced(p)) is None:
             if row.argmax == self.eos and not k.done(p):  # the model would end here: the terms close the sentence
                 p = self.progress[slot] = k.closing(p)
-            # no </s> while a constraint is unmet; after a term, a token that begins a word and is not the one it replaced
-            barred = ([] if k.done(p) else [self.eos]) + (k.replaced[p.ended] if p.ended >= 0 else [])
+            # no </s> (nor the sentence's end) while a constraint is unmet; after a term, a token that begins a word and
+            # is not the one it replaced
+            barred = ([] if k.done(p) else [self.eos, *k.stops]) + (k.replaced[p.ended] if p.ended >= 0 else [])
             glued = (p.ended >= 0 or self.options.begins_word(t)) and self.glued is not None
             choice = row.argmax  # what the row picks, unless it is barred (the closing terms need no pick)
             if not p.closing and (self.generator is not None or choice in barred or glued and self._glued()[choice]):
@@ -144,7 +146,9 @@ class Sampling(Search):
             if k.done(p):
                 token = self.eos if p.closing else choice
             else:
-                token = k.pick(p, row, choice, self.steps - t, self.margin)
+                # the source term the step translates begins its term where a word begins
+                at = None if self.glued is not None and self._glued()[choice] else row.aligned
+                token = k.pick(p, row, choice, self.steps - t, self.margin, at)
         after = self.progress[slot] = k.after(p, token)
         if after.current >= 0 or len(after.met) > len(p.met):
             self.hyps[slot].terms.add(t)  # a term's token: the caller's choice, not the model's

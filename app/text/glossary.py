@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.engine.errors import InvalidRequest
-from app.terms import find, rendering_token
+from app.terms import ends_sentence, is_stop, occurrences, rendering_token, source_positions
 from app.text.limits import Decoding, Limits
 from model.constraints import Phrase
 from model.options import DecodingOptions
@@ -35,6 +35,7 @@ class Terms:
         self.core, self.tokenizer, self.limits, self.max_new_tokens = core, tokenizer, limits, max_new_tokens
         self.multilingual = multilingual  # the source terms are encoded in the request's source language
         self._glued: torch.Tensor | np.ndarray | None = None  # the core's word_continuations()
+        self._stops: frozenset[int] | None = None
         self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
 
     async def constrained(
@@ -44,7 +45,8 @@ class Terms:
         """Each text's options, constrained to contain the target terms of the glossary's source terms found in it
         (app/terms.py); each budget (changed in place) grows by its terms' tokens up to NMT_MAX_NEW_TOKENS unless the
         request `fixed` it, and a 422 says where the budget leaves no room for them."""
-        found = [find(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
+        places = [occurrences(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
+        found = [list(dict.fromkeys(entry for entry, _, _ in p)) for p in places]
         glued = await self.glued() if any(found) else None
         targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}
         instead = await self._rendered([s for f in found for s, _ in f], decoding, options.start)
@@ -63,11 +65,27 @@ class Terms:
                     + f", and max_new_tokens leaves room for {budgets[i] - 1} besides </s>; raise max_new_tokens (at "
                     f"most {self.max_new_tokens}) or use fewer terms"
                 )
+            at = source_positions(texts[i], self._source_tokens(texts[i], decoding), places[i])
             phrases = tuple(
-                Phrase(targets[t], frozenset() if instead[s] is None else frozenset({instead[s]})) for s, t in terms
+                Phrase(targets[t], frozenset() if instead[s] is None else {instead[s]}, at.get(t, frozenset()))
+                for s, t in terms
             )
-            out.append(replace(options, constraints=phrases, glued=glued))
+            stops = self.stops() if ends_sentence(texts[i]) else frozenset()
+            out.append(replace(options, constraints=phrases, glued=glued, stops=stops))
         return out
+
+    def _source_tokens(self, text: str, decoding: Decoding) -> list:
+        """The text's source tokens with their offsets, as the encoder reads them (none where the limit cuts it)."""
+        more = {"language": decoding.source} if self.multilingual else {}
+        tokens = self.tokenizer.tokenize(text, "source", **more)
+        return tokens if len(tokens) <= self.limits.max_input_tokens else []
+
+    def stops(self) -> frozenset[int]:
+        """The target tokens that end a sentence: pieces of closing punctuation alone ("." "▁?" "!\""), found once."""
+        if self._stops is None:
+            pieces = ((i, self.tokenizer.id_to_token(i, "target")) for i in range(self.core.config.tgt_vocab_size))
+            self._stops = frozenset(i for i, p in pieces if is_stop(p))
+        return self._stops
 
     async def glued(self) -> torch.Tensor | np.ndarray:
         """(V,) True for the target tokens that continue a word (the core's word_continuations), asked once."""

@@ -206,6 +206,22 @@ async def test_the_terms_are_forced_in_documents_html_streams_and_beams_and_a_gl
 
 
 @pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
+async def test_a_term_the_model_leaves_out_goes_before_the_sentences_end_and_one_it_translates_in_its_place(tmp_path):
+    """A sentence's end (its closing punctuation, as </s>) waits for the terms: the model, translating "dog" nowhere,
+    once ended the sentence first and the term followed it ("... Fahrrads. Köter"). And in one row, where the step's
+    cross-attention is on the source term, the term takes that word's place ("eines Velo", not "Fahrrads ... Velo")."""
+    text = "A man throws a red ball to his dog on the street near a bike."
+    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, compile=False, glossary_dir=tmp_path)) as (_, client):
+        for beam in (1, 4):
+            for source, term in (("dog", "Köter"), ("bike", "Velo"), ("red", "rötlich"), ("street", "Gasse")):
+                r = await client.post("/translate", json={"text": text, "glossary": {source: term}, "beam_size": beam})
+                out = r.json()["translations"][0]["text"]
+                assert term in out and out.endswith(".") and out.count(".") == 1, (beam, out)
+            r = await client.post("/translate", json={"text": text, "glossary": {"bike": "Velo"}, "beam_size": beam})
+            assert "Fahrrad" not in r.json()["translations"][0]["text"], r.json()
+
+
+@pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
 async def test_beam_search_with_terms_finds_a_translation_at_least_as_likely_as_greedy(tmp_path):
     """A hypothesis that has met its terms ends where the model ends it, however the ones still short of them score
     (they have not paid for the terms yet), and a term's tokens, the caller's choice, count in no hypothesis's score:

@@ -3,7 +3,10 @@ takes the place of."""
 
 from __future__ import annotations
 
-from app.terms import find, rendering_token
+import re
+
+from app.terms import ends_sentence, find, is_stop, occurrences, rendering_token, source_positions
+from model.token import Token
 
 GLOSSARY = (("dog", "Rüde"), ("hot dog", "Hotdog"), ("cat", "Katze"), ("New York", "New York City"), ("C++", "C++"))
 
@@ -50,3 +53,27 @@ def test_the_rendering_token_skips_the_words_the_model_adds_in_front():
     assert rendering_token("red hat", ids[:2], ["▁roter", "▁Hut"]) == 10  # as many words as the term
     assert rendering_token("dog", ids[:1], ["."]) is None  # no word at all
     assert rendering_token("dog", [], []) is None
+
+
+def test_each_occurrence_of_a_term_names_the_source_tokens_it_overlaps():
+    text = "A hot dog, a dog and a cat."
+    found = occurrences(text, GLOSSARY)
+    assert [(entry, text[a:b]) for entry, a, b in found] == [
+        (("hot dog", "Hotdog"), "hot dog"), (("dog", "Rüde"), "dog"), (("cat", "Katze"), "cat"),
+    ]  # fmt: skip
+    words = [(m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]", text)]
+    tokens = [Token(0, "<2de>", 0, 0, True)] + [Token(9, text[a:b], a, b, False) for a, b in words]
+    tokens.append(Token(1, "</s>", len(text), len(text), True))
+    # token 0 is a language code: positions count it, as the encoder's input has it
+    assert source_positions(text, tokens, found) == {
+        "Hotdog": frozenset({2, 3}), "Rüde": frozenset({6}), "Katze": frozenset({9}),
+    }  # fmt: skip
+    decomposed = "A cafe\u0301 dog."  # offsets into the composed text are not the tokens': no positions
+    assert source_positions(decomposed, tokens, occurrences(decomposed, GLOSSARY)) == {}
+
+
+def test_what_ends_a_sentence_and_the_tokens_that_do():
+    assert all(map(ends_sentence, ["A dog.", "Ein Hund!  ", 'He said "no."', "Warum?)", "犬。", "Un chien…"]))
+    assert not any(map(ends_sentence, ["A dog", "", "   ", "3.5 m", "a dog,", "(a dog)"]))
+    assert all(map(is_stop, [".", "▁.", "!", "?", "▁?", '."', "…", "。"]))
+    assert not any(map(is_stop, ["▁", "", ",", "s.", "▁Hund", ")", "..a"]))

@@ -128,3 +128,43 @@ def test_progress_through_phrases_that_share_a_first_token():
     assert k.done(p) and k.produced(p) == 4
     abandoned = k.after(k.after(Progress(), 1), 7)  # a token other than the forced one (a target prefix) abandons it
     assert abandoned.current == -1 and not abandoned.met
+
+
+def test_a_phrase_begins_where_the_step_translates_its_source_term(trained, sources):
+    """One row: where a step's cross-attention is on the phrase's source positions, the phrase begins (the step's
+    own word gives way), and not before; a phrase met does not begin again there."""
+    model, checked = trained[0], 0
+    for src in sources[:10]:
+        (plain,) = decode(model, [src], [30], DecodingOptions())[0]
+        assert len(plain.aligned) >= len(plain.tokens)  # </s> has its step too
+        if len(plain.tokens) < 4:
+            continue
+        at = plain.aligned[2]  # the source token the plain output's third token translates
+        first = plain.aligned.index(at)  # the first step that translates it
+        phrase = Phrase((5, 6), source_at=frozenset({at}))
+        options = DecodingOptions(constraints=(phrase,), constraint_margin=0.0)  # no phrase where the model is sure
+        (hyp,) = decode(model, [src], [34], options)[0]
+        assert hyp.tokens[: first + 2] == [*plain.tokens[:first], 5, 6], (plain.tokens, plain.aligned, hyp.tokens)
+        assert hyp.tokens.count(5) == plain.tokens.count(5) + 1
+        checked += 1
+    assert checked
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_no_hypothesis_ends_its_sentence_before_every_phrase_is_in(trained, sources, kind):
+    """Where the source ends a sentence, the tokens that end one (`stops`) wait, as </s> does, for the phrases:
+    a phrase the model leaves out goes before the closing punctuation, not after it ("Ein Hund. Köter")."""
+    from app.terms import is_stop
+
+    model, tokenizer = trained
+    stops = frozenset(i for i in range(model.config.tgt_vocab_size) if is_stop(tokenizer.id_to_token(i, "target")))
+    assert stops
+    rng, vocab, ended = random.Random(kind), model.config.tgt_vocab_size, 0
+    for src in sources:
+        phrases = tuple(p for p in random_phrases(rng, vocab, 4) if not stops & set(p.tokens))
+        for hyp in decode(model, [src], [40], DecodingOptions(constraints=phrases, stops=stops, **KINDS[kind]))[0]:
+            assert all(holds(hyp.tokens, p.tokens) for p in phrases)
+            closing = [i for i, t in enumerate(hyp.tokens) if t in stops]
+            assert not closing or not hyp.terms or min(closing) > max(hyp.terms), (phrases, hyp.tokens)
+            ended += bool(closing)
+    assert ended > len(sources) // 2  # the model does end its sentences
