@@ -7,6 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from app.engine.errors import InputTooLong, InvalidRequest
+from app.segment import blank
 from app.text.documents import check_chars
 from app.text.results import Attention
 from model.options import max_new_tokens_for
@@ -70,7 +71,7 @@ async def attention(
         tgt = await asyncio.to_thread(engine.tokenizer.encode, target, "target", False)
         if len(tgt) > engine.max_new_tokens:
             raise InputTooLong(f"target has {len(tgt)} tokens; the limit is {engine.max_new_tokens}")
-    elif text.strip():
+    elif not blank(text):  # as /translate: a text of spaces or invisible characters alone is not translated
         async with engine.deadline():
             (hyp,) = await engine.core.generate([src], [max_new_tokens_for(len(src), engine.max_new_tokens)], start)
         tgt = hyp.tokens

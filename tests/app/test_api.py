@@ -248,6 +248,16 @@ async def test_attention_teacher_forces_target_and_selects_layers_heads(client, 
     assert avg["encoder_attention"][0][0][0][0] == pytest.approx(expected, abs=1e-3)
 
 
+async def test_attention_of_a_blank_text_translates_nothing_as_translate_does(client):
+    """Zero-width spaces and direction marks are whitespace to /translate; /attention once had the model make up a
+    translation of them."""
+    for text in ("\u200b\u200b", "\u200e \ufeff", "  "):
+        body = (await client.post("/attention", json={"text": text})).json()
+        translated = (await client.post("/translate", json={"text": text})).json()["translations"][0]["text"]
+        assert body["translation"] == "" and len(body["decoder_tokens"]) == 1, (text, body)  # the start token alone
+        assert translated == ""
+
+
 async def test_attention_is_accepted_by_bertviz(client):
     bertviz = pytest.importorskip("bertviz")
     torch = pytest.importorskip("torch")
