@@ -18,8 +18,10 @@ attributes and content included:
 A target gets, in 1.2, state="needs-review-translation" and state-qualifier="mt-suggestion" (machine translation
 for review, as a PO entry's fuzzy), and in 2.x its segment state="translated" (2.x has no state for review). The
 file's target-language (1.2) or the root's trgLang (2.x) is set where the caller names the language and the file
-has none. A new target goes after the source (after seg-source in 1.2; a segmented 1.2 source is translated
-whole). A unit whose translation is its source's text is left as it was. A file none of whose units changed comes
+has none. A new target goes after the source (after seg-source in 1.2). A 1.2 unit segmented by a CAT tool (a
+`<seg-source>` of `<mrk mtype="seg">` segments) has each segment translated on its own, and its target mirrors the
+seg-source: the same `<mrk mtype="seg" mid="…">` around each segment's translation, what lies between them as
+written, as Okapi and Trados read it back. A unit whose translation is its source's text is left as it was. A file none of whose units changed comes
 back byte for byte; otherwise what precedes the root element as written, and the root as lxml writes it.
 
 Read with a parser that resolves no entities and fetches nothing; a DOCTYPE or ENTITY declaration is refused before
@@ -65,6 +67,14 @@ class _Place:
     source: object
     target: object | None
     after: object  # what a new target follows
+    segmented: object | None = None  # 1.2's seg-source, where it holds segments
+
+
+def _segments(el, ns: str) -> list:
+    """The segments (1.2's `<mrk mtype="seg">`) in a seg-source or a target that mirrors one, in document order (none
+    inside another)."""
+    return [m for m in el.iter(f"{ns}mrk") if m.get("mtype") == "seg" and not any(
+        a.get("mtype") == "seg" for a in m.iterancestors(f"{ns}mrk"))]  # fmt: skip
 
 
 def _places(root, version: str, ns: str) -> Iterator[_Place]:
@@ -78,7 +88,8 @@ def _places(root, version: str, ns: str) -> Iterator[_Place]:
             if source is None:
                 continue
             after = holder.find(f"{ns}seg-source") if version == "1" else None
-            yield _Place(holder, source, holder.find(f"{ns}target"), source if after is None else after)
+            segmented = after if after is not None and _segments(after, ns) else None
+            yield _Place(holder, source, holder.find(f"{ns}target"), source if after is None else after, segmented)
 
 
 def _pair_id(el, version: str, start: bool) -> str | None:
@@ -169,7 +180,7 @@ def _parse(data: bytes):
 class XliffFile:
     data: bytes
     version: str  # "1" or "2"
-    chosen: list[int]  # the places translated, by their number in _places' order
+    chosen: list[tuple[int, int | None]]  # what is translated: a place's number in _places' order, and its segment's
     fragments: list[Fragment]
     units: list[Unit] = field(default_factory=list)
     language: str | None = None
@@ -179,9 +190,11 @@ class XliffFile:
             return self.data
         root, version, ns = _parse(self.data)  # a fresh tree: write may be called again
         places = list(_places(root, version, ns))
-        for i, f, unit, t in zip(self.chosen, self.fragments, self.units, translations):
-            if t == unit.text:
-                continue
+        by_place: dict[int, list[tuple[int | None, Fragment, str]]] = {}
+        for (i, segment), f, unit, t in zip(self.chosen, self.fragments, self.units, translations):
+            if t != unit.text:
+                by_place.setdefault(i, []).append((segment, f, t))
+        for i, translated in by_place.items():
             p = places[i]
             target = p.target
             if target is None:
@@ -197,7 +210,20 @@ class XliffFile:
                     target.remove(child)
             if p.source.get(f"{_XML}space") and target.get(f"{_XML}space") is None:
                 target.set(f"{_XML}space", p.source.get(f"{_XML}space"))
-            _build(target, f.back(t))
+            if p.segmented is None:
+                ((_, f, t),) = translated
+                _build(target, f.back(t))
+            else:  # the seg-source's segments and what is between them, each translated segment's content replaced
+                target.text = p.segmented.text
+                for child in p.segmented:
+                    target.append(copy.deepcopy(child))
+                segments = _segments(target, ns)
+                for segment, f, t in translated:
+                    mrk = segments[segment]
+                    mrk.text = None
+                    for child in list(mrk):
+                        mrk.remove(child)
+                    _build(mrk, f.back(t))
             if version == "1":
                 target.set("state", "needs-review-translation")
                 target.set("state-qualifier", "mt-suggestion")
@@ -224,11 +250,12 @@ def read(data: bytes, limits: FileLimits, overwrite: bool = False, language: str
     for i, p in enumerate(_places(root, version, ns)):
         if p.target is not None and not overwrite and (p.target.text or len(p.target)):
             continue
-        f = Fragment()
-        _fill(f, p.source, version)
-        if f.visible.strip():
-            chosen.append(i)
-            fragments.append(f)
+        for segment, el in [(None, p.source)] if p.segmented is None else enumerate(_segments(p.segmented, ns)):
+            f = Fragment()
+            _fill(f, el, version)
+            if f.visible.strip():
+                chosen.append((i, segment))
+                fragments.append(f)
         if len(fragments) > limits.max_units:
             raise FileTooLarge(f"the file has more than {limits.max_units} segments to translate; the limit is "
                                f"{limits.max_units}")  # fmt: skip

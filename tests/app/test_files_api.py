@@ -221,6 +221,27 @@ async def test_a_po_catalogue_gets_its_strings_translated_and_the_target_languag
     assert '"Language: de\\n"' in out and f'msgstr "{(await ours(client, ["A dog runs."]))[0]}"' in out, out
 
 
+async def test_a_segmented_xliff_unit_comes_back_with_a_target_of_the_same_segments_each_translated(client):
+    """A CAT tool's XLIFF 1.2 (Okapi, Trados): each <mrk mtype="seg"> of a seg-source is translated as /translate
+    translates it, inside the same segment of the target."""
+    from lxml import etree
+
+    sentences = ["A dog is running.", "A cat sleeps."]
+    data = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">'
+        '<file source-language="en" target-language="de" datatype="plaintext" original="a.txt"><body>'
+        f'<trans-unit id="1"><source>{" ".join(sentences)}</source><seg-source><mrk mtype="seg" mid="s1">'
+        f'{sentences[0]}</mrk> <mrk mtype="seg" mid="s2">{sentences[1]}</mrk></seg-source></trans-unit>'
+        "</body></file></xliff>"
+    ).encode()
+    job = await finished(client, (await upload(client, data, name="a.xlf", target="de"))["id"])
+    assert job["status"] == "done", job
+    out = etree.fromstring((await client.get(f"/files/{job['id']}/download")).content)
+    marks = out.findall(".//{*}target/{*}mrk")
+    assert [(m.get("mtype"), m.get("mid")) for m in marks] == [("seg", "s1"), ("seg", "s2")]
+    assert [m.text for m in marks] == await ours(client, sentences) and marks[0].tail == " "
+
+
 async def test_a_sentence_longer_than_the_model_takes_is_cut_where_it_fits_not_truncated(served):
     """A sentence over max_input_tokens, in a file or sent to DeepL's or LibreTranslate's API (which translate any
     length), is cut at its clauses into pieces the model takes, each translated as a sentence of its own and put back
@@ -252,7 +273,7 @@ async def test_urls_and_email_addresses_come_back_verbatim_from_files_deepl_and_
     out = (await client.get(job["download"])).content.decode().split("\n\n")
     assert out[0] == kept[0] and all(k in out[1] for k in kept[1:]), out
     deepl = await client.post("/deepl/v2/translate", json={"text": paragraphs, "target_lang": "DE"})
-    assert [t["text"] for t in deepl.json()["translations"]][0] == kept[0], deepl.text
+    assert deepl.json()["translations"][0]["text"] == kept[0], deepl.text
     assert all(k in deepl.json()["translations"][1]["text"] for k in kept[1:]), deepl.text
     libre = await client.post("/libretranslate/translate", json={"q": paragraphs, "source": "en", "target": "de"})
     assert libre.json()["translatedText"][0] == kept[0], libre.text

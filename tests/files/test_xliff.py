@@ -150,6 +150,44 @@ async def test_a_unit_whose_translation_is_its_source_is_left_as_it_was():
     assert segments[1].get("state") is None
 
 
+SEGMENTED = """<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+  <file source-language="en" datatype="plaintext" original="s.txt">
+    <body>
+      <trans-unit id="1">
+        <source>A man in a <g id="1">red shirt</g> is walking. Two dogs are running.  A girl reads.</source>
+        <seg-source><mrk mtype="seg" mid="1">A man in a <g id="1">red shirt</g> is walking.</mrk> <mrk mtype="seg" \
+mid="2">Two dogs are running.</mrk>  <mrk mtype="seg" mid="3">A girl reads.</mrk></seg-source>
+        <note>segmented by the CAT tool</note>
+      </trans-unit>
+    </body>
+  </file>
+</xliff>
+""".replace("\\\n", "")
+
+
+async def test_a_segmented_unit_has_each_segment_translated_in_a_target_that_mirrors_its_seg_source():
+    """Okapi's and Trados' XLIFF: a seg-source of <mrk mtype="seg"> segments; the target has the same segments, by mid,
+    each segment's translation in its own, the text between them as written (a segment whose translation is its
+    source stays as written)."""
+    xliff = FORMATS["xliff"].read(SEGMENTED.encode(), FileLimits())
+    assert len(xliff.units) == 3 and "red shirt</span> is walking." in xliff.units[0].text
+    assert [u.text for u in xliff.units[1:]] == ["Two dogs are running.", "A girl reads."]
+    out = etree.fromstring(xliff.write([f"DE {u.text}" if i != 2 else u.text for i, u in enumerate(xliff.units)]))
+    unit = out.find(".//x:trans-unit", NS1)
+    assert [etree.QName(c).localname for c in unit] == ["source", "seg-source", "target", "note"]
+    target = unit.find("x:target", NS1)
+    assert target.get("state") == "needs-review-translation"
+    marks = target.findall("x:mrk", NS1)
+    assert [(m.get("mtype"), m.get("mid")) for m in marks] == [("seg", "1"), ("seg", "2"), ("seg", "3")]
+    assert ["".join(m.itertext()) for m in marks] == [
+        "DE A man in a red shirt is walking.", "DE Two dogs are running.", "A girl reads.",
+    ]  # fmt: skip
+    assert [m.tail for m in marks] == [" ", "  ", None]
+    assert marks[0].find("x:g", NS1).get("id") == "1"  # the segment's inline code, inside its segment
+    assert unit.find("x:seg-source", NS1) is not None and len(unit.find("x:seg-source", NS1)) == 3
+
+
 @pytest.mark.parametrize(
     "data, message",
     [
