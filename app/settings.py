@@ -175,7 +175,8 @@ class Settings(BaseSettings):
         le=1.0,
         description="withhold every translated sentence whose `confidence` is below this (a request's "
         "`min_confidence` overrides it): its text is left out, a document keeps its other sentences and its shape, "
-        "and `withheld` says which and why. `0`: nothing withheld. See `docs/confidence.md`",
+        "and `withheld` says which and why. `0`: nothing withheld. Files and DeepL's API withhold nothing (their "
+        "answers have no place to say so). See `docs/confidence.md`",
     )
     screen_logits: bool = Field(
         True,

@@ -94,7 +94,8 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     try:
         out = await unless_disconnected(
             request.receive,
-            engine.translate(texts, decoding=decoding, split=a.split, format=kind, cut_long=True, protect=ADDRESSES),
+            engine.translate(texts, decoding=decoding, split=a.split, format=kind, cut_long=True, protect=ADDRESSES,
+                             min_confidence=0.0),  # DeepL's answer has no place to say a sentence was withheld
         )
     except InvalidRequest:
         if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them

@@ -278,3 +278,22 @@ async def test_urls_and_email_addresses_come_back_verbatim_from_files_deepl_and_
     libre = await client.post("/libretranslate/translate", json={"q": paragraphs, "source": "en", "target": "de"})
     assert libre.json()["translatedText"][0] == kept[0], libre.text
     assert all(k in libre.json()["translatedText"][1] for k in kept[1:]), libre.text
+
+
+async def test_a_server_wide_min_confidence_withholds_nothing_from_files_or_deepls_answers(trained_checkpoint, tmp_path):
+    """NMT_MIN_CONFIDENCE withholds sentences from /translate, whose answer says so (`withheld`); a file or DeepL's
+    answer has no place to say it, and once came back with sentences silently missing."""
+    from tests.app.conftest import serve
+
+    settings = Settings(model_dir=trained_checkpoint, max_new_tokens=40, compile=False, job_dir=tmp_path,
+                        min_confidence=1.0)  # fmt: skip
+    text = "A dog is running in the park. The cat is sleeping."
+    async with serve(settings) as (_, client):
+        withheld = (await client.post("/translate", json={"text": text})).json()["translations"][0]
+        assert withheld["text"].strip() == "" and len(withheld["withheld"]) == 2, withheld
+        full = (await client.post("/translate", json={"text": text, "min_confidence": 0})).json()["translations"][0]
+        assert full["text"] and "withheld" not in full
+        job = await finished(client, (await upload(client, text.encode()))["id"])
+        assert (await client.get(f"/files/{job['id']}/download")).content.decode() == full["text"]
+        deepl = await client.post("/deepl/v2/translate", json={"text": [text], "target_lang": "DE"})
+        assert deepl.json()["translations"][0]["text"] == full["text"], deepl.text
