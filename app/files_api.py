@@ -22,6 +22,7 @@ from app.files import FORMATS
 from app.glossaries import Glossary, fits
 from app.jobs import Job, JobError, Runner, UnknownJob
 from app.jobs.intake import Upload, job_for, read
+from app.text.limits import Decoding
 from app.models import Models
 from app.text import Engine
 
@@ -77,6 +78,7 @@ async def choose(
         target = target or stored.target_lang
     if engine.codes and source in (None, "auto"):
         source = await detect_source(engine, [upload.sample()])
+    engine.directions.resolve(Decoding(source=source, target=target))  # a 422 now, not a job that fails later
     if stored is not None and not fits(stored, engine, source, target):
         raise InvalidRequest(
             f"the glossary {stored.glossary_id} is {stored.source_lang}->{stored.target_lang}, which the model "
@@ -116,7 +118,8 @@ async def upload_file(
     upload = await read(data, file.filename, format, jobs.limits, jobs.settings.max_request_chars)
     stored = await request.app.state.glossaries.get(glossary_id) if glossary_id else None
     engine, source = await choose(models, upload, stored, model, source, target)
-    job = job_for(upload, engine, source, target, [glossary_id] if glossary_id else [], beam_size or 1)
+    beam = 1 if beam_size is None else beam_size  # 0 is out of range (422), not greedy
+    job = job_for(upload, engine, source, target, [glossary_id] if glossary_id else [], beam)
     job = await jobs.submit(job, data)
     out = job_out(job, jobs.settings.job_retention_s)
     return JSONResponse(out.model_dump(), status_code=202, headers={"Location": f"/files/{job.id}"})

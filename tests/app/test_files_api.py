@@ -99,12 +99,13 @@ async def test_a_paragraph_of_more_sentences_than_a_request_may_have_is_translat
         ("a.txt", b"A dog.", {"model": "nope"}, 422, ["there is no model 'nope'"]),
         ("a.txt", b"A dog.", {"target": "xx"}, 422, ["no model here translates any->xx"]),
         ("a.txt", b"A dog.", {"beam_size": "9"}, 422, ["beam_size must be between 1 and 8"]),
+        ("a.txt", b"A dog.", {"beam_size": "0"}, 422, ["beam_size must be between 1 and 8"]),
         ("a.txt", b"A dog.", {"beam_size": "x"}, 422, ["beam_size"]),
         ("a.txt", b"A dog.", {"glossary_id": "nope"}, 404, ["there is no glossary 'nope'"]),
         ("a.txt", ("word " * 5000).encode(), {}, 413, ["a line of 24999 characters", "NMT_MAX_REQUEST_CHARS"]),
     ],
     ids=["not utf-8", "nul", "unknown extension", "unknown format", "unknown model", "unknown target", "beam 9",
-         "beam x", "unknown glossary", "long line"],
+         "beam 0", "beam x", "unknown glossary", "long line"],
 )  # fmt: skip
 async def test_a_bad_upload_gets_its_4xx_saying_what_is_wrong_before_any_job(client, name, data, fields, status,
                                                                               words):  # fmt: skip

@@ -131,6 +131,18 @@ async def test_a_language_it_does_not_have_is_a_422_that_lists_what_it_has(clien
     assert re.search(message, r.json()["error"]), r.json()
 
 
+@pytest.mark.parametrize(
+    "fields, message",
+    [({"source": "de"}, "name the target"), ({"target": "xx"}, "does not translate target 'xx'"),
+     ({"model": "nllb", "source": "de", "target": "az"}, "target 'az' is ambiguous"),
+     ({"model": "nllb", "source": "xx", "target": "fr"}, "source 'xx'")],
+)  # fmt: skip
+async def test_a_file_upload_naming_no_target_or_one_the_model_lacks_is_a_422_before_any_job(client, fields, message):
+    """The job once took such a file (202) and failed later, saying what the upload should have been told."""
+    r = await client.post("/files", files={"file": ("a.txt", b"Ein Hund.")}, data=fields)
+    assert r.status_code == 422 and message in r.json()["error"], r.text
+
+
 async def test_models_lists_every_language_and_libretranslate_translates_between_any_two(client):
     (entry,) = (await client.get("/models")).json()["models"]
     assert entry["source"] == entry["target"] == "multilingual"
