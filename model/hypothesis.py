@@ -28,11 +28,13 @@ class Hypothesis:
     def score(self) -> float:
         """The summed log-probabilities over length ** length_penalty (</s> counted, and the forced start tokens, as
         transformers counts a forced_bos_token_id): with 1.0, the mean. A constraint's tokens are the caller's
-        choice, not the model's, and count in neither: with them, a hypothesis that went on past its sentence would
-        spread their cost over more tokens and outrank the one that ended it."""
+        choice, not the model's, and count in neither (with them, a hypothesis that went on past its sentence would
+        spread their cost over more tokens and outrank the one that ended it), but for its first: where a term
+        begins is the search's choice, and that token's log-probability says how well it fits there ("Ein Köter
+        Mann" against "seinem Köter")."""
         if not self.logprobs:
             return 0.0
         if self.terms:
-            chosen = [lp for i, lp in enumerate(self.logprobs) if i not in self.terms]
+            chosen = [lp for i, lp in enumerate(self.logprobs) if i not in self.terms or i - 1 not in self.terms]
             return sum(chosen) / max(len(chosen) + self.start, 1) ** self.length_penalty
         return sum(self.logprobs) / (len(self.logprobs) + self.start) ** self.length_penalty
