@@ -208,8 +208,9 @@ async def test_the_terms_are_forced_in_documents_html_streams_and_beams_and_a_gl
 @pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
 async def test_a_term_the_model_leaves_out_goes_before_the_sentences_end_and_one_it_translates_in_its_place(tmp_path):
     """A sentence's end (its closing punctuation, as </s>) waits for the terms: the model, translating "dog" nowhere,
-    once ended the sentence first and the term followed it ("... Fahrrads. Köter"). And in one row, where the step's
-    cross-attention is on the source term, the term takes that word's place ("eines Velo", not "Fahrrads ... Velo")."""
+    once ended the sentence first and the term followed it ("... Fahrrads. Köter"). In one row, where the step's
+    cross-attention is on the source term, the term takes that word's place ("eines Velo", not "Fahrrads ... Velo");
+    a beam scores where a term begins, which its first token's log-probability tells."""
     text = "A man throws a red ball to his dog on the street near a bike."
     async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, compile=False, glossary_dir=tmp_path)) as (_, client):
         for beam in (1, 4):
@@ -217,6 +218,7 @@ async def test_a_term_the_model_leaves_out_goes_before_the_sentences_end_and_one
                 r = await client.post("/translate", json={"text": text, "glossary": {source: term}, "beam_size": beam})
                 out = r.json()["translations"][0]["text"]
                 assert term in out and out.endswith(".") and out.count(".") == 1, (beam, out)
+                assert not out.startswith(f"Ein {term}"), out  # a beam once put it anywhere: "Ein Köter Mann wirft"
             r = await client.post("/translate", json={"text": text, "glossary": {"bike": "Velo"}, "beam_size": beam})
             assert "Fahrrad" not in r.json()["translations"][0]["text"], r.json()
 
