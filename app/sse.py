@@ -47,6 +47,11 @@ async def stream_translation(
         )
     if body.format == "html":
         raise InvalidRequest('stream works on plain text only: leave out "stream" to translate HTML')
+    if asked := [f for f in ("return_signals", "return_segments") if getattr(body, f)]:
+        raise InvalidRequest(
+            f"stream gives no {' or '.join(f.removeprefix('return_') for f in asked)}: its events carry the tokens and "
+            f'the whole translation; leave out "stream" for them'
+        )
     how, kept = await decoding(body, engine, stored), protected(body)
     events = await engine.translate_stream(
         body.text, body.max_new_tokens, body.truncate, how, body.split, body.min_confidence, kept

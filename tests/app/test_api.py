@@ -227,6 +227,15 @@ async def test_a_stream_of_a_list_is_refused(client):
     assert "stream needs a single text, got a list of 2" in body["error"]
 
 
+@pytest.mark.parametrize("field", ["return_signals", "return_segments"])
+async def test_a_stream_asked_for_what_its_events_do_not_carry_is_refused(client, field):
+    """As return_alignment is: a field the stream would ignore (it once did) is a 422 saying so."""
+    r = await client.post("/translate", json={"text": "A dog.", "stream": True, field: True})
+    body = r.json()
+    assert (r.status_code, body["type"]) == (422, "validation_error"), r.text
+    assert f"stream gives no {field.removeprefix('return_')}" in body["error"]
+
+
 async def test_attention_shapes_rows_and_tokens(client, tiny_model, tokenizer):
     await assert_attention_of_the_served_translation(client, tiny_model.config, tokenizer, SENTENCES[0])
 
