@@ -80,20 +80,44 @@ PUNCTUATION = re.compile(r"(?<=[.!?…。！？,;:])")  # an empty match after i
 ANYWHERE = re.compile(r"(?<=.)", re.DOTALL)
 
 
+MARKUP_BREAK = re.compile(r"\s*<br\b[^>]*>\s*", re.IGNORECASE)  # a line break a markup unit's tag marks
+_TAG = re.compile(r"<!--.*?-->|<(/?)([A-Za-z][\w:.-]*)\b[^>]*?(/?)>", re.DOTALL)
+_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+                   "track", "wbr"})  # fmt: skip
+
+
 def halve(unit: Unit) -> tuple[Unit, str, Unit] | None:
-    """A plain unit cut in two where it has too many sentences for one request: at the line break nearest its middle,
+    """A unit cut in two where it has too many sentences for one request: at the line break nearest its middle,
     else at the sentence end nearest it, the space, the punctuation, the character (`a.b.c.` has sentences too); and
-    what was between the halves. None for a markup unit or one of one character."""
+    what was between the halves. A markup unit only outside every element (each half is markup that stands alone)
+    and at a line break (a `<br>` too), a sentence's end or a space. None where there is no such place."""
+    text, middle = unit.text, len(unit.text) / 2
+    tiers = (LINE_BREAK, SENTENCE_END, SPACE, PUNCTUATION, ANYWHERE)
     if unit.markup:
-        return None
-    middle = len(unit.text) / 2
-    for where in (LINE_BREAK, SENTENCE_END, SPACE, PUNCTUATION, ANYWHERE):
-        cuts = [m for m in where.finditer(unit.text) if 0 < m.start() and m.end() < len(unit.text)]
+        outside, tiers = _outside(text), (LINE_BREAK, MARKUP_BREAK, SENTENCE_END, SPACE)
+    for where in tiers:
+        cuts = [m for m in where.finditer(text) if 0 < m.start() and m.end() < len(text)
+                and (not unit.markup or (m.start() in outside and m.end() in outside))]  # fmt: skip
         if cuts:
             at = min(cuts, key=lambda m: abs(m.start() - middle))
-            first, second = unit.text[: at.start()], unit.text[at.end() :]
-            return Unit(first, placeholders=unit.placeholders), at.group(), Unit(second, placeholders=unit.placeholders)
+            first, second = text[: at.start()], text[at.end() :]
+            return (Unit(first, unit.markup, unit.placeholders), at.group(),
+                    Unit(second, unit.markup, unit.placeholders))  # fmt: skip
     return None
+
+
+def _outside(markup: str) -> set[int]:
+    """The positions in markup outside every element and tag (where it may be cut in two that stand alone)."""
+    out, depth, at = set(), 0, 0
+    for m in _TAG.finditer(markup):
+        if depth == 0:
+            out.update(range(at, m.start() + 1))
+        if m[2] and m[2].lower() not in _VOID and not m[3]:
+            depth = max(0, depth - 1) if m[1] else depth + 1
+        at = m.end()
+    if depth == 0:
+        out.update(range(at, len(markup) + 1))
+    return out
 
 
 def chunks(units: list[Unit], size: int, chars: int) -> Iterator[list[Unit]]:

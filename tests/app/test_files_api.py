@@ -89,6 +89,18 @@ async def test_a_paragraph_of_more_sentences_than_a_request_may_have_is_translat
     assert out.split("\n") == (await ours(client, PARAGRAPHS[:8]) * 38)[:300]
 
 
+async def test_a_formatted_paragraph_of_more_sentences_than_a_request_may_have_is_translated_in_halves(client):
+    """A block of markup (an HTML page's, a DOCX paragraph with formatting) is halved where no element is open: the
+    job once failed, saying to send the rest in another request."""
+    lines = [PARAGRAPHS[i % 8] for i in range(300)]
+    page = f"<html><body><p><b>{lines[0]}</b><br>\n" + "<br>\n".join(lines[1:]) + "</p></body></html>"
+    job = await finished(client, (await upload(client, page.encode(), name="page.html"))["id"])
+    assert job["status"] == "done", job
+    out = (await client.get(f"/files/{job['id']}/download")).content.decode()
+    want = (await ours(client, PARAGRAPHS[:8]) * 38)[:300]
+    assert out.count("<br>") == 299 and all(w in out for w in want) and out.count(want[1]) == 38, out[:300]
+
+
 @pytest.mark.parametrize(
     "name, data, fields, status, words",
     [
@@ -281,7 +293,7 @@ async def test_urls_and_email_addresses_come_back_verbatim_from_files_deepl_and_
     assert all(k in libre.json()["translatedText"][1] for k in kept[1:]), libre.text
 
 
-async def test_a_server_wide_min_confidence_withholds_nothing_from_files_or_deepls_answers(trained_checkpoint, tmp_path):
+async def test_a_server_wide_min_confidence_withholds_nothing_from_files_or_deepls(trained_checkpoint, tmp_path):
     """NMT_MIN_CONFIDENCE withholds sentences from /translate, whose answer says so (`withheld`); a file or DeepL's
     answer has no place to say it, and once came back with sentences silently missing."""
     from tests.app.conftest import serve

@@ -240,7 +240,16 @@ def test_long_plain_units_are_cut_at_line_breaks_and_put_back_together():
         "",
         Unit("c.d.", placeholders=True),
     )
-    assert halve(Unit("<b>A.</b> B.", markup=True)) is None and halve(Unit("a")) is None
+    assert halve(Unit("a")) is None
+    # markup: cut only outside every element, so that each half stands alone; at a <br> too, kept between them
+    assert halve(Unit("<b>A.</b> B.", markup=True)) == (Unit("<b>A.</b>", True), " ", Unit("B.", True))
+    assert halve(Unit('A. <span id="c0">B. C. D.</span> E.', markup=True)) == (
+        Unit("A.", True), " ", Unit('<span id="c0">B. C. D.</span> E.', True),
+    )  # fmt: skip
+    breaks = Unit("A.<br>B.<br>C.<br/>D.", markup=True)
+    assert halve(breaks) == (Unit("A.<br>B.", True), "<br>", Unit("C.<br/>D.", True))
+    assert halve(Unit('<a title="x. y. z">A. B.</a>', markup=True)) is None  # nowhere outside an element
+    assert halve(Unit("<i>A. B.</i><i>C. D.</i>", markup=True)) is None  # no space or break between them
     units = [Unit(t) for t in ("a", " ", "b", "c", "", "d", "e" * 10)]
     assert [[u.text for u in c] for c in chunks(units, size=2, chars=8)] == [
         ["a", " ", "b"],
