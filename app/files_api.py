@@ -22,9 +22,9 @@ from app.files import FORMATS
 from app.glossaries import Glossary, fits
 from app.jobs import Job, JobError, Runner, UnknownJob
 from app.jobs.intake import Upload, job_for, read
-from app.text.limits import Decoding
 from app.models import Models
 from app.text import Engine
+from app.text.limits import Decoding
 
 POLL_S = 1.0  # an events stream reads the job at least this often (another worker may run it)
 KEEPALIVE_S = 15.0  # a comment line when nothing changed for this long, so that proxies keep the stream open
