@@ -15,7 +15,8 @@ const KINDS = {
 };
 
 /** a: the /attention answer; reference: the text it was teacher-forced on, if any; beam: the beam size whose
- * translation it was teacher-forced on (0: the model's own greedy translation). */
+ * translation it was teacher-forced on, or "sentences" for a translation made sentence by sentence (0: the model's
+ * own greedy translation of the text as one sequence). */
 export function renderAttention(a, reference, beam) {
   state.attention = a;
   state.reference = reference;
@@ -38,8 +39,8 @@ export function renderAttention(a, reference, beam) {
     ? `Teacher-forced on your reference: decoder rows are ${start} and the reference's tokens; row t predicted ` +
       "token t+1."
     : beam
-      ? `Teacher-forced on the beam search's translation (beam ${beam}): decoder rows are ${start} and its tokens; ` +
-        "row t predicted token t+1."
+      ? `Teacher-forced on the ${beam === "sentences" ? "translation, made sentence by sentence" : `beam search's ` +
+        `translation (beam ${beam})`}: decoder rows are ${start} and its tokens; row t predicted token t+1.`
       : `Decoder rows are ${start} and the model's translation; row t is the step that predicted token t+1.`;
   draw();
 }

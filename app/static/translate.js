@@ -32,21 +32,27 @@ export async function translate() {
   const tokenized = api("tokenize", { text, side: "source", ...(picked && { language: picked.source }) });
   const translated = api("translate", {
     text, return_tokens: true, return_scores: true, return_alignment: true, return_word_confidence: true,
-    beam_size: beam, num_hypotheses: alternatives, ...picked,
+    return_segments: true, beam_size: beam, num_hypotheses: alternatives, ...picked,
   });
   const attention = (body) =>
     api("attention", { ...body, ...(picked && { source_language: picked.source, target_language: picked.target }) });
-  // /attention decodes greedily: for a beam search's translation, it is teacher-forced on that translation instead
-  const beamForced = beam > 1 && !reference;
-  const attended = beamForced
-    ? translated.then((r) => {
-      const best = r.translations[0].text;
-      return attention(best ? { text, target: best } : { text });
-    })
-    : attention(reference ? { text, target: reference } : { text });
+  // /attention decodes the text greedily as one sequence: a greedy one-sentence translation is that, asked at once;
+  // a beam search's, or one made sentence by sentence, is teacher-forced on instead
+  const early = reference || beam > 1 ? null : attention({ text });
+  early?.catch(() => {});
+  let forced = 0; // what the translation was teacher-forced on: the beam's size, or "sentences"
+  const attended = reference
+    ? attention({ text, target: reference })
+    : translated.then((r) => {
+      const best = r.translations[0];
+      const sentences = (best.segments?.length ?? 1) > 1;
+      if (early && !sentences) return early;
+      forced = beam > 1 ? beam : "sentences";
+      return attention(best.text ? { text, target: best.text } : { text });
+    });
   tokenized.then((r) => current() && renderSourceTokens(r.results[0].tokens, text), () => {});
   translated.then((r) => current() && renderTranslation(r, beam, text), () => {});
-  attended.then((r) => current() && renderAttention(r, reference, beamForced ? beam : 0), () => {});
+  attended.then((r) => current() && renderAttention(r, reference, forced), () => {});
   const settled = await Promise.allSettled([translated, attended, tokenized]);
   if (!current()) return;
   $("translate").removeAttribute("aria-busy");

@@ -293,6 +293,20 @@ def test_a_reference_target_is_teacher_forced(translated, api):
     by_id(driver, "reference").clear()
 
 
+def test_a_text_of_several_sentences_shows_the_attention_of_the_translation_shown(translated, api):
+    """/translate translates sentence by sentence, /attention the text as one sequence: the heatmap once showed the
+    attention of another translation than the one on the page. It is teacher-forced on the one shown."""
+    driver, _ = translated
+    text = "A dog runs. A cat sits."
+    translate(driver, text)
+    shown = api.post("/translate", json={"text": text}).json()["translations"][0]["text"]
+    assert by_id(driver, "translation").text == shown
+    forced = api.post("/attention", json={"text": text, "target": shown}).json()
+    assert forced["decoder_tokens"] != api.post("/attention", json={"text": text}).json()["decoder_tokens"]
+    assert int(by_id(driver, "heatmap").get_attribute("data-rows")) == len(forced["decoder_tokens"])
+    assert "sentence by sentence" in by_id(driver, "explorer-note").text
+
+
 def test_empty_input_and_api_errors_are_shown(translated, api):
     driver, _ = translated
     by_id(driver, "source").clear()
