@@ -37,11 +37,11 @@ def identifier(languages: tuple[str, ...]) -> LanguageIdentifier | None:
 
 def ranked(texts: list[str], languages: tuple[str, ...]) -> list[tuple[str, float]]:
     """The likeliest languages of `texts` among `languages`, best first: each text's probabilities weighted by its
-    length, as a confidence from 0 to 100. Blank texts, or languages the model does not know: the first (or "en",
-    as LibreTranslate), at 0."""
+    length, as a confidence from 0 to 100. Blank texts, or languages the model does not know: "en" (as
+    LibreTranslate) where it is among them, else the first, at 0."""
     model, weight = identifier(languages), sum(len(t.strip()) for t in texts)
     if model is None or not weight:
-        return [(languages[0] if languages else "en", 0.0)]
+        return [("en" if "en" in languages or not languages else languages[0], 0.0)]
     scores: dict[str, float] = {}
     for text in filter(str.strip, texts):
         for code, p in model.rank(text):

@@ -143,6 +143,15 @@ async def test_a_file_upload_naming_no_target_or_one_the_model_lacks_is_a_422_be
     assert r.status_code == 422 and message in r.json()["error"], r.text
 
 
+async def test_a_blank_text_with_no_source_language_is_translated_as_blank_by_every_api(client):
+    """Detection has nothing to go on: English where the model has it (as LibreTranslate), not the first of its
+    languages (NLLB's Acehnese, in Arabic script), which DeepL's route then refused."""
+    deepl = await client.post("/deepl/v2/translate", json={"text": [""], "target_lang": "FR"})
+    assert deepl.status_code == 200 and deepl.json()["translations"][0]["text"] == "", deepl.text
+    libre = await client.post("/libretranslate/translate", json={"q": " ", "source": "auto", "target": "fr"})
+    assert libre.status_code == 200 and libre.json()["detectedLanguage"]["language"] == "en", libre.text
+
+
 async def test_models_lists_every_language_and_libretranslate_translates_between_any_two(client):
     (entry,) = (await client.get("/models")).json()["models"]
     assert entry["source"] == entry["target"] == "multilingual"
