@@ -100,7 +100,7 @@ async def stream_events(
                 continue
             detok = IncrementalText(engine.tokenizer, engine.byte_ids)
             spans = masks is not None and bool(masks[k].groups)  # its tokens wait until the spans are placed
-            tail = text[segments[k].end :] if masks is not None and k == last else ""  # goes with the last token
+            tail = text[segments[k].end :] if segments is not None and k == last else ""  # goes with the last token
             waiting = []  # (token, its text, where it ends in the translation) not sent yet
             while True:
                 async with engine.deadline(deadline):

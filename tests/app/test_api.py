@@ -220,6 +220,16 @@ async def test_a_stream_can_carry_the_score_and_a_blank_text_streams_only_the_en
     assert end["score"] == (await client.post("/translate", json=scored)).json()["translations"][0]["score"] == 0.0
 
 
+@pytest.mark.parametrize("protect", [False, True])
+async def test_a_streams_tokens_add_up_to_its_final_text_trailing_whitespace_included(client, protect):
+    """The text after the last sentence goes with the last token, protected spans or not (it once came only in the
+    final event unless `protect` was on)."""
+    for text in ("A dog runs.\n", "A dog runs.  \n\n", "A dog runs. A cat sits.\n", "  A dog runs."):
+        events = sse(await client.post("/translate", json={"text": text, "stream": True, "protect": protect}))
+        assert "".join(e["token"]["text"] for e in events[:-1]) == events[-1]["text"], (text, events)
+        assert events[-2]["text_so_far"] == events[-1]["text"]
+
+
 async def test_a_stream_of_a_list_is_refused(client):
     r = await client.post("/translate", json={"text": ["A dog.", "A cat."], "stream": True})
     body = r.json()
