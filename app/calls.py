@@ -32,7 +32,8 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
         source = stored.source_lang if source in (None, "auto") else source
         target = target or stored.target_lang
     if engine.codes and source in (None, "auto"):
-        source = await detect_source(engine, [body.text] if isinstance(body.text, str) else body.text)
+        texts = [body.text] if isinstance(body.text, str) else body.text
+        source = await detect_source(engine, [detect.visible(t) for t in texts] if body.format == "html" else texts)
     if stored is not None and not fits(stored, engine, source, target):
         langs = engine.languages if engine.codes is None else {"source": source, "target": target}
         raise InvalidRequest(

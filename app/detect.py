@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import html
+import re
 from functools import cache
 
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
@@ -11,6 +13,13 @@ from py3langid.langid import MODEL_FILE, LanguageIdentifier
 from app.text import INLINE_CHARS
 
 TOP = 3  # candidates an answer lists, as LibreTranslate's /detect
+_HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.DOTALL | re.IGNORECASE)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def visible(page: str) -> str:
+    """An HTML text's words, which detection reads (the markup's names and attributes are mostly English)."""
+    return html.unescape(_TAG.sub(" ", _HIDDEN.sub(" ", page)))
 
 
 @cache

@@ -270,7 +270,8 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     source, target, fmt = field(values, "source"), field(values, "target"), field(values, "format", "text")
     detected = None
     if source == "auto":
-        language, confidence = (await detect.detect(q, codes(models)))[0]
+        read = [detect.visible(t) for t in q] if fmt == "html" else q  # the words, not the markup
+        language, confidence = (await detect.detect(read, codes(models)))[0]
         source, detected = language, {"confidence": confidence, "language": language}
     engine = pick(models, source, target)
     if fmt not in ("text", "html"):

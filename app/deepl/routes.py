@@ -85,7 +85,8 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     """Translate `text` (one or a list) from `source_lang` (or the detected language) into `target_lang`."""
     a = asked(request, await fields(request))
     source = a.source  # else detected, the context helping (it is not translated)
-    source = source or (await detect.detect([*a.texts, a.context or ""], tuple(sources(models)) or ("en",)))[0][0]
+    read = [detect.visible(t) for t in a.texts] if a.html else a.texts  # the words, not the markup
+    source = source or (await detect.detect([*read, a.context or ""], tuple(sources(models)) or ("en",)))[0][0]
     engine, into = engine_for(models, source, a.target)
     glossary = await glossary_terms(request, a.glossary_ids, source, a.target) if a.glossary_ids else ()
     decoding = replace(GREEDY, glossary=glossary, source=base(source), target=into)

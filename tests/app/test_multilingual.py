@@ -152,6 +152,21 @@ async def test_a_blank_text_with_no_source_language_is_translated_as_blank_by_ev
     assert libre.status_code == 200 and libre.json()["detectedLanguage"]["language"] == "en", libre.text
 
 
+async def test_the_language_of_html_is_detected_from_its_words_not_its_markup(client):
+    page = ('<div class="navigation-container main-content wrapper" id="section-header-content" data-role="main">'
+            '<span style="font-weight: bold; color: red">Ein Hund läuft über die Wiese.</span></div>')  # fmt: skip
+    libre = await client.post("/libretranslate/translate", json={"q": page, "source": "auto", "target": "fr",
+                                                                 "format": "html"})  # fmt: skip
+    assert libre.json()["detectedLanguage"]["language"] == "de", libre.text
+    deepl = await client.post("/deepl/v2/translate", json={"text": [page], "target_lang": "FR", "tag_handling": "html"})
+    assert deepl.json()["translations"][0]["detected_source_language"] == "DE", deepl.text
+    tokens = {}
+    for source in ("auto", "de"):
+        body = {"text": page, "format": "html", "source": source, "target": "fr", "return_tokens": True}
+        tokens[source] = (await client.post("/translate", json=body)).json()["translations"][0]["token_ids"]
+    assert tokens["auto"] == tokens["de"]
+
+
 async def test_models_lists_every_language_and_libretranslate_translates_between_any_two(client):
     (entry,) = (await client.get("/models")).json()["models"]
     assert entry["source"] == entry["target"] == "multilingual"
