@@ -29,17 +29,26 @@ def full_model() -> LanguageIdentifier:
 
 
 restricted: dict[tuple[str, ...], LanguageIdentifier | None] = {}
+# A language a model names otherwise than py3langid: the detector's class that is it (Norwegian Bokmål is its "no";
+# North Azerbaijani, in Latin script, its "az"; Filipino its Tagalog)
+ALIASES = {"nb": "no", "az-Latn": "az", "fil": "tl"}
+named: dict[tuple[str, ...], dict[str, str]] = {}  # per set of languages: the detector's class -> the language
 
 
 def identifier(languages: tuple[str, ...]) -> LanguageIdentifier | None:
-    """The model restricted to `languages` (the ones it knows; all of its own when none are given); None when it
-    knows none of them."""
+    """The model restricted to `languages` (the ones it knows, by their names or ALIASES; all of its own when none
+    are given); None when it knows none of them."""
     if languages not in restricted:
         full = full_model()
-        known = [code for code in languages if code in full.nb_classes]
-        model = copy.copy(full) if known else None if languages else full  # a copy shares the arrays it slices
-        if known:
-            model.set_languages(known)
+        classes: dict[str, str] = {}
+        for code in languages:
+            for c in (code, ALIASES.get(code)):
+                if c in full.nb_classes:
+                    classes.setdefault(c, code)
+        model = copy.copy(full) if classes else None if languages else full  # a copy shares the arrays it slices
+        if classes:
+            model.set_languages(list(classes))
+        named[languages] = classes
         restricted[languages] = model
     return restricted[languages]
 
@@ -54,6 +63,7 @@ def ranked(texts: list[str], languages: tuple[str, ...]) -> list[tuple[str, floa
     scores: dict[str, float] = {}
     for text in filter(str.strip, texts):
         for code, p in model.rank(text):
+            code = named[languages].get(code, code)
             scores[code] = scores.get(code, 0.0) + p * len(text.strip()) / weight
     best = [(code, round(100 * p, 1)) for code, p in sorted(scores.items(), key=lambda item: -item[1])[:TOP]]
     return best[:1] + [(code, c) for code, c in best[1:] if c > 0]

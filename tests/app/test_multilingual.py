@@ -167,6 +167,18 @@ async def test_the_language_of_html_is_detected_from_its_words_not_its_markup(cl
     assert tokens["auto"] == tokens["de"]
 
 
+async def test_languages_the_detector_names_otherwise_are_detected_as_the_models_own(client):
+    """NLLB's Norwegian Bokmål (`nb`) is py3langid's `no`, its North Azerbaijani (`az-Latn`) py3langid's `az`: without
+    the aliases they were never candidates, and Norwegian came out Danish, Azerbaijani Crimean Tatar."""
+    for text, code in (
+        ("Norge er et land i Nord-Europa. Hovedstaden heter Oslo, og landet har omtrent fem millioner innbyggere.",
+         "nob_Latn"),
+        ("Azərbaycan Respublikası Cənubi Qafqazda yerləşən dövlətdir. Paytaxtı Bakı şəhəridir.", "azj_Latn"),
+    ):  # fmt: skip
+        r = await client.post("/tokenize", json={"text": text, "language": "auto"})
+        assert r.json()["results"][0]["tokens"][0]["text"] == code, r.text
+
+
 async def test_models_lists_every_language_and_libretranslate_translates_between_any_two(client):
     (entry,) = (await client.get("/models")).json()["models"]
     assert entry["source"] == entry["target"] == "multilingual"
