@@ -95,8 +95,9 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     try:
         out = await unless_disconnected(
             request.receive,
+            # min_confidence 0: DeepL's answer has no place to say a sentence was withheld
             engine.translate(texts, decoding=decoding, split=a.split, format=kind, cut_long=True, protect=ADDRESSES,
-                             min_confidence=0.0),  # DeepL's answer has no place to say a sentence was withheld
+                             min_confidence=0.0),  # fmt: skip
         )
     except InvalidRequest:
         if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them
