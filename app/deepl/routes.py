@@ -92,12 +92,10 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     decoding = replace(GREEDY, glossary=glossary, source=base(source), target=into)
     marked = [ignoring(t, a.ignored) if a.ignored else (t, "") for t in a.texts]
     texts, kind = [t for t, _ in marked], "html" if a.html else "text"
-    try:
+    how = {"split": a.split, "format": kind, "cut_long": True, "protect": ADDRESSES}
+    try:  # min_confidence 0: DeepL's answer has no place to say a sentence was withheld
         out = await unless_disconnected(
-            request.receive,
-            # min_confidence 0: DeepL's answer has no place to say a sentence was withheld
-            engine.translate(texts, decoding=decoding, split=a.split, format=kind, cut_long=True, protect=ADDRESSES,
-                             min_confidence=0.0),  # fmt: skip
+            request.receive, engine.translate(texts, decoding=decoding, min_confidence=0.0, **how)
         )
     except InvalidRequest:
         if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them
