@@ -6,7 +6,8 @@ import re
 
 from app.deepl.errors import DeepLError
 from app.engine import EngineUnavailable
-from app.libretranslate import NAMES, targets
+from app.languages import UnknownLanguage
+from app.libretranslate import NAMES, many, targets
 from app.models import Models, UnknownModel
 from app.text import Engine
 
@@ -31,13 +32,31 @@ def name(code: str) -> str:
 
 def sources(models: Models) -> list[str]:
     """The languages (their DeepL codes' languages, lower case) the loaded models translate from."""
-    return list(dict.fromkeys(base(c) for c in targets(models)))
+    return list(dict.fromkeys(base(c) for c in targets(models) if named(models, c)))
 
 
 def pairs(models: Models) -> list[tuple[str, str]]:
     """(source, target) of every language pair the loaded models translate, as base codes."""
     into = targets(models)
-    return list(dict.fromkeys((base(s), base(t)) for s, ts in into.items() for t in ts if base(s) != base(t)))
+    return list(dict.fromkeys(
+        (base(s), base(t)) for s, ts in into.items() for t in ts if base(s) != base(t) and named(models, s)
+        and named(models, t)
+    ))  # fmt: skip
+
+
+def named(models: Models, code: str) -> bool:
+    """Whether DeepL's code for a language the models have (its base: `az` for `az-Latn`) names it alone: not where a
+    many-to-many model has it in several scripts or kinds (NLLB's `azb_Arab` and `azj_Latn`), which /v2/translate
+    then could not tell apart."""
+    if base(code) == code.lower():
+        return True
+    for engine in many(models):
+        try:
+            engine.codes.resolve(base(code))
+        except UnknownLanguage:
+            if code in engine.codes.names.values():
+                return False
+    return True
 
 
 def engine_for(models: Models, source: str, target: str) -> tuple[Engine, str]:

@@ -179,6 +179,26 @@ async def test_languages_the_detector_names_otherwise_are_detected_as_the_models
         assert r.json()["results"][0]["tokens"][0]["text"] == code, r.text
 
 
+async def test_deepl_lists_only_the_languages_its_translate_takes(client):
+    """DeepL's codes have no script: NLLB's Azerbaijani (`azb_Arab`, `azj_Latn`) and the other languages it has in two
+    scripts or kinds are no DeepL code, and were listed although /v2/translate refused them."""
+    listed = {}
+    for kind in ("source", "target"):
+        r = await client.get("/deepl/v2/languages", params={"type": kind})
+        listed[kind] = [x["language"] for x in r.json()]
+        assert not {"AZ", "ACE", "BJN", "KR", "KS", "TAQ"} & set(listed[kind]), listed[kind]
+    assert {"DE", "FR", "EN"} <= set(listed["source"]) and len(listed["source"]) > 150
+    pairs = (await client.get("/deepl/v2/glossary-language-pairs")).json()["supported_languages"]
+    assert not any("az" in (p["source_lang"], p["target_lang"]) for p in pairs)
+    glossary = {"name": "g", "source_lang": "az", "target_lang": "fr", "entries": "it\tchien", "entries_format": "tsv"}
+    r = await client.post("/deepl/v2/glossaries", data=glossary)  # stored, it could never be used
+    assert r.status_code == 400 and "Unsupported glossary language pair az->fr" in r.text, r.text
+    for code in [c for c in listed["target"][::20] if c != "DE"]:
+        r = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "source_lang": "DE",
+                                                          "target_lang": code})  # fmt: skip
+        assert r.status_code == 200, (code, r.text)
+
+
 async def test_models_lists_every_language_and_libretranslate_translates_between_any_two(client):
     (entry,) = (await client.get("/models")).json()["models"]
     assert entry["source"] == entry["target"] == "multilingual"
