@@ -38,9 +38,9 @@ def sources(models: Models) -> list[str]:
 def pairs(models: Models) -> list[tuple[str, str]]:
     """(source, target) of every language pair the loaded models translate, as base codes."""
     into = targets(models)
+    ok = {c for c in {*into, *(t for ts in into.values() for t in ts)} if named(models, c)}
     return list(dict.fromkeys(
-        (base(s), base(t)) for s, ts in into.items() for t in ts if base(s) != base(t) and named(models, s)
-        and named(models, t)
+        (base(s), base(t)) for s, ts in into.items() if s in ok for t in ts if t in ok and base(s) != base(t)
     ))  # fmt: skip
 
 
