@@ -34,7 +34,12 @@ def _matcher(sources: tuple[str, ...], ignore_case: bool) -> re.Pattern:
 def find(text: str, glossary: Glossary, ignore_case: bool = False) -> list[tuple[str, str]]:
     """The (source term, target term) entries whose source term occurs in `text`, in the order they occur, each once.
     Text and terms compare in Unicode's composed form (NFC), as the model reads them: "cafe" + U+0301 is "café"."""
-    return list(dict.fromkeys(entry for entry, _, _ in occurrences(text, glossary, ignore_case)))
+    return entries(occurrences(text, glossary, ignore_case))
+
+
+def entries(found: Found) -> list[tuple[str, str]]:
+    """The entries of occurrences(), each once, in the order they first occur."""
+    return list(dict.fromkeys(entry for entry, _, _ in found))
 
 
 def occurrences(text: str, glossary: Glossary, ignore_case: bool = False) -> Found:

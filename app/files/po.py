@@ -42,6 +42,7 @@ import polib
 
 from app.files import FileError, FileLimits, FileTooLarge, Unit, unchanged
 from app.files.inline import Fragment, tagged
+from app.html.reader import VOID
 
 _CHARSET = re.compile(rb"charset=([\w.:-]+)")
 _STRING = r'"(?:[^"\\\r\n]|\\[ntrvbfa"\\?\']|\\[0-7]{1,3}|\\x[0-9A-Fa-f]+)*+"'  # possessive: linear time
@@ -53,8 +54,6 @@ _FORMAT = re.compile(r"%(?:\([^)]*\))?[-+ #0-9.*]*[a-zA-Z]|\{[^{}]*\}")  # print
 _TAG = re.compile(  # what the `tags` protect kind finds (app/protect/spans.py), its name captured; not "a < b"
     r"</?([A-Za-z][\w:.\-]*)(?:\s+[\w:.\-]+\s*=\s*(?:\"[^\"<>]*\"|'[^'<>]*'))*\s*/?>"
 )
-_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
-                   "track", "wbr"})  # fmt: skip  # HTML's elements without an end tag
 _ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
 _NPLURALS = re.compile(r"nplurals\s*=\s*([0-9]+)")
 _PLURAL = re.compile(r"plural\s*=\s*([^;]+)")
@@ -82,7 +81,7 @@ class _Markup:
             if len(c := html.unescape(m[0])) == 1:
                 entities.setdefault(c, m[0])
         decode = partial(_ENTITY.sub, lambda m: m[0] if len(c := html.unescape(m[0])) != 1 else c)
-        return cls(tagged(text, _TAG, decode, _VOID), entities)
+        return cls(tagged(text, _TAG, decode, VOID), entities)
 
     def render(self, translation: str) -> str:
         out = []

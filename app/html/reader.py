@@ -45,14 +45,15 @@ from app.html.flow import WHITESPACE, unit_of
 if TYPE_CHECKING:
     from app.protect.spans import Protect
 
-_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
+VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track",
+                  "wbr"})  # fmt: skip  # HTML's elements without an end tag
 _INLINE = {
     "a", "abbr", "acronym", "b", "bdi", "bdo", "big", "cite", "data", "del", "dfn", "em", "font", "i", "ins", "mark",
     "nobr", "q", "s", "small", "span", "strike", "strong", "sub", "sup", "time", "tt", "u",
 }  # fmt: skip
 _KEPT_TEXT = {"code", "kbd", "samp", "var"}  # kept inline elements whose text is part of the unit
 _KEPT_EMPTY = {"script", "style", "textarea", "svg", "math", "template"}
-_IN_FLOW = _INLINE | _KEPT_TEXT | _KEPT_EMPTY | _VOID - {"hr"}
+_IN_FLOW = _INLINE | _KEPT_TEXT | _KEPT_EMPTY | VOID - {"hr"}
 _KEPT = _KEPT_TEXT | _KEPT_EMPTY | {"pre"}
 _ATTRIBUTES = {"alt", "title", "placeholder", "aria-label"}
 _CELL = {"td", "th", "tr", "tbody", "thead", "tfoot"}
@@ -171,7 +172,7 @@ class _Reader(HTMLParser):
     def on_start(self, name: str, attrs: list, start_tag: str, empty: bool, at: int, raw: str) -> None:
         if raw != start_tag and name not in ("script", "style"):  # the parser leaves out an unclosed one's text
             raise MalformedHtml(f"markup the parser could not read at {self.where(at + len(start_tag))}: {raw!r}")
-        void = empty or name in _VOID
+        void = empty or name in VOID
         if self.leaf:
             self.leaf.start.append(raw)
             self.stack += [] if void else [_Open(name, at, False)]

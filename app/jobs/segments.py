@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from app.files import FileTooLarge, Unit
+from app.html.reader import VOID
 from app.segment import blank
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -82,8 +83,6 @@ ANYWHERE = re.compile(r"(?<=.)", re.DOTALL)
 
 MARKUP_BREAK = re.compile(r"\s*<br\b[^>]*>\s*", re.IGNORECASE)  # a line break a markup unit's tag marks
 _TAG = re.compile(r"<!--.*?-->|<(/?)([A-Za-z][\w:.-]*)\b[^>]*?(/?)>", re.DOTALL)
-_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
-                   "track", "wbr"})  # fmt: skip
 
 
 def halve(unit: Unit) -> tuple[Unit, str, Unit] | None:
@@ -112,7 +111,7 @@ def _outside(markup: str) -> set[int]:
     for m in _TAG.finditer(markup):
         if depth == 0:
             out.update(range(at, m.start() + 1))
-        if m[2] and m[2].lower() not in _VOID and not m[3]:
+        if m[2] and m[2].lower() not in VOID and not m[3]:
             depth = max(0, depth - 1) if m[1] else depth + 1
         at = m.end()
     if depth == 0:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.engine.errors import InvalidRequest
-from app.terms import ends_sentence, is_stop, occurrences, rendering_token, source_positions
+from app.terms import ends_sentence, entries, is_stop, occurrences, rendering_token, source_positions
 from app.text.limits import Decoding, Limits
 from model.constraints import Phrase
 from model.options import DecodingOptions
@@ -36,6 +36,7 @@ class Terms:
         self.multilingual = multilingual  # the source terms are encoded in the request's source language
         self._glued: torch.Tensor | np.ndarray | None = None  # the core's word_continuations()
         self._stops: frozenset[int] | None = None
+        self._vocabulary: list[str] | None = None  # _pieces()
         self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
 
     async def constrained(
@@ -46,7 +47,7 @@ class Terms:
         (app/terms.py); each budget (changed in place) grows by its terms' tokens up to NMT_MAX_NEW_TOKENS unless the
         request `fixed` it, and a 422 says where the budget leaves no room for them."""
         places = [occurrences(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
-        found = [list(dict.fromkeys(entry for entry, _, _ in p)) for p in places]
+        found = [entries(p) for p in places]
         glued = await self.glued() if any(found) else None
         targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}
         instead = await self._rendered([s for f in found for s, _ in f], decoding, options.start)
@@ -83,15 +84,19 @@ class Terms:
     def stops(self) -> frozenset[int]:
         """The target tokens that end a sentence: pieces of closing punctuation alone ("." "▁?" "!\""), found once."""
         if self._stops is None:
-            pieces = ((i, self.tokenizer.id_to_token(i, "target")) for i in range(self.core.config.tgt_vocab_size))
-            self._stops = frozenset(i for i, p in pieces if is_stop(p))
+            self._stops = frozenset(i for i, p in enumerate(self._pieces()) if is_stop(p))
         return self._stops
+
+    def _pieces(self) -> list[str]:
+        """The target vocabulary's tokens as strings, by id (read once: glued() and stops() both look at them)."""
+        if self._vocabulary is None:
+            self._vocabulary = [self.tokenizer.id_to_token(i, "target") for i in range(self.core.config.tgt_vocab_size)]
+        return self._vocabulary
 
     async def glued(self) -> torch.Tensor | np.ndarray:
         """(V,) True for the target tokens that continue a word (the core's word_continuations), asked once."""
         if self._glued is None:
-            pieces = [self.tokenizer.id_to_token(i, "target") for i in range(self.core.config.tgt_vocab_size)]
-            self._glued = await self.core.word_continuations(pieces)
+            self._glued = await self.core.word_continuations(self._pieces())
         return self._glued
 
     async def _rendered(self, terms: list[str], decoding: Decoding, start: tuple[int, ...]) -> dict[str, int | None]:
