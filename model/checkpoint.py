@@ -6,6 +6,7 @@ multilingual_tokenizer.json (model/multilingual_tokenizer.py) instead of tokeniz
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,13 @@ def save_checkpoint(
     write_metadata(path, metadata or {})
 
 
+def with_source_frame(config: TransformerConfig, tokenizer: Any) -> TransformerConfig:
+    """`config` with the special tokens the tokenizer puts around a source's text (source_lead, source_tail): </s>
+    after it, and a many-to-many model's language code before it or after </s>."""
+    lead, tail = getattr(tokenizer, "leading_specials", 0), getattr(tokenizer, "trailing_specials", 1)
+    return dataclasses.replace(config, source_lead=lead, source_tail=tail)
+
+
 def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> tuple[Transformer, TextTokenizer, dict[str, Any]]:
@@ -70,6 +78,7 @@ def load_checkpoint(
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"{path / CONFIG}: {e}") from e
     tokenizer = load_tokenizer(path)
+    config = with_source_frame(config, tokenizer)
     if (tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) != (config.src_vocab_size, config.tgt_vocab_size):
         raise CheckpointError(
             f"tokenizer has {tokenizer.src_vocab_size} source and {tokenizer.tgt_vocab_size} target tokens but config "

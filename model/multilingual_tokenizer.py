@@ -91,6 +91,11 @@ class MultilingualTokenizer(SentencePieceTokenizer):
         self._known, self._control = dict.fromkeys(both, known), dict.fromkeys(both, frozenset(spec["control"]))
 
     @property
+    def leading_specials(self) -> int:
+        """Special tokens before a source's text: the code where it comes first."""
+        return self.template.index("text")
+
+    @property
     def trailing_specials(self) -> int:
         """Special tokens after a source's text: </s>, and the code where it comes last (what truncation keeps)."""
         return len(self.template) - 1 - self.template.index("text")

@@ -318,21 +318,10 @@ def alignment(
 ) -> list[list[int]]:
     """For each target token of each hypothesis of one source, the source token it aligns to: the one that the
     cross-attention of the penultimate decoder layer (the last, if there is one), averaged over heads, weighs most
-    at the step that predicts the target token. The source's closing </s> is left out (attention rests on it when
-    nothing else fits). `start`: the tokens the decoder was fed before the hypotheses' (DecodingOptions.start)."""
-    c, device = model.config, next(model.parameters()).device
-    layer = max(0, c.n_decoder_layers - 2)
-    first = 1 + len(start)
-    width = max(map(len, hyps)) + first
-    tgt = torch.full((len(hyps), width), c.pad_id, dtype=torch.long, device=device)
-    for i, tokens in enumerate(hyps):
-        tgt[i, : len(tokens) + first] = torch.tensor([c.bos_id, *start, *tokens])
-    _, _, cross = model.attention_weights(torch.tensor([src], device=device), tgt)
-    weights = cross[layer].mean(1)  # (B, T, S): row t predicts target token t
-    if len(src) > 1:
-        weights = weights[..., :-1]
-    best = weights.argmax(-1).tolist()
-    return [row[len(start) : len(start) + len(tokens)] for row, tokens in zip(best, hyps)]
+    at the step that predicts the target token. The special tokens around the source's text (</s>, a language code:
+    TransformerConfig.source_lead and source_tail) are left out (attention rests on them when nothing else fits).
+    `start`: the tokens the decoder was fed before the hypotheses' (DecodingOptions.start)."""
+    return alignments(model, [src], [hyps], start)[0]
 
 
 def alignments(
@@ -358,8 +347,10 @@ def alignments(
     _, _, cross = model.decode(tgt, memory, src_mask, subsequent_mask(length, device), need_weights=True)
     weights = cross[layer].mean(1)  # (R, T, S): row t predicts target token t
     lengths = torch.tensor([len(sources[i]) for i, _ in rows], device=device)
-    seen = lengths - (lengths > 1).long()  # the source's closing </s> left out, as alignment() leaves it, and padding
-    keep = torch.arange(width, device=device)[None, :] < seen[:, None]  # (R, S)
+    at = torch.arange(width, device=device)[None, :]
+    real = at < lengths[:, None]
+    text = real & (at >= c.source_lead) & (at < lengths[:, None] - c.source_tail)  # as attention_facts leaves out
+    keep = text | (real & ~text.any(-1, keepdim=True))  # (R, S)
     best = weights.masked_fill(~keep[:, None, :], -1.0).argmax(-1).tolist()
     for r, (i, tokens) in enumerate(rows):
         out[i].append(best[r][len(start) : len(start) + len(tokens)])

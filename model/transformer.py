@@ -48,6 +48,11 @@ class TransformerConfig:
     suppress_ids: list[int] = field(default_factory=list)  # never generated (Marian's bad_words_ids: pad)
     force_eos: bool = False  # a text that reaches its token budget ends with </s> (Marian's forced_eos_token_id)
     src_pad_id: int | None = None  # source padding when the source vocabulary's differs from pad_id
+    # Special tokens around a source's text, which alignments look past (attention rests on them when nothing else
+    # fits): </s> after it; a many-to-many model's language code before it (M2M100, NLLB, mBART-50) or after </s>
+    # (NLLB's legacy layout). Set from the tokenizer where a checkpoint is loaded (model/checkpoint.py).
+    source_lead: int = 0
+    source_tail: int = 1
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -58,6 +63,8 @@ class TransformerConfig:
             raise ValueError(f"positions must be one of {LAYOUTS}, not {self.positions!r}")
         if self.position_offset < 0:
             raise ValueError(f"position_offset must be >= 0, not {self.position_offset}")
+        if self.source_lead < 0 or self.source_tail < 0:
+            raise ValueError(f"source_lead and source_tail must be >= 0, not {self.source_lead}, {self.source_tail}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
         bad = [i for i in self.suppress_ids if not 0 <= i < self.tgt_vocab_size]
@@ -94,15 +101,16 @@ def subsequent_mask(size: int, device: torch.device | None = None) -> torch.Tens
     return torch.ones(size, size, dtype=torch.bool, device=device).tril_()[None, None]
 
 
-def attention_facts(weights: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+def attention_facts(weights: torch.Tensor, keep: torch.Tensor, lead: int = 0, tail: int = 1) -> torch.Tensor:
     """What one step's cross-attention (the alignment layer's, averaged over heads) says of each row.
 
     weights (N, S) over the source window, keep (N, S) True = a real source token, padding at the end only ->
     (N, 2) float32: the Wasserstein-1 distance of the weights from the uniform distribution over the row's tokens,
     in source lengths (0 = spread evenly, near 1 = all on one end: attention that rests on one token, as it does
     where the model no longer translates the source; Guerreiro et al., ACL 2023), and the position the weights
-    put most on, the source's closing token left out (attention rests there when nothing else fits): the source
-    token the step's new target token aligns to, as model/search.py's `alignment` finds it by a second pass.
+    put most on among the source's text, the `lead` special tokens before it and the `tail` after it left out
+    (attention rests on </s> or a language code when nothing else fits; all of them where the text is empty): the
+    source token the step's new target token aligns to, as model/search.py's `alignment` finds it by a second pass.
     """
     weights, real = weights.float(), keep.float()
     length = real.sum(-1).clamp(min=1)  # (N,)
@@ -110,7 +118,8 @@ def attention_facts(weights: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     distance = (weights.cumsum(-1) - uniform).abs().sum(-1) / length  # (N,)
     at = torch.arange(keep.size(-1), device=keep.device)
     last = (at * keep).amax(-1)  # (N,) the closing token's position
-    eligible = keep & ((at[None, :] != last[:, None]) | (length[:, None] < 2))
+    text = keep & (at[None, :] >= lead) & (at[None, :] <= last[:, None] - tail)
+    eligible = text | (keep & ~text.any(-1, keepdim=True))
     position = weights.masked_fill(~eligible, -1.0).argmax(-1).float()
     return torch.stack([distance, position], -1)
 
@@ -261,7 +270,8 @@ class Transformer(nn.Module):
             ks.append(k)
             vs.append(v)
             if i == self.alignment_layer:
-                facts = attention_facts(weights[:, :, 0].mean(1), src_keep)
+                c = self.config
+                facts = attention_facts(weights[:, :, 0].mean(1), src_keep, c.source_lead, c.source_tail)
         return self.decoder_norm(x[:, 0]), facts, torch.stack([torch.stack(ks), torch.stack(vs)])
 
     @property

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from model.checkpoint import save_checkpoint, unique_state_dict
+from model.checkpoint import save_checkpoint, unique_state_dict, with_source_frame
 from model.importers import CannotImport, marian
 from model.importers.marian import ACTIVATIONS, FIXED, IGNORED, layer_map, model_card_license, need, read_weights, same
 from model.layers import sinusoidal_table
@@ -274,7 +274,7 @@ def save_import(
     tokenizer spans the model's rows: those past its last id decode to nothing, as M2M100's made-up words do."""
     check_tokenizer(spec, config)
     tokenizer = MultilingualTokenizer({**spec, "size": config.tgt_vocab_size})  # built once: 256k pieces for NLLB
-    model = Transformer(config)
+    model = Transformer(with_source_frame(config, tokenizer))
     loader(model, weights)
     model.eval()
     metadata = {

@@ -98,3 +98,15 @@ def test_attention_facts_of_even_and_peaked_weights():
     assert facts[:, 1].tolist() == [0.0, 0.0]  # the closing token is never the aligned one: the first of the rest
     peaked = torch.tensor([[0.1, 0.7, 0.1, 0.1], [0.2, 0.1, 0.7, 0.0]])
     assert attention_facts(peaked, keep)[:, 1].tolist() == [1.0, 0.0]
+
+
+def test_the_aligned_token_is_one_of_the_text_s_never_a_language_code_around_it():
+    """A many-to-many source: `code text </s>` (lead 1, tail 1) or NLLB's legacy `text </s> code` (lead 0, tail 2).
+    The weights rest on the specials; the aligned token is the text's most weighed, or a special where there is no
+    text."""
+    keep = torch.tensor([[True] * 5, [True] * 4 + [False], [True, True, False, False, False]])
+    weights = torch.tensor([[0.5, 0.1, 0.2, 0.0, 0.2], [0.4, 0.05, 0.1, 0.45, 0.0], [0.7, 0.3, 0.0, 0.0, 0.0]])
+    assert attention_facts(weights, keep, lead=1, tail=1)[:, 1].tolist() == [2.0, 2.0, 0.0]
+    assert attention_facts(weights, keep, lead=0, tail=2)[:, 1].tolist() == [0.0, 0.0, 0.0]
+    legacy = torch.tensor([[0.1, 0.05, 0.15, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4, 0.0], [0.7, 0.3, 0.0, 0.0, 0.0]])
+    assert attention_facts(legacy, keep, lead=0, tail=2)[:, 1].tolist() == [2.0, 1.0, 0.0]
