@@ -14,13 +14,24 @@ from app.text.limits import Decoding
 
 
 async def run_translate(engine: Engine, body: s.TranslateRequest, stored: Glossary | None = None) -> list[Translation]:
-    """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py)."""
+    """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py); the source
+    language each translation is from where it was detected (`Translation.detected_source`)."""
     if body.format == "html" and body.return_segments:
         raise InvalidRequest('return_segments works on plain text only; send it with "format": "text"')
     how, kept = await decoding(body, engine, stored), protected(body)
-    return await engine.translate(
+    out = await engine.translate(
         body.text, body.max_new_tokens, body.truncate, how, body.split, body.format, body.min_confidence, kept
     )
+    if detected(body, engine, stored):
+        for t in out:
+            t.detected_source = how.source
+    return out
+
+
+def detected(body: s.TranslateRequest, engine: Engine, stored: Glossary | None = None) -> bool:
+    """Whether the request's source language is detected: a many-to-many model's, left out or "auto", where no stored
+    glossary names it."""
+    return bool(engine.codes) and body.source in (None, "auto") and stored is None
 
 
 async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | None = None) -> Decoding:
@@ -31,7 +42,7 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
     if stored is not None:
         source = stored.source_lang if source in (None, "auto") else source
         target = target or stored.target_lang
-    if engine.codes and source in (None, "auto"):
+    if detected(body, engine, stored):
         texts = [body.text] if isinstance(body.text, str) else body.text
         source = await detect_source(engine, [detect.visible(t) for t in texts] if body.format == "html" else texts)
     if stored is not None and not fits(stored, engine, source, target):

@@ -67,6 +67,7 @@ def translation_response(body: s.TranslateRequest, out: list[Translation], engin
         translations=[
             s.TranslationOut(
                 text=t.text,
+                detected_source=t.detected_source,
                 finish_reason=t.finish_reason,
                 truncated=t.truncated,
                 tokens=t.tokens if tokens else None,

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi.responses import StreamingResponse
 
 from app import schemas as s
-from app.calls import decoding, protected
+from app.calls import decoding, detected, protected
 from app.engine import InvalidRequest
 from app.errors import error_kind
 from app.glossaries import Glossary
@@ -53,18 +53,26 @@ async def stream_translation(
             f'the whole translation; leave out "stream" for them'
         )
     how, kept = await decoding(body, engine, stored), protected(body)
+    detected_source = how.source if detected(body, engine, stored) else None
     events = await engine.translate_stream(
         body.text, body.max_new_tokens, body.truncate, how, body.split, body.min_confidence, kept
     )  # fmt: skip
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering (deploy/nginx.conf)
-    return StreamingResponse(server_sent(events, body.return_scores), media_type="text/event-stream", headers=headers)
+    sent = server_sent(events, body.return_scores, detected_source)
+    return StreamingResponse(sent, media_type="text/event-stream", headers=headers)
 
 
-async def server_sent(events: AsyncIterator[Token | Finished], scores: bool) -> AsyncIterator[bytes]:
-    """`data: {json}` per event. A failure after the stream began ends it with an `{"error", "type"}` event."""
+async def server_sent(
+    events: AsyncIterator[Token | Finished], scores: bool, detected_source: str | None = None
+) -> AsyncIterator[bytes]:
+    """`data: {json}` per event (the last with the detected source language, where it was detected). A failure after
+    the stream began ends it with an `{"error", "type"}` event."""
     try:
         async for event in events:
-            yield event_bytes(wire_event(event, scores))
+            wire = wire_event(event, scores)
+            if isinstance(wire, s.EndEvent):
+                wire.detected_source = detected_source
+            yield event_bytes(wire)
     except Exception as e:  # the status line is gone: the error travels as the last event
         status, kind = error_kind(e)
         if status == 500 and kind == "internal_error":

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from app.schemas.translation import CONFIDENCE, FLAGS, Flag, Usage
+from app.schemas.translation import CONFIDENCE, DETECTED, FLAGS, Flag, Usage
 
 
 class Event(BaseModel):
@@ -39,6 +39,7 @@ class WithheldSegment(Event):
 
 class EndEvent(Event):
     text: str = Field(description="the whole translation: what stands where a withheld sentence's tokens were sent")
+    detected_source: str | None = Field(None, description=DETECTED)
     finish_reason: Literal["eos", "length"]
     usage: Usage
     truncated: bool = Field(description="the input was cut to MAX_INPUT_TOKENS (only with truncate)")

@@ -77,8 +77,15 @@ class HypothesisOut(BaseModel):
     alignment: list[AlignedOut] | None = None
 
 
+DETECTED = (
+    'where the source was detected (a many-to-many model, `source` left out or `"auto"`): the language it was '
+    "translated from, as `GET /models` names it"
+)
+
+
 class TranslationOut(BaseModel):
     text: str
+    detected_source: str | None = Field(None, description=DETECTED)
     finish_reason: Literal["eos", "length"]
     truncated: bool = Field(description="the input was cut to MAX_INPUT_TOKENS (only with truncate)")
     tokens: list[str] | None = None

@@ -45,6 +45,7 @@ class Translation:
     withheld: list[int] = field(default_factory=list)
     # with return_word_confidence: each word of the translation, its [start, end) characters and its probability
     words: list[tuple[tuple[int, int], float]] | None = None
+    detected_source: str | None = None  # the source language detected for it (app/calls.py), where it was
 
     @cached_property
     def tokens(self) -> list[str]:

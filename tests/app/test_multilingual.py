@@ -89,6 +89,22 @@ async def test_beam_search_n_best_and_alignment_per_direction(client, hf, dirs):
         assert len(t["alignment"]) == len(t["token_ids"])
 
 
+async def test_alignments_point_at_the_source_s_words_never_at_its_language_code_or_end(client):
+    """NLLB's source is `code text </s>`: a target token aligns to a token of the text (a span of characters in it),
+    however much the attention rests on the code, as it does in this random model."""
+    for _, _, _, _, lang in DIRECTIONS:
+        texts = held_out_sentences(lang)[:40]
+        for beams in (1, 3):
+            r = await client.post("/translate", json={"text": texts, "source": lang, "target": "fr",
+                                                      "beam_size": beams, "return_alignment": True})  # fmt: skip
+            assert r.status_code == 200, r.text
+            for text, t in zip(texts, r.json()["translations"]):
+                assert t["alignment"]
+                for a in t["alignment"]:
+                    start, end = a["source_span"]
+                    assert 0 <= start < end <= len(text) and a["source_token"] >= 1, (text, a)
+
+
 async def test_a_stream_and_a_document_are_the_plain_answers_pieces(client):
     body = {"text": "Ein Hund läuft. Zwei Kinder spielen im Park.", "source": "de", "target": "en"}
     plain = (await client.post("/translate", json=body)).json()["translations"][0]["text"]
@@ -102,14 +118,24 @@ async def test_a_stream_and_a_document_are_the_plain_answers_pieces(client):
     assert plain == " ".join(alone)  # each sentence decoded as a row of its own
 
 
-async def test_auto_detects_the_source_among_the_model_s_languages(client):
-    body = {"text": "Zwei junge Männer spielen auf einer Wiese Fußball.", "target": "fr", "return_scores": True}
-    auto = await client.post("/translate", json={**body, "source": "auto"})
-    left_out = await client.post("/translate", json=body)
-    named = await client.post("/translate", json={**body, "source": "de"})
-    assert auto.json() == left_out.json() == named.json()
+async def test_auto_detects_the_source_among_the_model_s_languages_and_says_which(client):
+    body = {"text": ["Zwei junge Männer spielen auf einer Wiese Fußball.", "Ein Hund."], "target": "fr",
+            "return_scores": True}  # fmt: skip
+    auto = (await client.post("/translate", json={**body, "source": "auto"})).json()
+    left_out = (await client.post("/translate", json=body)).json()
+    named = (await client.post("/translate", json={**body, "source": "de"})).json()
+    assert [t.pop("detected_source") for t in auto["translations"]] == ["de", "de"]
+    assert [t.pop("detected_source") for t in left_out["translations"]] == ["de", "de"]
+    assert auto == left_out == named  # named: no detected_source
+    async with client.stream("POST", "/translate", json={**body, "text": body["text"][0], "stream": True}) as r:
+        events = [json.loads(line[6:]) async for line in r.aiter_lines() if line.startswith("data: ")]
+    assert events[-1]["detected_source"] == "de" and events[-1]["text"] == named["translations"][0]["text"]
+    async with client.stream("POST", "/translate", json={**body, "text": "Ein Hund.", "source": "de",
+                                                         "stream": True}) as r:  # fmt: skip
+        events = [json.loads(line[6:]) async for line in r.aiter_lines() if line.startswith("data: ")]
+    assert "detected_source" not in events[-1]
     other = await client.post("/translate", json={**body, "source": "en"})
-    assert other.json() != named.json()  # the source language's code is part of the input
+    assert other.json() != named  # the source language's code is part of the input
 
 
 @pytest.mark.parametrize(
