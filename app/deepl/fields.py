@@ -18,6 +18,10 @@ MAX_GLOSSARY_IDS = 5  # glossary_ids, as DeepL's
 LISTS = {"text", "glossary_ids", "ignore_tags", "non_splitting_tags", "splitting_tags", "custom_instructions"}
 SPLIT = {"0": "none", "1": "sentences", "nonewlines": "nonewlines"}
 FORMALITY = {"default", "more", "less", "prefer_more", "prefer_less"}
+# model_type: the kind of model a request prefers -> the kind the answer says served it (model_type_used). A server's
+# one model of a language pair is both: the answer names the kind asked for ("prefer_" is DeepL's legacy spelling).
+MODEL_TYPES = {"latency_optimized": "latency_optimized", "quality_optimized": "quality_optimized",
+               "prefer_quality_optimized": "quality_optimized"}  # fmt: skip
 TRUE, FALSE = {"1", "true"}, {"0", "false"}
 
 
@@ -158,6 +162,7 @@ class Asked:
     context: str | None
     ignored: set[str]  # ignore_tags
     glossary_ids: list[str]
+    model_type: str | None  # model_type_used, where model_type was sent
 
 
 def asked(request: Request, values: dict[str, Any]) -> Asked:
@@ -178,7 +183,7 @@ def asked(request: Request, values: dict[str, Any]) -> Asked:
     ignored = {t.lower() for t in strings(values, "ignore_tags")} if html else set()
     out = Asked(
         items, source, target, html, split, flag(values, "show_billed_characters"), string(values, "context"),
-        ignored, glossary_ids(values, source),
+        ignored, glossary_ids(values, source), MODEL_TYPES.get(choice(values, "model_type", set(MODEL_TYPES)) or ""),
     )  # fmt: skip
     within_limits(request, items)
     return out

@@ -19,6 +19,7 @@ from app import glossaries as g
 from app.deepl.errors import ERRORS, DeepLError, DeepLRoute
 from app.deepl.fields import (
     FORMALITY,
+    MODEL_TYPES,
     SPLIT,
     asked,
     choice,
@@ -73,6 +74,7 @@ TRANSLATE_FIELDS = {
     "formality": {"type": "string", "enum": sorted(FORMALITY)}, "glossary_id": STRING, "glossary_ids": STRINGS,
     "tag_handling": {"type": "string", "enum": ["html", "xml"]}, "ignore_tags": {"oneOf": [STRINGS, STRING]},
     "show_billed_characters": {"type": ["boolean", "string"]},
+    "model_type": {"type": "string", "enum": sorted(MODEL_TYPES)},
 }  # fmt: skip
 GLOSSARY_FIELDS = {
     "name": STRING, "source_lang": STRING, "target_lang": STRING, "entries": STRING,
@@ -106,7 +108,8 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     for text, (_, marker), t in zip(a.texts, marked, out, strict=True):
         translated = t.text.replace(" " + marker, "") if marker else t.text
         result = {"detected_source_language": deepl_code(base(source)), "text": translated}
-        results.append(result | ({"billed_characters": len(text)} if a.billed else {}))
+        result |= {"billed_characters": len(text)} if a.billed else {}
+        results.append(result | ({"model_type_used": a.model_type} if a.model_type else {}))
     return {"translations": results}
 
 
@@ -238,6 +241,7 @@ async def upload_document(request: Request, models: ModelsDep) -> dict[str, str]
         await glossary_terms(request, ids, source, target)  # each one's pair must be the request's
     key = secrets.token_hex(32).upper()
     job = await jobs.submit(job_for(upload, engine, base(source), into, ids, origin="deepl"), upload.data, key)
+    request.app.state.deepl_characters = characters(request) + job.characters  # billed as it is taken, as DeepL bills
     return {"document_id": job.id, "document_key": key}
 
 

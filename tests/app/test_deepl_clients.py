@@ -73,6 +73,13 @@ def test_the_python_client_translates_a_text_and_a_list_as_our_api_does(base, tr
     )
     assert unsplit.text == ours(base, f"{ENGLISH} {texts[0]}", split="none")[0]
     assert translator.translate_text(ENGLISH, target_lang="DE", formality="prefer_less").text == one.text
+    assert one.model_type_used is None  # said only where model_type was sent
+    for asked, used in (("quality_optimized", "quality_optimized"), ("prefer_quality_optimized", "quality_optimized"),
+                        ("latency_optimized", "latency_optimized")):  # fmt: skip
+        typed = translator.translate_text(ENGLISH, target_lang="DE", model_type=asked)
+        assert (typed.text, typed.model_type_used) == (one.text, used)
+    with pytest.raises(deepl.DeepLException, match="Bad request, message: Value for 'model_type' not supported"):
+        translator.translate_text(ENGLISH, target_lang="DE", model_type="bogus")
     with pytest.raises(deepl.DeepLException, match="Bad request, message: 'formality' is not supported"):
         translator.translate_text(ENGLISH, target_lang="DE", formality="less")
     with pytest.raises(deepl.DeepLException, match="Bad request, message: Value for 'target_lang' not supported"):
@@ -161,8 +168,10 @@ def test_the_python_client_translates_a_document_as_our_api_translates_its_parag
     paragraphs = [ENGLISH, "Two dogs are playing in the snow.", "A woman is sitting on a bench."]
     source, out = tmp_path / "notes.txt", tmp_path / "notes.de.txt"
     source.write_text("\n\n".join(paragraphs))
+    before = translator.get_usage().character.count
     status = translator.translate_document_from_filepath(source, out, target_lang="DE")
     assert status.done and status.billed_characters == sum(map(len, paragraphs))
+    assert translator.get_usage().character.count == before + status.billed_characters  # documents count too
     assert out.read_text() == "\n\n".join(ours(base, paragraphs))
 
     handle = translator.translate_document_upload("\n\n".join(paragraphs * 20), target_lang="FR", filename="a.txt")
