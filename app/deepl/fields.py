@@ -156,7 +156,8 @@ class Asked:
     texts: list[str]
     source: str | None
     target: str
-    html: bool
+    html: bool  # tag_handling html or xml
+    xml: bool  # tag_handling xml
     split: str  # /translate's
     billed: bool  # add billed_characters
     context: str | None
@@ -168,7 +169,8 @@ class Asked:
 def asked(request: Request, values: dict[str, Any]) -> Asked:
     """The request's fields, each checked as DeepL checks it (400), then its size (413)."""
     items, target, source = texts(values), string(values, "target_lang", required=True), string(values, "source_lang")
-    html = choice(values, "tag_handling", {"html", "xml"}) is not None
+    tags = choice(values, "tag_handling", {"html", "xml"})
+    html = tags is not None
     split = SPLIT[choice(values, "split_sentences", set(SPLIT)) or ("nonewlines" if html else "1")]
     split = "sentences" if html and split == "nonewlines" else split  # HTML's line breaks are its own (<br>)
     flag(values, "preserve_formatting")  # the formatting is never corrected here: always preserved
@@ -182,7 +184,7 @@ def asked(request: Request, values: dict[str, Any]) -> Asked:
             raise DeepLError(400, f"{unsupported}: style rules and translation memories are not available here")
     ignored = {t.lower() for t in strings(values, "ignore_tags")} if html else set()
     out = Asked(
-        items, source, target, html, split, flag(values, "show_billed_characters"), string(values, "context"),
+        items, source, target, html, tags == "xml", split, flag(values, "show_billed_characters"), string(values, "context"),
         ignored, glossary_ids(values, source), MODEL_TYPES.get(choice(values, "model_type", set(MODEL_TYPES)) or ""),
     )  # fmt: skip
     within_limits(request, items)

@@ -93,7 +93,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     glossary = await glossary_terms(request, a.glossary_ids, source, a.target) if a.glossary_ids else ()
     decoding = replace(GREEDY, glossary=glossary, source=base(source), target=into)
     marked = [ignoring(t, a.ignored) if a.ignored else (t, "") for t in a.texts]
-    texts, kind = [t for t, _ in marked], "html" if a.html else "text"
+    texts, kind = [t for t, _ in marked], "xml" if a.xml else "html" if a.html else "text"
     how = {"split": a.split, "format": kind, "cut_long": True, "protect": ADDRESSES}
     try:  # min_confidence 0: DeepL's answer has no place to say a sentence was withheld
         out = await unless_disconnected(
@@ -101,7 +101,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
         )
     except InvalidRequest:
         if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them
-            await asyncio.to_thread(parse_pages, a.texts)
+            await asyncio.to_thread(parse_pages, a.texts, None, a.xml)
         raise
     request.app.state.deepl_characters = characters(request) + sum(map(len, a.texts))
     results = []

@@ -14,6 +14,9 @@ translation, and a tag aligned to target words far apart looks at each stretch b
 
 from app.html.document import Alignment, HtmlDocument, InlineTag, Part, Unit
 from app.html.ignore import ignoring
-from app.html.reader import MalformedHtml, parse
+from app.html.reader import HTML, XML, MalformedHtml, Rules, parse
 
-__all__ = ["Alignment", "HtmlDocument", "InlineTag", "MalformedHtml", "Part", "Unit", "ignoring", "parse"]
+__all__ = [
+    "HTML", "XML", "Alignment", "HtmlDocument", "InlineTag", "MalformedHtml", "Part", "Rules", "Unit", "ignoring",
+    "parse",
+]  # fmt: skip

@@ -24,6 +24,10 @@ them; the unit's text reads on without them, so the model never sees them, and e
 puts a span (after the translation of the word before it, in front of the word after it, or at either end), then
 written once as it was. A span that markup or an entity's characters cut is left in the text.
 
+XML (the XML rules: DeepL's tag_handling "xml") is read the same way but for the element names HTML gives a meaning:
+none is void, kept or closed by another's start tag, so every element is closed (or written <x/>) and translated;
+those named as HTML's inline elements (and <br>) run in the text, any other is a block.
+
 MalformedHtml says what and where (line:column, from 1): an end tag closing nothing open, or closing an element
 while another inside it is open (crossing tags); an element never closed; an unterminated tag or comment; a
 declaration the standard library's parser cannot read (`<![` without a name). Not errors: void elements, `<x/>` (an
@@ -75,18 +79,41 @@ class MalformedHtml(ValueError):
     """HTML that cannot be read back as written: what is wrong and where."""
 
 
-def parse(page: str, protect: Protect | None = None) -> HtmlDocument:
-    """The units of an HTML page or fragment, `protect`'s spans kept aside as written; raises MalformedHtml."""
-    return _Reader(page, protect).document
+@dataclass(frozen=True)
+class Rules:
+    """What the reader knows of a page's elements by their names."""
+
+    void: frozenset[str]  # elements without an end tag
+    in_flow: frozenset[str]  # elements that run within a block's text (the rest are blocks)
+    kept: frozenset[str]  # elements not translated unless translate="yes"
+    kept_empty: frozenset[str]  # kept elements whose text is not part of the unit
+    never: frozenset[str]  # elements never translated, whatever their translate attribute
+    closed_by: dict[str, set[str]]  # elements whose end tag may be left out, and the start tags that close them
+    optional_end: frozenset[str]  # elements that may be left open at the end, or inside another's end tag
 
 
-def _translates(name: str, attrs: dict, parent: bool) -> bool:
+HTML = Rules(
+    VOID, frozenset(_IN_FLOW), frozenset(_KEPT), frozenset(_KEPT_EMPTY), frozenset({"script", "style", "textarea"}),
+    _CLOSED_BY, frozenset(_OPTIONAL_END),
+)  # fmt: skip
+# XML (DeepL's tag_handling "xml"): every element is closed (or written <x/>) and translated whatever its name; those
+# named as HTML's inline ones (and <br>, a line break) run in the text, any other is a block
+XML = Rules(frozenset(), frozenset(_INLINE | {"br"}), frozenset(), frozenset(), frozenset(), {}, frozenset())
+
+
+def parse(page: str, protect: Protect | None = None, rules: Rules = HTML) -> HtmlDocument:
+    """The units of an HTML page or fragment (an XML one with the XML rules), `protect`'s spans kept aside as written;
+    raises MalformedHtml."""
+    return _Reader(page, protect, rules).document
+
+
+def _translates(name: str, attrs: dict, parent: bool, rules: Rules) -> bool:
     """Whether an element's text and attributes are translated (HTML's translate attribute, inherited)."""
-    if name in ("script", "style", "textarea") or "notranslate" in (attrs.get("class") or "").split():
+    if name in rules.never or "notranslate" in (attrs.get("class") or "").split():
         return False
     if "translate" in attrs:
         return (attrs["translate"] or "").strip().lower() != "no"
-    return parent and name not in _KEPT
+    return parent and name not in rules.kept
 
 
 @dataclass(eq=False)
@@ -100,9 +127,10 @@ class _Open:
 class _Reader(HTMLParser):
     """The page as pieces written and units to translate: each event is handled when the next shows its end."""
 
-    def __init__(self, page: str, protect: Protect | None = None):
+    def __init__(self, page: str, protect: Protect | None = None, rules: Rules = HTML):
         super().__init__(convert_charrefs=True)
         self.page, self.pieces, self.units, self.stack, self.protect = page, [], [], [], protect
+        self.rules = rules
         self.lines = [0] + [m.end() for m in re.finditer("\n", page)]
         self.pending: tuple | None = None  # the last event: (handler, its arguments, its offset)
         self.flow: list[tuple[str, object, int]] = []  # the current block's text, inline elements and leaves
@@ -121,7 +149,7 @@ class _Reader(HTMLParser):
             raise MalformedHtml(f"markup the parser could not read at {self.where(self.here)}: {e}") from None
         self.event(None)
         for o in reversed(self.stack):
-            if o.name not in _OPTIONAL_END:
+            if o.name not in self.rules.optional_end:
                 raise MalformedHtml(f"<{o.name}> opened at {self.where(o.at)} is never closed")
         self.end_flow()
         units = sorted(self.units, key=lambda u: u.at)
@@ -172,19 +200,20 @@ class _Reader(HTMLParser):
     def on_start(self, name: str, attrs: list, start_tag: str, empty: bool, at: int, raw: str) -> None:
         if raw != start_tag and name not in ("script", "style"):  # the parser leaves out an unclosed one's text
             raise MalformedHtml(f"markup the parser could not read at {self.where(at + len(start_tag))}: {raw!r}")
-        void = empty or name in VOID
+        rules = self.rules
+        void = empty or name in rules.void
         if self.leaf:
             self.leaf.start.append(raw)
             self.stack += [] if void else [_Open(name, at, False)]
             return
-        if name not in _IN_FLOW:
+        if name not in rules.in_flow:
             self.end_flow()
-            while self.stack and name in _CLOSED_BY.get(self.stack[-1].name, ()):
+            while self.stack and name in rules.closed_by.get(self.stack[-1].name, ()):
                 self.stack.pop()
         zone = self.zone
-        own = _translates(name, dict(attrs), zone)
+        own = _translates(name, dict(attrs), zone, rules)
         start = self.attributes(raw, at) if own else [raw]
-        if not (zone and name in _IN_FLOW):
+        if not (zone and name in rules.in_flow):
             self.pieces += start
             self.stack += [] if void else [_Open(name, at, own)]
         elif name != "br" and own and not void:
@@ -197,7 +226,7 @@ class _Reader(HTMLParser):
             if void:
                 self.flow.append(("leaf", leaf, at))
             else:
-                self.leaf, self.leaf_text = leaf, None if name in _KEPT_EMPTY else []
+                self.leaf, self.leaf_text = leaf, None if name in rules.kept_empty else []
                 self.stack.append(_Open(name, at, False, leaf))
                 self.flowing.append(self.stack[-1])
 
@@ -207,7 +236,7 @@ class _Reader(HTMLParser):
         i = next((i for i in reversed(range(len(self.stack))) if self.stack[i].name == name), None)
         if i is None:
             raise MalformedHtml(f"</{name}> at {self.where(at)} closes nothing: no <{name}> is open")
-        if inner := next((o for o in reversed(self.stack[i + 1 :]) if o.name not in _OPTIONAL_END), None):
+        if inner := next((o for o in reversed(self.stack[i + 1 :]) if o.name not in self.rules.optional_end), None):
             raise MalformedHtml(
                 f"</{name}> at {self.where(at)} closes <{name}> (opened at {self.where(self.stack[i].at)}) while "
                 f"<{inner.name}> (opened at {self.where(inner.at)}) is still open: elements must nest"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from app.engine.errors import InputTooLong, InvalidRequest
-from app.html import HtmlDocument, MalformedHtml, parse
+from app.html import HTML, XML, HtmlDocument, MalformedHtml, parse
 from app.segment import Segment, Split, assemble, cut_to_fit, segment, unwrapped
 from app.text.results import Aligned, Translation
 from model.confidence import FLAGS, Quality
@@ -16,7 +16,7 @@ from model.confidence import FLAGS, Quality
 if TYPE_CHECKING:
     from app.protect import Protect
 
-Format = Literal["text", "html"]
+Format = Literal["text", "html", "xml"]
 
 
 @dataclass(frozen=True)
@@ -175,16 +175,16 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
     return out
 
 
-def parse_pages(texts: list[str], protect: Protect | None = None) -> list[HtmlDocument]:
-    """Each text read as HTML, `protect`'s spans in its text kept aside; InvalidRequest (422) saying where one is
-    not well-formed."""
-    pages = []
+def parse_pages(texts: list[str], protect: Protect | None = None, xml: bool = False) -> list[HtmlDocument]:
+    """Each text read as HTML (or XML), `protect`'s spans in its text kept aside; InvalidRequest (422) saying where
+    one is not well-formed."""
+    pages, kind, field = [], "XML" if xml else "HTML", 'tag_handling "xml"' if xml else 'format "html"'
     for i, text in enumerate(texts):
         try:
-            pages.append(parse(text, protect))
+            pages.append(parse(text, protect, XML if xml else HTML))
         except MalformedHtml as e:
             where = "text" if len(texts) == 1 else f"text[{i}]"
-            raise InvalidRequest(f'{where} is not well-formed HTML (format "html"): {e}') from None
+            raise InvalidRequest(f"{where} is not well-formed {kind} ({field}): {e}") from None
     return pages
 
 

@@ -200,8 +200,10 @@ class Engine:
         floor = self.min_confidence if min_confidence is None else min_confidence
         fits = self.limits.fits(self.tokenizer, decoding.source) if cut_long else None
         truncate = truncate or cut_long  # what no cut makes fit (a single character): cut to the limit
-        if format == "html":
-            out = await self._translate_pages(texts, max_new_tokens, truncate, decoding, split, floor, protect, fits)
+        if format in ("html", "xml"):
+            out = await self._translate_pages(
+                texts, max_new_tokens, truncate, decoding, split, floor, protect, fits, format == "xml"
+            )
         else:
             out = await self._translate_texts(
                 texts, isinstance(text, str), max_new_tokens, truncate, decoding, split, floor, protect, fits
@@ -240,16 +242,16 @@ class Engine:
 
     async def _translate_pages(
         self, texts: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding, split: Split,
-        min_confidence: float, protect: Protect | None = None, fits: Fits | None = None,
+        min_confidence: float, protect: Protect | None = None, fits: Fits | None = None, xml: bool = False,
     ) -> list[Translation]:  # fmt: skip
-        """HTML pages: the text of each page's units translated as documents (with the alignment that puts the
+        """HTML (or XML) pages: the text of each page's units translated as documents (with the alignment that puts the
         inline tags back), and each page rendered with the translations. Protected spans in the text between tags
         are kept aside as elements (app/html/flow.py), those in attributes masked as plain text's."""
         for what in ("target_prefix", "return_alignment", "return_word_confidence"):
             if getattr(decoding, what):
                 raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')
         size = check_chars(texts, self.max_request_chars)  # the markup counts too
-        pages = await inline_or_on_thread(size, parse_pages, texts, protect)
+        pages = await inline_or_on_thread(size, parse_pages, texts, protect, xml)
         units = [u.text for page in pages for u in page.units]
         tags = any(u.tags for page in pages for u in page.units)
         if not units:  # markup only

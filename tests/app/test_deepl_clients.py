@@ -100,6 +100,24 @@ def test_the_python_client_translates_html_and_leaves_the_ignored_tags_alone(bas
     assert "<span>bike</span>" not in translated.text
 
 
+def test_the_python_client_translates_xml_whatever_its_elements_are_named(base, translator):
+    """DeepL's own example of structured XML, and elements named as HTML's void or kept ones (meta, link, source,
+    code, style) that XML closes and translates as any other: each element's text translated as /translate's
+    plain text, the markup as written."""
+    xml = ("<document><meta><title>{}</title></meta><content><par>{}</par><source>{}</source><code>{}</code>"
+           "<style>{}</style><link>{}</link><p>A man is riding a <b>bike</b>.</p></content></document>")  # fmt: skip
+    texts = ["A dog's title", "This is the first sentence.", "A man is riding a bike.", "A dog.", "A cat.",
+             "Two dogs are playing in the snow."]  # fmt: skip
+    got = translator.translate_text(xml.format(*texts), target_lang="DE", tag_handling="xml").text
+    want = xml.format(*ours(base, texts)).replace(
+        "<p>A man is riding a <b>bike</b>.</p>", ours(base, "<p>A man is riding a <b>bike</b>.</p>", format="html")[0]
+    )
+    assert got == want
+    unclosed = r"is not well-formed XML \(tag_handling \"xml\"\): </p> .* while <br> .* is still open"
+    with pytest.raises(deepl.DeepLException, match=unclosed):
+        translator.translate_text("<p>A dog.<br>A cat.</p>", target_lang="DE", tag_handling="xml")
+
+
 def test_the_python_client_makes_lists_uses_and_deletes_glossaries(base, translator):
     pairs = {(p.source_lang, p.target_lang) for p in translator.get_glossary_languages()}
     assert pairs == {("en", "de"), ("en", "fr")}

@@ -74,6 +74,7 @@ FIELDS = {  # near-valid values for each field, so generated bodies also get pas
         "formality": st.sampled_from(["default", "less", "prefer_less", "x"]), "glossary_id": st.text(max_size=40),
         "glossary_ids": st.lists(st.text(max_size=8), max_size=6), "show_billed_characters": st.booleans(),
         "preserve_formatting": st.booleans() | st.sampled_from(["0", "1", "x"]),
+        "model_type": st.sampled_from(["quality_optimized", "latency_optimized", "x"]),
     },
 }  # fmt: skip
 OTHER_PATHS = ["/health", "/ready", "/info", "/", "/translate/x", "/glossaries/x", "/v2/glossaries",

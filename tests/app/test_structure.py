@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given
 from hypothesis import strategies as st
 
-from app.html import parse
+from app.html import HTML, XML, parse
 from app.html.reader import _CLOSED_BY
 from app.segment import blank
 from app.settings import Settings
@@ -437,19 +437,20 @@ async def test_libretranslate_forms_of_any_shape_get_its_documented_answers(clie
 
 # ---- the DeepL API -------------------------------------------------------------------------------------------------
 
+TAGS = {"html": HTML, "xml": XML}  # DeepL's tag_handling: the rules a page is read by
 IGNORED = st.lists(st.sampled_from([*INLINES, *BLOCKS[:4], "x-widget", "B", "code"]), max_size=3)
 
 
 @STRUCTURE
-@given(page=pages(), ignored=IGNORED, split=st.sampled_from(["0", "1", "nonewlines"]))
-@example(page="<p>A dog. <![<br><br>CDATA[x < y]]> A man.</p>", ignored=["b"], split="nonewlines")  # found once
-async def test_deepl_html_with_ignored_tags_comes_back_with_its_elements_as_written(
-    client, after, page, ignored, split
-):
+@given(page=pages(), ignored=IGNORED, split=st.sampled_from(["0", "1", "nonewlines"]), tags=st.sampled_from(sorted(TAGS)))
+@example(page="<p>A dog. <![<br><br>CDATA[x < y]]> A man.</p>", ignored=["b"], split="nonewlines", tags="html")
+async def test_deepl_html_and_xml_with_ignored_tags_come_back_with_their_elements_as_written(
+    client, after, page, ignored, split, tags
+):  # the example: found once
     body = {
         "text": [page],
         "target_lang": "DE",
-        "tag_handling": "html",
+        "tag_handling": tags,
         "ignore_tags": ignored,
         "split_sentences": split,
     }
@@ -457,7 +458,7 @@ async def test_deepl_html_with_ignored_tags_comes_back_with_its_elements_as_writ
     answer = assert_documented(r, DEEPL_STATUSES, "message")
     if r.status_code == 200:
         out = answer["translations"][0]["text"]
-        parse(out)
+        parse(out, rules=TAGS[tags])
         assert Elements(out).tags == Elements(page).tags and "data-nmt-ignored" not in out
         if ignored:  # an ignored element's text is its own
             for name in ignored:
@@ -477,6 +478,7 @@ DEEPL_FIELDS = {  # mostly what DeepL takes, so that requests get through to a t
     "glossary_id": st.sampled_from([""] * 6 + ["0b7e3b1e-0000-4000-8000-000000000000", "x"]),
     "show_billed_characters": st.sampled_from(["1", "0", "true"] * 3 + ["x"]),
     "context": st.text(max_size=20),
+    "model_type": st.sampled_from(["quality_optimized", "prefer_quality_optimized", "latency_optimized", "", "x"]),
 }
 
 
