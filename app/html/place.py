@@ -35,7 +35,25 @@ _END = itemgetter(1)  # a range's end: the key that bisects sorted disjoint rang
 def put_back(roots: list[Node], source: str, translation: str, alignment: Alignment | None) -> list:
     """The translation escaped, with the markup of a unit's inline elements (`roots`, outer first) placed in it."""
     placed = _place(roots, _Translation(source, translation, alignment)) if roots else {}
-    return _emit(roots, source, translation, placed)
+    return _emit(roots, source, translation, placed, _edges(roots))
+
+
+def _edges(roots: list[Node]) -> dict[Node, str]:
+    """What each node shows of its own, put in with no text of the translation: its kept leaves' text and protected
+    spans, as its first and last characters ("" for none but whitespace)."""
+    order, todo = [], list(roots)
+    while todo:  # parents before children
+        order.append(n := todo.pop())
+        todo += [] if n.kept else n.children
+    edges: dict[Node, str] = {}
+    for n in reversed(order):
+        if n.kept:
+            shown = n.text or ("".join(p for p in n.start if isinstance(p, str)) if n.protect is not None else "")
+            edges[n] = shown[:1] + shown[-1:] if shown.strip() else ""
+        else:
+            inner = [edges[c] for c in n.children if edges[c]]
+            edges[n] = inner[0][:1] + inner[-1][-1:] if inner else ""
+    return edges
 
 
 def _letter(c: str) -> bool:
@@ -150,7 +168,7 @@ class _Translation:
             return gap, gap  # inside a withheld sentence: empty where its translation would have been
         if not self.pairs:
             return None
-        if not n.ranged:
+        if not n.ranged or not n.kept and self.src[a:b].isspace():  # an element around whitespace is an empty one
             return self.after_word_before(a)
         # the pairs aligned to [a, b): those starting in it (a range of by_start), those ending in it (of ends), and
         # those around a or b, cut in proportion
@@ -270,8 +288,9 @@ def _place_siblings(nodes: list[Node], lo: int, hi: int, pa: int, pb: int, tr: _
         placed[n] = (x, x)
 
 
-def _emit(roots: list[Node], src: str, tgt: str, placed: dict) -> list:
-    """The translation escaped, with the nodes' markup where they were placed."""
+def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node, str]) -> list:
+    """The translation escaped, with the nodes' markup where they were placed: an element put in empty that shows
+    something of its own (a URL kept as written: `<a href="..">https://..</a>`) is spaced as a kept element is."""
     out, at, last = [], 0, ""  # last: the last character of text written
     stack = [(roots, 0, len(tgt), "")]  # per element open: its children, the next, its end, its end tag
     while stack:
@@ -287,27 +306,29 @@ def _emit(roots: list[Node], src: str, tgt: str, placed: dict) -> list:
         last = tgt[x - 1] if x > at else last
         stack.append((nodes, i + 1, hi, end))
         if not n.kept:
-            out += n.start
-            at = x
-            stack.append((n.children, 0, y, n.end))
+            lead, trail = _spacing(n, edges[n], src, last, tgt[x : x + 2]) if x == y and edges[n] else ("", "")
+            out += [lead, *n.start]
+            last, at = lead or last, x
+            stack.append((n.children, 0, y, n.end + trail))
             continue
-        lead, trail = _spacing(n, src, last, tgt[x : x + 2]) if x == y and n.text.strip() else ("", "")
+        lead, trail = _spacing(n, n.text, src, last, tgt[x : x + 2]) if x == y and n.text.strip() else ("", "")
         out += [lead, *n.start, trail]
         last, at = (trail or n.text or last)[-1:], y
     return out
 
 
-def _spacing(n: Node, src: str, last: str, ahead: str) -> tuple[str, str]:
-    """The whitespace around a kept element put in between `last` (the text written before it) and `ahead` (the
-    translation's next two characters), as app/protect/masking.py's restore puts it around a span: a space on a side
+def _spacing(n: Node, shown: str, src: str, last: str, ahead: str) -> tuple[str, str]:
+    """The whitespace around a kept element (or one put in empty, which `shown` starts and ends as) put in between
+    `last` (the text written before it) and `ahead` (the translation's next two characters), as
+    app/protect/masking.py's restore puts it around a span: a space on a side
     where its source had whitespace, or where a word or punctuation facing away from it would touch it; none where
     its source had it attached to a word (or to that same punctuation), where there is whitespace already, or against
     punctuation that faces it (a full stop, an opening bracket)."""
     left, right, nxt = src[n.a - 1 : n.a], src[n.b : n.b + 1], ahead[:1]
-    spaced = left.isspace() or word_char(last) or closes(last, n.text[0]) and last != left
-    spaced = spaced and not word_char(left) and not opens(last, n.text[0])
-    lead = " " if last and not last.isspace() and not n.text[0].isspace() and spaced else ""
+    spaced = left.isspace() or word_char(last) or closes(last, shown[0]) and last != left
+    spaced = spaced and not word_char(left) and not opens(last, shown[0])
+    lead = " " if last and not last.isspace() and not shown[0].isspace() and spaced else ""
     spaced = right.isspace() or word_char(nxt) or opens(nxt, ahead[1:]) and nxt != right
     spaced = spaced and not word_char(right) and not closes(nxt, ahead[1:])
-    trail = " " if nxt and not nxt.isspace() and not n.text[-1].isspace() and spaced else ""
+    trail = " " if nxt and not nxt.isspace() and not shown[-1].isspace() and spaced else ""
     return lead, trail

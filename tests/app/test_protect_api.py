@@ -212,6 +212,23 @@ async def test_a_pattern_that_backtracks_exponentially_elsewhere_runs_here(clien
     assert out and "a" * 5_000 not in out[0]
 
 
+@pytest.mark.parametrize("span", ["https://example.com/a?b=1", "me@example.com", "{name}"])
+async def test_an_element_holding_only_a_span_is_spaced_as_the_span_alone_would_be(client, span):
+    """`visits <a href="..">https://..</a> with`: the element is put in where the span would go, with a space where
+    the source had one, not glued to the word before it; an element around the span and whitespace wraps no more."""
+    words = [s.split() for s in SENTENCES[:6]]
+    pages = [f'<p>{" ".join(w[:3])} <{tag}>{html.escape(span)}</{tag.split()[0]}> {" ".join(w[3:])}</p>'
+             for w in words for tag in ("b", 'a href="/x"')]  # fmt: skip
+    pages += [f"<p>{' '.join(w[:3])}<b> {html.escape(span)} </b>{' '.join(w[3:])}</p>" for w in words]
+    out = await translate(client, pages, format="html", **PROTECT)
+    for page, got in zip(pages, out, strict=True):
+        inner = re.search(r"<(b|a)\b[^>]*>(.*?)</\1>", got)
+        assert inner and html.unescape(inner[2]).strip() == span, (page, got)  # nothing else in the element
+        shown = html.unescape(re.sub(r"<[^>]*>", "", got))  # as a browser shows it: a word on its own
+        at = shown.index(span)
+        assert shown[at - 1 : at] in ("", " ") and shown[at + len(span) :][:1] in ("", " ", ".", ","), (page, got)
+
+
 # ---- the bundled checkpoint --------------------------------------------------------------------------------------
 
 
