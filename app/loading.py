@@ -62,13 +62,15 @@ def load_engine(
 
 def front_engine(s: Settings, core: RemoteCore, model_dir: Path, name: str, metrics: Metrics) -> Engine:
     """A front-end's engine for a model the engine process serves through `core`: its tokenizer, metadata and
-    calibration read from `model_dir` (not its weights), its limits from the settings, as `load_engine`'s. The
-    core's `max_queue` is this front-end's share of the engine's queue, so a request's share of it (by default)
-    is half of that."""
-    return Engine(
+    calibration read from `model_dir` (not its weights), its limits from the settings, as `load_engine`'s (a request's
+    share of the queue is of the engine's whole queue, as in one process). The core's `max_queue` is this front-end's
+    share of the engine's queue, never less than one request's most sequences."""
+    engine = Engine(
         core, load_tokenizer(model_dir), name=name, metadata=read_metadata(model_dir),
         calibration=Calibration.load(model_dir), metrics=metrics.engine(name), **limits(s),
     )  # fmt: skip
+    core.least_share = engine.max_request_sequences
+    return engine
 
 
 def limits(s: Settings) -> dict[str, Any]:

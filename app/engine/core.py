@@ -166,6 +166,11 @@ class EngineCore:
         return self.batcher.max_queue
 
     @property
+    def queue_size(self) -> int:
+        """The whole queue, which every request shares (a front-end's RemoteCore admits a share of it)."""
+        return self.batcher.max_queue
+
+    @property
     def load(self) -> int:
         """Sequences waiting or decoding: what `max_queue` bounds."""
         return self.batcher.load

@@ -13,11 +13,12 @@ or stream of its request id.
   front-end whose queue is full (it stopped reading) has its requests cancelled, their rows freed, rather than stall
   the loop that serves the others, and its next message is answered with a "reset" that fails those requests on its
   side. A front-end that went away without its "bye" is found at the first reply that cannot reach it, likewise.
-- Capacity: a front-end admits at most its share of the engine's queue (max_queue / frontends), so check_capacity and
-  stream() answer QueueFull at once, with no round trip; the engine stays the final judge, and its QueueFull arrives
-  as the call's error, or a stream's `accepted()` raises it (the engine answers a stream it takes with an empty
-  "tokens" reply at once): awaited before the stream's response begins, it is still the answer's 429, as in one
-  process.
+- Capacity: a front-end admits at most its share of the engine's queue (max_queue / frontends, but at least the most
+  sequences one request may have, `least_share`: an idle front-end takes any request the limits allow), so
+  check_capacity and stream() answer QueueFull at once, with no round trip; the engine stays the final judge, and its
+  QueueFull arrives as the call's error, or a stream's `accepted()` raises it (the engine answers a stream it takes
+  with an empty "tokens" reply at once): awaited before the stream's response begins, it is still the answer's 429,
+  as in one process.
 - Cancellation: a caller that gives up (its task cancelled, its stream closed) sends "cancel"; the engine gives the
   request up, which drops its sequences and frees their rows. "bye" cancels all of a front-end's requests.
 - Death: the socket's monitor sees the engine's end close (a killed process), and a heartbeat (a "status" every
@@ -297,6 +298,7 @@ class RemoteCore:
         self.connection, self.name, self.frontends = connection, name, frontends
         self.metrics = metrics or Metrics().engine(name)  # the front-end's (confidence); the model's are the engine's
         self.load = 0  # this front-end's sequences in flight: what its share of the queue bounds
+        self.least_share = 1  # the share's floor: the most sequences one request may have (app/loading.py sets it)
         self._stopped = False
 
     def start(self) -> None:
@@ -395,7 +397,12 @@ class RemoteCore:
     @property
     def max_queue(self) -> int:
         """This front-end's share of the engine's queue."""
-        return max(1, self._facts()["max_queue"] // self.frontends)
+        return max(self.least_share, self._facts()["max_queue"] // self.frontends)
+
+    @property
+    def queue_size(self) -> int:
+        """The engine's whole queue, which the requests of every front-end share (what a request's limit is of)."""
+        return self._facts()["max_queue"]
 
     def info(self) -> dict[str, Any]:
         return self._facts()["info"]

@@ -64,7 +64,7 @@ class Engine:
         # a many-to-many model's rows are fed their target language before they decode (DecodingOptions.start)
         self.directions = Directions(tokenizer, metadata or {})
         _check_positions(c, max_input_tokens, max_new_tokens, self.directions.start_tokens)
-        max_queue = core.max_queue
+        max_queue = core.queue_size  # the engine's whole queue (with front-ends too: a request's limit is of it)
         if max_queue < max_batch_texts:
             raise ValueError(
                 f"max_queue={max_queue} is below max_batch_texts={max_batch_texts}: a request with that many texts "
@@ -175,7 +175,7 @@ class Engine:
             "limits": {
                 "max_input_tokens": self.limits.max_input_tokens, "max_new_tokens": self.max_new_tokens,
                 "max_batch_texts": self.limits.max_batch_texts, "max_batch_size": self.core.rows,
-                "max_queue": self.core.max_queue, "max_request_sequences": self.max_request_sequences,
+                "max_queue": self.core.queue_size, "max_request_sequences": self.max_request_sequences,
             },
             "memory": self.core.memory(),
         }  # fmt: skip

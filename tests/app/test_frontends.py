@@ -62,6 +62,8 @@ def answers(base: str) -> dict:
             "protected": {"text": "A man {name} is riding a bike.", "protect": True},
             "prefixed": {"text": TEXTS[1], "target_prefix": "Zwei", "sampling_topk": 4, "seed": 7},
             "withheld": {"text": TEXTS, "min_confidence": 0.5},
+            # more sentences than a front-end's share of the queue halved (its default limit once): 413 there
+            "sentences": {"text": " ".join(["A dog runs."] * 100)},
         }.items():
             r = client.post("/translate", json=body)
             assert r.status_code == 200, r.text
@@ -78,6 +80,7 @@ def answers(base: str) -> dict:
         r = client.post("/attention", json={"text": TEXTS[0]})
         assert r.status_code == 200, r.text
         out["attention"] = r.json()
+        out["limits"] = client.get("/info").json()["limits"]  # the engine's whole queue, and a request's share of it
     return out
 
 
@@ -103,6 +106,17 @@ def metric_families(text: str) -> dict[str, dict[str, float]]:
         for sample in family.samples:
             samples[sample.name] = samples.get(sample.name, 0.0) + sample.value
     return out
+
+
+def test_a_request_may_have_as_many_sequences_as_in_one_process_whatever_a_front_end_s_share(tiny_checkpoint):
+    """NMT_MAX_REQUEST_SEQUENCES is of the engine's whole queue (256 here): 200 is more than a front-end's share of it,
+    and a request of 150 sentences is still admitted (the server once refused to start)."""
+    with live_server(tiny_checkpoint, timeout=120, NMT_FRONTENDS="2", NMT_COMPILE="off",
+                     NMT_MAX_REQUEST_SEQUENCES="200", NMT_MAX_QUEUE="256") as (_, base):  # fmt: skip
+        r = httpx.post(f"{base}/translate", json={"text": " ".join(["A dog runs."] * 150)}, timeout=120)
+        assert r.status_code == 200, r.text
+        r = httpx.post(f"{base}/translate", json={"text": " ".join(["A dog runs."] * 201)}, timeout=120)
+        assert r.status_code == 413 and "at most 200" in r.json()["error"], r.text
 
 
 def test_sigterm_drains_a_stream_through_the_engine_then_everything_exits_0(split):
