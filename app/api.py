@@ -40,12 +40,14 @@ async def health() -> s.StatusResponse:
 )  # fmt: skip
 async def ready(models: ModelsDep, request: Request):
     """Readiness: 200 once every model has loaded and warmed up (`partial` when some failed to load and the others
-    serve), 503 before, when none loaded, and while shutting down. `models` says each one's state. With NMT_WORKERS,
-    200 only once every worker has loaded (`workers`)."""
+    serve), 503 before, when none loaded, while shutting down, and while a front-end's engine process is not answering.
+    `models` says each one's state. With NMT_WORKERS, 200 only once every worker has loaded (`workers`)."""
     states = models.states()
     group = request.app.state.workers
     if group is not None and "loading" not in states.values() and (loaded := group.loaded_count()) < group.count:
         return error(503, f"{loaded} of the server's {group.count} workers have loaded", "not_ready")
+    if "loading" not in states.values() and "ready" in states.values() and (why := models.unavailable()):
+        return error(503, why, "not_ready")  # a front-end whose engine process is not answering
     if "loading" not in states.values() and "ready" in states.values():
         status = "ready" if all(v == "ready" for v in states.values()) else "partial"
         return s.ReadyResponse(status=status, models=states)

@@ -9,8 +9,10 @@ HTML, detokenizing, confidence) and reach the model through a RemoteCore. Front-
 The parent only supervises, as it does NMT_WORKERS: it starts the engine, then the front-ends; SIGTERM or SIGINT
 drains the front-ends first (each finishes its requests, as a single server does) and then stops the engine; a
 process that dies stops the others and the parent exits non-zero, for the service manager to restart the server.
-While the engine is gone, front-ends answer 503. `/ready` is 200 once every front-end has loaded, which is after the
-engine has."""
+While the engine is gone, front-ends answer 503, `/ready` too. `/ready` is 200 once every front-end has loaded, which
+is after the engine has. An engine that stops answering without ending (stopped, deadlocked) is found by the parent:
+its event loop beats into shared memory each second while it serves, and one silent for NMT_ENGINE_TIMEOUT_S is
+killed, which stops the server as a death does."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,19 +46,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("nmt_serve")
 
 
-def run_engine(settings: Settings, address: str, parent: int) -> None:
-    """The engine process: every model loaded and served on `address` until SIGTERM."""
+def run_engine(settings: Settings, address: str, parent: int, beat: Any = None) -> None:
+    """The engine process: every model loaded and served on `address` until SIGTERM (`beat`: where its heart beats)."""
     die_with_parent()
     if os.getppid() != parent:
         sys.exit(1)
     from app.server import configure_logging
 
     configure_logging(settings)
-    sys.exit(asyncio.run(engine_main(settings, address)))
+    sys.exit(asyncio.run(engine_main(settings, address, beat)))
 
 
-async def engine_main(settings: Settings, address: str) -> int | str:
-    """Load every model and serve their cores on `address` until SIGTERM or SIGINT."""
+async def heartbeat(beat: Any) -> None:
+    """Write the time (CLOCK_MONOTONIC, the same in every process) into `beat` each second, for the parent to see."""
+    while True:
+        beat.value = time.monotonic()
+        await asyncio.sleep(1.0)
+
+
+async def engine_main(settings: Settings, address: str, beat: Any = None) -> int | str:
+    """Load every model and serve their cores on `address` until SIGTERM or SIGINT, beating into `beat` meanwhile."""
     from app.metrics import Metrics
     from app.models import Models
 
@@ -69,7 +79,10 @@ async def engine_main(settings: Settings, address: str) -> int | str:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    beating = asyncio.create_task(heartbeat(beat)) if beat is not None else None
     await serve_cores(models, address, stop)
+    if beating is not None:
+        beating.cancel()
     return 0
 
 
@@ -111,17 +124,27 @@ def serve_frontends(settings: Settings) -> int:
     n = settings.frontends
     ctx = multiprocessing.get_context("spawn")
     flags = ctx.Array("b", n, lock=False)
+    beat = ctx.Value("d", 0.0, lock=False)  # the engine's last heartbeat; 0 until it serves
     try:
         with holder, shared_jobs(settings.model_copy(update={"engine_address": address})) as front:
-            engine = ctx.Process(target=run_engine, args=(settings, address, os.getpid()), name="nmt-serve-engine")
+            engine = ctx.Process(target=run_engine, args=(settings, address, os.getpid(), beat),
+                                 name="nmt-serve-engine")  # fmt: skip
             fronts = [
                 ctx.Process(target=run_frontend, args=(front, i, n, flags, port, os.getpid()),
                             name=f"nmt-serve-frontend-{i}")
                 for i in range(n)
             ]  # fmt: skip
+
+            def hung() -> str | None:
+                silent = time.monotonic() - beat.value
+                if not beat.value or silent < settings.engine_timeout_s or engine.exitcode is not None:
+                    return None
+                os.kill(engine.pid, signal.SIGKILL)
+                return f"the engine process (pid {engine.pid}) had not answered for {silent:.0f} s: killed"
+
             failed = supervise([fronts, [engine]], lambda: log.info(
                 "an engine process (pid %d) and %d front-ends on %s:%d", engine.pid, n, settings.host, port
-            ))  # fmt: skip
+            ), hung)  # fmt: skip
     finally:
         private.remove()
     return exit_status(failed)

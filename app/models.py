@@ -147,6 +147,10 @@ class Models:
     def states(self) -> dict[str, State]:
         return {name: self.state(name) for name in self.names}
 
+    def unavailable(self) -> str | None:
+        """Why the loaded models cannot translate now (a front-end's engine process is not answering), or None."""
+        return next((why for engine in self.engines.values() if (why := engine.unavailable)), None)
+
     def languages(self, name: str) -> dict[str, str]:
         """The model's language pair from its checkpoint's metadata (unknown until it has loaded)."""
         engine = self.engines.get(name)

@@ -208,6 +208,13 @@ class Settings(BaseSettings):
         "front-end does a request's text work (validation, tokenizing, sentences, HTML, detokenizing). `0`: one "
         "process does both, as before. Excludes `workers`; Linux",
     )
+    engine_timeout_s: float = Field(
+        30.0,
+        ge=1,
+        description="with `frontends`: seconds the engine process may go without a sign of life (its event loop "
+        "beats each second) before it is taken as hung, killed, and the server stops with a non-zero status for "
+        "the service manager to restart it. Meanwhile, from 5 s, requests get 503 and `/ready` says why",
+    )
     engine_address: str | None = Field(
         None,
         description="set by nmt-serve for its front-ends (`frontends`): the engine process's socket, `ipc://PATH` "

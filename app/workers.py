@@ -160,9 +160,12 @@ def exit_status(failed: list[str]) -> int:
     return 0
 
 
-def supervise(stages: list[list[Any]], started: Callable[[], None] = lambda: None) -> list[str]:
+def supervise(
+    stages: list[list[Any]], started: Callable[[], None] = lambda: None, hung: Callable[[], str | None] | None = None
+) -> list[str]:
     """Start the processes of every stage (the last stage first: what the others need), pass SIGTERM and SIGINT on,
-    and return what went wrong once all have ended.
+    and return what went wrong once all have ended. `hung`, asked each second until the server stops, kills a process
+    it finds hung and says so (a failure), or answers None.
 
     A signal, or any process that ends, stops the server: the first stage's processes get SIGTERM once (a second
     one would cut uvicorn's drain short), and each later stage's once every process before it has ended (front-ends
@@ -195,7 +198,11 @@ def supervise(stages: list[list[Any]], started: Callable[[], None] = lambda: Non
         started()
         running = {p.sentinel: p for p in procs}
         while running:
-            for sentinel in wait(list(running)):
+            ended = wait(list(running), timeout=None if hung is None else 1.0)
+            if hung is not None and not stopping and (why := hung()):
+                log.error("%s", why)
+                failed.append(why)
+            for sentinel in ended:
                 p = running.pop(sentinel)
                 p.join()
                 if not stopping or p.exitcode != 0:

@@ -87,6 +87,8 @@ class EngineCore:
         """Whether `stop` was called: the core takes no more work."""
         return self.batcher.stopped
 
+    unavailable = None  # the model is in this process: never out of reach (a RemoteCore's may be)
+
     @property
     def compiled(self) -> bool:
         """Whether the compiled graphs serve (see app/engine/compiling.py)."""

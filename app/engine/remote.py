@@ -323,6 +323,11 @@ class RemoteCore:
     def stopped(self) -> bool:
         return self._stopped or self.connection.status.get(self.name, {}).get("stopped", False)
 
+    @property
+    def unavailable(self) -> str | None:
+        """Why the engine process cannot be reached now (gone, or not answering), or None."""
+        return self.connection.gone
+
     def precompile(self):
         raise RuntimeError("precompile runs in the engine process, which owns the model, not in a front-end")
 

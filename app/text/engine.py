@@ -151,6 +151,11 @@ class Engine:
         return self.core.stopped
 
     @property
+    def unavailable(self) -> str | None:
+        """Why the model cannot translate now though it loaded (a front-end's engine process is not answering)."""
+        return self.core.unavailable
+
+    @property
     def codes(self) -> Languages | None:
         """A many-to-many model's languages; None for a pair model."""
         return self.directions.codes

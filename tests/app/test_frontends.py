@@ -171,6 +171,31 @@ def test_a_killed_engine_gets_503s_then_the_server_exits_non_zero(split):
     assert proc.returncode == 1 and "nmt-serve-engine" in out, out
 
 
+def test_a_hung_engine_makes_ready_503_then_is_killed_and_the_server_exits_non_zero(tiny_checkpoint):
+    """An engine that stops answering without ending (SIGSTOP here; a deadlock alike): requests and /ready get 503
+    once the front-ends' heartbeat misses it (5 s), so a load balancer stops sending; after NMT_ENGINE_TIMEOUT_S the
+    parent kills it and the server exits non-zero, for the service manager to restart it. /ready once said 200, and
+    the server ran on, answering 503 for ever."""
+    with live_server(tiny_checkpoint, timeout=120, NMT_FRONTENDS="1", NMT_COMPILE="off",
+                     NMT_ENGINE_TIMEOUT_S="12") as (proc, base):  # fmt: skip
+        engine = children(proc.pid)[0]  # started first
+        os.kill(engine, signal.SIGSTOP)
+        deadline, ready = time.monotonic() + 60, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                r = httpx.get(f"{base}/ready", timeout=10)
+            except httpx.TransportError:  # the front-end stopped
+                break
+            if r.status_code == 503:
+                ready = r.json()
+                assert httpx.post(f"{base}/translate", json={"text": TEXTS[0]}, timeout=10).status_code == 503
+                break
+            time.sleep(0.5)
+        out, _ = proc.communicate(timeout=90)
+    assert ready is not None and "has not answered" in ready["error"], (ready, out)
+    assert proc.returncode == 1 and "had not answered for" in out and gone(engine), out
+
+
 def stream_events(base: str, body: dict, started: threading.Barrier) -> list[dict] | str:
     """A stream's events, waiting at `started` once its first came; or how its connection broke."""
     try:
