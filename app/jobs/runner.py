@@ -192,6 +192,17 @@ class Runner:
                     self._forget(job_id)
 
     async def _run(self, job: Job) -> None:
+        """The job translated, saved done or failed; run again from its start where a front-end's engine process was
+        gone or silent meanwhile (the server then stops, leaving it for the next one, or the engine answers again)."""
+        while (why := await self._attempt(job)) is not None:
+            log.warning("file job %s waits for the engine process to answer again: %s", job.id, why)
+            while self.models.unavailable() and not self.stopping:
+                await asyncio.sleep(1.0)
+            if self.stopping:
+                return
+
+    async def _attempt(self, job: Job) -> str | None:
+        """One run of the job; why it could not reach the engine process where it should run again, else None."""
         try:
             await asyncio.shield(self._ready)
             engine = self.models.pick(job.model)
@@ -209,10 +220,13 @@ class Runner:
             return
         except EngineUnavailable as e:
             if self.stopping or self.models.state(job.model) == "stopped":
-                return
+                return None
+            if self.models.unavailable():  # not the job's fault: left as it is until the engine answers
+                return str(e)
             await self._fail(job, e)
         except Exception as e:  # noqa: BLE001 - a job that fails is saved as failed, with the reason, never lost
             await self._fail(job, e)
+        return None
 
     async def _translate(
         self, job: Job, engine: Engine, units: list[Unit], decoding: Decoding

@@ -196,6 +196,31 @@ def test_a_hung_engine_makes_ready_503_then_is_killed_and_the_server_exits_non_z
     assert proc.returncode == 1 and "had not answered for" in out and gone(engine), out
 
 
+def test_a_file_job_running_when_the_engine_dies_is_finished_by_the_next_server(tiny_checkpoint, tmp_path):
+    """The engine's death is not the job's fault: the job is left running, as a stopped server leaves it, and the next
+    server on the same NMT_JOB_DIR finishes it. It was saved failed for good ("the engine process is gone")."""
+    env = {"NMT_FRONTENDS": "1", "NMT_COMPILE": "off", "NMT_JOB_DIR": str(tmp_path / "jobs")}
+    text = "\n\n".join(f"A man is riding a bike number {i}. Two dogs play in the snow." for i in range(400))
+    with live_server(tiny_checkpoint, timeout=120, **env) as (proc, base):
+        r = httpx.post(f"{base}/files", files={"file": ("a.txt", text.encode())}, timeout=60)
+        assert r.status_code == 202, r.text
+        job = r.json()["id"]
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{base}/files/{job}", timeout=10).json()["progress"]["done"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        os.kill(children(proc.pid)[0], signal.SIGKILL)  # the engine, started first
+        out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 1, out
+    assert json.loads((tmp_path / "jobs" / job / "job.json").read_text())["status"] == "running", out
+    with live_server(tiny_checkpoint, timeout=120, **env) as (_, base):
+        deadline = time.monotonic() + 120
+        while (state := httpx.get(f"{base}/files/{job}", timeout=10).json())["status"] != "done":
+            assert state["status"] in ("queued", "running") and time.monotonic() < deadline, state
+            time.sleep(0.2)
+    assert state["progress"] == {"done": 400, "total": 400}
+
+
 def stream_events(base: str, body: dict, started: threading.Barrier) -> list[dict] | str:
     """A stream's events, waiting at `started` once its first came; or how its connection broke."""
     try:
