@@ -259,7 +259,8 @@ class Settings(BaseSettings):
         "interactive requests keep most of the batch and the queue; a quarter of it while a translation request is in "
         "flight or was within a second. Each job keeps four chunks of a quarter of it in flight. 8 paragraphs of a "
         "sentence or two leave most of a CPU's 32 rows, and all but a few dozen of the 256 queued sequences, to "
-        "interactive requests; raise it on a GPU, whose batch has hundreds",
+        "interactive requests; raise it on a GPU, whose batch has hundreds. With `frontends`, each front-end runs the "
+        "jobs uploaded to it with an equal part of this (and gives way to the translation requests it answers)",
     )
     job_concurrency: int = Field(
         2, ge=1, description="jobs translating at once (per worker); the others wait, `queued`"

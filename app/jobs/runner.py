@@ -60,7 +60,9 @@ class Runner:
         self.store = JobStore(settings.job_dir or Path(tempfile.gettempdir()))  # without NMT_JOB_DIR: start() makes one
         self.limits = FileLimits(max_bytes=settings.file_max_bytes)
         self.activity = Activity()  # translation requests, which the jobs give way to (the Interactive middleware)
-        self.share = Share(settings.job_segments_in_flight, self.activity)
+        # with front-ends, each runs the jobs uploaded to it: the one engine's share is theirs together, split evenly
+        each = settings.frontends if settings.engine_address and settings.frontends else 1
+        self.share = Share(max(1, settings.job_segments_in_flight // each), self.activity)
         self.translate = translate_units  # the engine call for a chunk (a test may wrap it)
         self.local: dict[str, Job] = {}  # the jobs this process queued or runs, as last saved
         self._locks: dict[str, int] = {}

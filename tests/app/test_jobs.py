@@ -321,3 +321,15 @@ async def test_waiters_cancelled_together_leave_nothing_taken():
     assert share.in_flight == 0 and not share._waiting
     async with share.take(2):  # the full share is there for the next job
         assert share.in_flight == 2
+
+
+@pytest.mark.parametrize(("frontends", "cap"), [(0, 8), (2, 4), (3, 2), (16, 1)])
+def test_front_ends_split_the_jobs_share_of_the_one_engine(tmp_path, frontends, cap):
+    """Each front-end runs the jobs uploaded to it: NMT_JOB_SEGMENTS_IN_FLIGHT is of all of them together in the one
+    engine (each front-end had all of it: two front-ends' jobs took twice the rows)."""
+    from app.jobs.runner import Runner
+    from app.settings import Settings
+
+    address = {"engine_address": "ipc:///nowhere"} if frontends else {}
+    settings = Settings(job_segments_in_flight=8, frontends=frontends, job_dir=tmp_path, **address)
+    assert Runner(settings, None, None).share.cap == cap
