@@ -91,7 +91,7 @@ async def serve_cores(models: Models, address: str, stop: asyncio.Event) -> None
     from app.engine.core_server import CoreServer
 
     server = CoreServer({name: engine.core for name, engine in models.engines.items()}, address,
-                        metrics=models.metrics)  # fmt: skip
+                        metrics=models.metrics, failed=models.errors)  # fmt: skip
     serving = asyncio.create_task(server.serve())
     log.info("engine process serving %s on %s", ", ".join(models.engines), address)
     await asyncio.wait([serving, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)

@@ -115,6 +115,8 @@ class Models:
         if not self.named and len(served) == 1:  # one model: the engine process named it from its checkpoint
             name = next(iter(served))
             self.dirs = {name: directory}
+        if why := served.get(name, {}).get("failed"):  # the engine process's reason, as one process gives it
+            raise ValueError(why)
         if name not in served:
             raise ValueError(f"the engine process does not serve {name!r} (it serves {sorted(served)})")
         core = RemoteCore(self.connection, name, frontends=self.settings.frontends)

@@ -35,9 +35,13 @@ CALLS = ("generate", "search", "align", "attention", "stream")  # the EngineCore
 class CoreServer:
     """The engine process's side: named EngineCores behind a ROUTER socket (see the module's docstring)."""
 
-    def __init__(self, cores: dict[str, EngineCore], address: str, hwm: int = HWM, metrics: Metrics | None = None):
+    def __init__(
+        self, cores: dict[str, EngineCore], address: str, hwm: int = HWM, metrics: Metrics | None = None,
+        failed: dict[str, str] | None = None,
+    ):  # fmt: skip
         wire.check_private(address)
         self.cores, self.address, self.hwm, self.metrics = cores, address, hwm, metrics
+        self.failed = failed or {}  # the models that did not load, and why: a front-end says so as one process does
         # (front-end, request id) of each request being served: how to give it up (its answer is owed while here)
         self._open: dict[tuple[bytes, int], Callable[[], Any]] = {}
         self._outbox: dict[bytes, list[Reply]] = {}  # replies for each front-end, sent at the end of this wake-up
@@ -84,7 +88,8 @@ class CoreServer:
         elif req.kind == "bye":
             self._cancel(who)
         elif req.kind == "status":
-            self._post(who, Reply(req.id, "status", {name: facts(core) for name, core in self.cores.items()}))
+            failed = {name: {"failed": why} for name, why in self.failed.items()}
+            self._post(who, Reply(req.id, "status", failed | {name: facts(core) for name, core in self.cores.items()}))
         elif req.kind == "metrics":  # the cores' series, for a front-end's /metrics
             self._post(who, Reply(req.id, "ok", b"" if self.metrics is None else self.metrics.engine_exposition()))
         elif core is None or req.kind not in CALLS:

@@ -140,9 +140,11 @@ async def test_a_busy_model_does_not_hold_up_another(app, client, monkeypatch):
     assert [r.status_code for r in await asyncio.gather(*busy)] == [200] * 8
 
 
-async def test_a_model_that_fails_to_load_is_reported_while_the_others_serve(trained_checkpoint, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_model_that_fails_to_load_is_reported_while_the_others_serve(trained_checkpoint, tmp_path, mode):
+    """Behind a front-end too, with the engine process's reason (it said only that it does not serve the model)."""
     settings = Settings(models=f"en-de={trained_checkpoint},broken={tmp_path / 'nothing'}", compile=False)
-    async with serve(settings) as (app, client):
+    async with serve_in(mode, settings) as (app, client):
         ready = await client.get("/ready")
         assert ready.status_code == 200
         assert ready.json() == {"status": "partial", "models": {"en-de": "ready", "broken": "failed"}}
