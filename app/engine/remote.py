@@ -271,7 +271,10 @@ class Connection:
     async def _heartbeat(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            slept = loop.time()
             await asyncio.sleep(self.heartbeat_s)
+            if loop.time() - slept > 2 * self.heartbeat_s:  # this process was not running (stopped, starved): the
+                self._heard = max(self._heard, loop.time() - self.heartbeat_s)  # silence is its own; replies may wait
             if loop.time() - self._heard > self.timeout_s:
                 self._lose(f"the engine process is gone: it has not answered for {self.timeout_s:g} s")
             with suppress(EngineUnavailable):  # not connected: the monitor or the silence tells

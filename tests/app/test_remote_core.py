@@ -391,3 +391,15 @@ async def test_a_frozen_engine_is_given_up_on_after_the_timeout_and_served_again
     proc.send_signal(signal.SIGCONT)
     await until(lambda: remote.connection.gone is None, timeout=5)
     assert len(await remote.generate([srcs[0]], [BUDGET])) == 1
+
+
+async def test_a_front_end_that_was_not_running_does_not_blame_the_engine_for_its_own_silence(child, srcs):
+    """The front-end's event loop held for longer than the timeout (a process stopped, or starved of the CPU) while a
+    call decodes: the engine said nothing meanwhile because it had nothing to say and was asked nothing, and is not
+    given up on ("it has not answered for 1 s", which failed every request in flight)."""
+    proc, remote = child
+    call = asyncio.create_task(remote.generate([srcs[1]], [BUDGET - 2]))  # steps of 50 ms: answered after ~2 s
+    await remote.connection.refresh()  # answered: nothing more comes until the next heartbeat asks
+    time.sleep(1.5)  # the loop does nothing meanwhile: neither the heartbeat nor the reader runs
+    assert len(await asyncio.wait_for(call, 20)) == 1
+    assert remote.connection.gone is None
