@@ -100,6 +100,27 @@ async def serve_cores(models: Models, address: str, stop: asyncio.Event) -> None
     await asyncio.to_thread(models.stop)
 
 
+class FrontEnd(multiprocessing.context.SpawnProcess):
+    """A front-end process, started with `env` added to the environment it inherits (which a spawned process reads
+    as it starts, before it imports anything: prometheus_client's multiprocess mode is chosen at its import)."""
+
+    def __init__(self, *args: Any, env: dict[str, str], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.env = env
+
+    def start(self) -> None:
+        before = {name: os.environ.get(name) for name in self.env}
+        os.environ.update(self.env)
+        try:
+            super().start()
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
 def run_frontend(settings: Settings, index: int, count: int, flags: Any, port: int, parent: int) -> None:
     """A front-end process: one HTTP server on its own SO_REUSEPORT socket, its models the engine process's."""
     die_with_parent()
@@ -121,6 +142,8 @@ def serve_frontends(settings: Settings) -> int:
     # one started here removes (model/workspace.py)
     private = Workspace(Path(tempfile.gettempdir()), "nmt-serve-engine-")
     address = f"ipc://{private.path / 'engine'}"
+    metrics = private.path / "metrics"  # the front-ends' Prometheus series, which each one's /metrics sums
+    metrics.mkdir()
     n = settings.frontends
     ctx = multiprocessing.get_context("spawn")
     flags = ctx.Array("b", n, lock=False)
@@ -130,8 +153,8 @@ def serve_frontends(settings: Settings) -> int:
             engine = ctx.Process(target=run_engine, args=(settings, address, os.getpid(), beat),
                                  name="nmt-serve-engine")  # fmt: skip
             fronts = [
-                ctx.Process(target=run_frontend, args=(front, i, n, flags, port, os.getpid()),
-                            name=f"nmt-serve-frontend-{i}")
+                FrontEnd(target=run_frontend, args=(front, i, n, flags, port, os.getpid()),
+                         name=f"nmt-serve-frontend-{i}", env={"PROMETHEUS_MULTIPROC_DIR": str(metrics)})
                 for i in range(n)
             ]  # fmt: skip
 

@@ -103,7 +103,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
         if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them
             await asyncio.to_thread(parse_pages, a.texts, None, a.xml)
         raise
-    request.app.state.deepl_characters = characters(request) + sum(map(len, a.texts))
+    request.app.state.metrics.deepl_characters.inc(sum(map(len, a.texts)))
     results = []
     for text, (_, marker), t in zip(a.texts, marked, out, strict=True):
         translated = t.text.replace(" " + marker, "") if marker else t.text
@@ -114,8 +114,8 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
 
 
 def characters(request: Request) -> int:
-    """The characters this server process has translated through this API."""
-    return getattr(request.app.state, "deepl_characters", 0)
+    """The characters this server has translated through this API (with NMT_FRONTENDS, every front-end's)."""
+    return int(request.app.state.metrics.total("nmt_deepl_characters_total"))
 
 
 @router.get("/v2/languages")
@@ -241,7 +241,7 @@ async def upload_document(request: Request, models: ModelsDep) -> dict[str, str]
         await glossary_terms(request, ids, source, target)  # each one's pair must be the request's
     key = secrets.token_hex(32).upper()
     job = await jobs.submit(job_for(upload, engine, base(source), into, ids, origin="deepl"), upload.data, key)
-    request.app.state.deepl_characters = characters(request) + job.characters  # billed as it is taken, as DeepL bills
+    request.app.state.metrics.deepl_characters.inc(job.characters)  # billed as it is taken, as DeepL bills
     return {"document_id": job.id, "document_key": key}
 
 

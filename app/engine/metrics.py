@@ -3,9 +3,11 @@ the compiler and the text side feed; app/metrics.py times the HTTP requests into
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from model.confidence import FLAGS, Quality
 
@@ -77,6 +79,13 @@ class Metrics:
         self.withheld = Counter(
             "nmt_withheld_sentences", "translated sentences withheld under min_confidence", labelnames=MODEL, registry=r
         )
+        self.deepl_characters = Counter(
+            "nmt_deepl_characters", "characters translated through DeepL's API (texts, and documents as uploaded)",
+            registry=r,
+        )  # fmt: skip
+        # NMT_FRONTENDS: the front-ends' processes write their series into this directory (prometheus_client's
+        # multiprocess mode, set before the process made any), and each one's /metrics gives them all together
+        self.shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
     def engine(self, model: str) -> EngineMetrics:
         """The engine series of one model."""
@@ -84,10 +93,24 @@ class Metrics:
 
     def exposition(self, engine: bytes | None = None) -> bytes:
         """The text format of every series; `engine`: the engine process's exposition of ENGINE_FAMILIES (a
-        front-end's /metrics, NMT_FRONTENDS), given in place of this process's own (which nothing here feeds)."""
+        front-end's /metrics, NMT_FRONTENDS), given in place of this process's own (which nothing here feeds), after
+        the HTTP and confidence series of every front-end together."""
         if engine is None:
             return generate_latest(self.registry)
-        return generate_latest(_Families(self.registry, lambda name: name not in ENGINE_FAMILIES)) + engine
+        return generate_latest(_Families(self.front_side(), lambda name: name not in ENGINE_FAMILIES)) + engine
+
+    def front_side(self) -> CollectorRegistry:
+        """The registry whose HTTP-side series a front-end gives: every front-end's, summed, where they share a
+        directory; else this process's."""
+        if self.shared is None:
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, self.shared)
+        return registry
+
+    def total(self, name: str) -> float:
+        """The value of an unlabelled sample (e.g. "nmt_deepl_characters_total"), of every front-end together."""
+        return self.front_side().get_sample_value(name) or 0.0
 
     def engine_exposition(self) -> bytes:
         """The text format of the series the batcher and the compiler feed (ENGINE_FAMILIES): what the engine

@@ -286,6 +286,29 @@ def split_en_de(tiny_checkpoint, tmp_path):
         yield pair
 
 
+def test_metrics_and_deepl_usage_count_every_front_end_s_requests_whichever_answers(split_en_de):
+    """Each front-end writes its series where every one's /metrics reads them (prometheus_client's multiprocess
+    mode): a scrape gives the server's counts, not the answering front-end's (which Prometheus read as resets)."""
+    _, base = split_en_de
+
+    def counts() -> tuple[float, float, float, int]:
+        families = metric_families(httpx.get(f"{base}/metrics", timeout=30).text)
+        requests = sum(v for k, v in families["nmt_requests"].items() if k == "nmt_requests_total")
+        usage = httpx.get(f"{base}/deepl/v2/usage", timeout=30).json()["character_count"]
+        return (requests, families["nmt_request_duration_seconds"]["nmt_request_duration_seconds_count"],
+                families["nmt_sentence_confidence"]["nmt_sentence_confidence_count"], usage)  # fmt: skip
+
+    before = counts()
+    for i in range(12):  # a connection each: the kernel spreads them over the front-ends
+        assert httpx.post(f"{base}/translate", json={"text": f"A dog {i}."}, timeout=60).status_code == 200
+        r = httpx.post(f"{base}/deepl/v2/translate", data={"text": "A cat.", "target_lang": "DE"}, timeout=60)
+        assert r.status_code == 200, r.text
+    for scrape in range(6):  # each scrape and usage request counts too: 2 before, 2 each since
+        after = counts()
+        assert after[0] - before[0] == after[1] - before[1] == 24 + 2 + 2 * scrape, (before, after)
+        assert (after[2] - before[2], after[3] - before[3]) == (24, 12 * len("A cat.")), (before, after)
+
+
 def test_front_ends_never_load_torch_while_they_serve_every_kind_of_request(split_en_de):
     proc, base = split_en_de
     engine, *fronts = children(proc.pid)
