@@ -126,12 +126,13 @@ async def languages(
     values = await fields(request)  # DeepL's Python client sends `type` in a GET's form body
     kind = choice({"type": kind or values.get("type")}, "type", {"source", "target"}) or "source"
     if kind == "source":
-        return [{"language": deepl_code(c), "name": name(c)} for c in sources(models)]
-    out = []
-    for code in dict.fromkeys(t for _, t in pairs(models)):
-        variants = REGIONS.get(code, {deepl_code(code): name(code)})
-        out += [{"language": v, "name": n, "supports_formality": False} for v, n in variants.items()]
-    return out
+        out = [{"language": deepl_code(c), "name": name(c)} for c in sources(models)]
+    else:
+        out = []
+        for code in dict.fromkeys(t for _, t in pairs(models)):
+            variants = REGIONS.get(code, {deepl_code(code): name(code)})
+            out += [{"language": v, "name": n, "supports_formality": False} for v, n in variants.items()]
+    return sorted(out, key=lambda language: language["language"])  # by code, as DeepL lists them
 
 
 @router.get("/v2/usage")
