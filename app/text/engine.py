@@ -24,7 +24,7 @@ from app.text.documents import (
     split_texts,
     withhold,
 )
-from app.text.glossary import Terms
+from app.text.glossary import Kept, Span, Terms, kept_at
 from app.text.limits import GREEDY, Decoding, Fits, Limits
 from app.text.offload import inline_or_on_thread
 from app.text.protected import protect_documents, restored
@@ -220,26 +220,40 @@ class Engine:
     async def _translate_texts(
         self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
         split: Split, min_confidence: float, protect: Protect | None = None, fits: Fits | None = None,
+        kept: list[list[Span]] | None = None,
     ) -> list[Translation]:  # fmt: skip
+        """`kept`: each text's spans that come back as written (an HTML unit's kept elements), where the glossary's
+        source terms are not looked for."""
         if protect is not None:
             docs, masks = await self._split_protected(texts, split, decoding, protect, fits)
         elif (docs := await self._split(texts, split, decoding, fits)).whole:  # a caption: the text as it is
-            return withhold(await self._translate(texts, single, max_new_tokens, truncate, decoding), min_confidence)
+            inside = kept and [kept_at(spans) for spans in kept]
+            return withhold(
+                await self._translate(texts, single, max_new_tokens, truncate, decoding, kept=inside), min_confidence
+            )
         self._one_sentence_prefix(docs, decoding)
         names = docs.names(single)
+        if kept:  # each piece's own, in its characters
+            kept = [
+                [(max(a, g.start) - g.start, min(b, g.end) - g.start) for a, b in kept[i] if a < g.end and g.start < b]
+                for i, segs in enumerate(docs.segments) for g in segs
+            ]  # fmt: skip
         if protect is None:
-            parts = await self._translate(docs.pieces, False, max_new_tokens, truncate, decoding, names)
+            inside = kept and [kept_at(spans) for spans in kept]
+            parts = await self._translate(docs.pieces, False, max_new_tokens, truncate, decoding, names, inside)
         else:
-            parts = await self._translate_masked(masks, max_new_tokens, truncate, decoding, names)
+            parts = await self._translate_masked(masks, max_new_tokens, truncate, decoding, names, kept)
         return await inline_or_on_thread(sum(map(len, texts)), put_back, docs, withhold(parts, min_confidence))
 
     async def _translate_masked(
-        self, masks: list[Masked], max_new_tokens: int | None, truncate: bool, decoding: Decoding, names: list[str]
+        self, masks: list[Masked], max_new_tokens: int | None, truncate: bool, decoding: Decoding, names: list[str],
+        kept: list[list[Span]] | None = None,
     ) -> list[Translation]:
         """Pieces with protected spans: the model translates each without them (aligned, where it had any), and each
         translation gets them back; a piece of nothing but spans and punctuation comes back as written."""
         how = replace(decoding, return_alignment=decoding.return_alignment or any(m.groups for m in masks))
-        parts = await self._translate([m.reads for m in masks], False, max_new_tokens, truncate, how, names)
+        inside = kept and [kept_at(spans, m.source_span) for m, spans in zip(masks, kept, strict=True)]
+        parts = await self._translate([m.reads for m in masks], False, max_new_tokens, truncate, how, names, inside)
         size = sum(len(m.source) for m in masks)
         return await inline_or_on_thread(
             size, restored, masks, parts, decoding.return_alignment, decoding.return_word_confidence
@@ -261,9 +275,10 @@ class Engine:
         tags = any(u.tags for page in pages for u in page.units)
         if not units:  # markup only
             return [Translation(t, "eos", [], 0.0, 0, 0, False, str) for t in texts]
+        kept = [[(t.start, t.end) for t in u.tags if t.kept and t.start < t.end] for page in pages for u in page.units]
         parts = await self._translate_texts(
             units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split, min_confidence,
-            protect, fits,
+            protect, fits, kept if decoding.glossary and any(kept) else None,
         )  # fmt: skip
         return await inline_or_on_thread(size, pages_back, texts, pages, parts)
 
@@ -293,9 +308,9 @@ class Engine:
 
     async def _translate(
         self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
-        names: list[str] | None = None,
+        names: list[str] | None = None, kept: list[Kept] | None = None,
     ) -> list[Translation]:  # fmt: skip
-        """Each text as one sequence."""
+        """Each text as one sequence (`kept`: whether a span of each is kept as written, no place for a term)."""
         self.limits.budget(max_new_tokens)
         options = None if decoding.greedy else self.limits.decoding(decoding)
         live = [i for i, t in enumerate(texts) if not blank(t)]
@@ -315,7 +330,8 @@ class Engine:
                 if decoding.glossary:
                     labels = [names[i] if names else "text" if single else f"text[{i}]" for i in live]
                     options = await self.terms.constrained(
-                        options, budgets, [texts[i] for i in live], decoding, labels, max_new_tokens is not None
+                        options, budgets, [texts[i] for i in live], decoding, labels, max_new_tokens is not None,
+                        kept and [kept[i] for i in live],
                     )  # fmt: skip
                 hyps = await self.core.search([srcs[i] for i in live], budgets, options)
             if decoding.return_alignment and live:

@@ -4,6 +4,7 @@ with what each replaces and the budget it needs."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,19 @@ if TYPE_CHECKING:
 
 RENDERINGS = 4096  # glossary source terms whose rendering by the model is remembered (app/terms.py)
 RENDERING_TOKENS = 8  # a source term's rendering is decoded to at most this many tokens
+Span = tuple[int, int]  # [start, end) characters
+Kept = Callable[[int, int], bool]  # whether [a, b) of a text is kept as written: no place for a term there
+
+
+def kept_at(spans: list[Span], to_piece: Callable[[Span], Span] = lambda span: span) -> Kept:
+    """Whether [a, b) of a text (its piece's characters by `to_piece`, where the text is a masked piece) lies in one
+    of `spans` (an HTML unit's elements kept as written: <code>, translate="no", DeepL's ignore_tags)."""
+
+    def inside(a: int, b: int) -> bool:
+        x, y = to_piece((a, b))
+        return any(start <= x and y <= end for start, end in spans)
+
+    return inside
 
 
 class Terms:
@@ -41,12 +55,15 @@ class Terms:
 
     async def constrained(
         self, options: DecodingOptions, budgets: list[int], texts: list[str], decoding: Decoding, names: list[str],
-        fixed: bool,
+        fixed: bool, kept: list[Kept] | None = None,
     ) -> list[DecodingOptions]:  # fmt: skip
         """Each text's options, constrained to contain the target terms of the glossary's source terms found in it
-        (app/terms.py); each budget (changed in place) grows by its terms' tokens up to NMT_MAX_NEW_TOKENS unless the
-        request `fixed` it, and a 422 says where the budget leaves no room for them."""
+        (app/terms.py), but where `kept` keeps the text as written; each budget (changed in place) grows by its terms'
+        tokens up to NMT_MAX_NEW_TOKENS unless the request `fixed` it, and a 422 says where the budget leaves no room
+        for them."""
         places = [occurrences(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
+        if kept:
+            places = [[p for p in found if not inside(p[1], p[2])] for found, inside in zip(places, kept, strict=True)]
         found = [entries(p) for p in places]
         glued = await self.glued() if any(found) else None
         targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}

@@ -142,6 +142,11 @@ def test_the_python_client_makes_lists_uses_and_deletes_glossaries(base, transla
 
     used = translator.translate_text_with_glossary([ENGLISH, "A dog."], made)
     assert "Velo" in used[0].text and "Köter" in used[1].text, used
+    for page, ignored in (("<p>A man is riding a <span>bike</span>.</p>", ["span"]),
+                          ("<p>A man is riding a <code>bike</code>.</p>", None)):  # fmt: skip
+        kept = translator.translate_text(page, source_lang="EN", target_lang="DE", tag_handling="html",
+                                         ignore_tags=ignored, glossary=made).text  # fmt: skip
+        assert page[page.index("bike") - 6 : page.index("bike") + 11] in kept and "Velo" not in kept, kept
     assert "Velo" not in translator.translate_text(ENGLISH, target_lang="DE").text
     with pytest.raises(deepl.DeepLException, match="the glossary .* is EN->FR; the request is EN->DE"):
         translator.translate_text(ENGLISH, source_lang="EN", target_lang="DE", glossary=from_csv.glossary_id)
