@@ -186,7 +186,7 @@ def named(name: str) -> str:
 def language(code: str, side: str) -> str:
     """A language code as a glossary keeps it (`en`, `de`, `deu_Latn`, `zh-Hant`), checked for its shape."""
     code = code.strip()
-    if not LANGUAGE.match(code) or len(code) > 32:
+    if not LANGUAGE.match(code) or len(code) > 32 or code.lower() == "auto":  # a glossary is of one language pair
         raise InvalidGlossary(f"{side}_lang {short(code)} is not a language code (such as en, de or deu_Latn)")
     return code
 

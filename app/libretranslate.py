@@ -99,8 +99,9 @@ router = APIRouter(route_class=LibreRoute, tags=["LibreTranslate"], responses=ER
 
 
 async def fields(request: Request) -> dict[str, Any]:
-    """The request's fields as LibreTranslate reads them: a JSON object, else the query string's and the form's
-    (urlencoded or multipart), the query string's first."""
+    """The request's fields as LibreTranslate reads them: a JSON object (with `api_key` from the query string where
+    it has none), else the query string's and the form's (urlencoded or multipart), the query string's first, and of
+    a field given twice its first value."""
     if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
         try:
             values = await request.json()
@@ -108,14 +109,22 @@ async def fields(request: Request) -> dict[str, Any]:
             values = None
         if not isinstance(values, dict):
             raise LibreError(400, "Invalid JSON format")
-        return {k: scrubbed(v) for k, v in values.items()}
+        values = {k: scrubbed(v) for k, v in values.items()}
+        if "api_key" not in values and "api_key" in request.query_params:  # the key may be in the query string
+            values["api_key"] = scrub(request.query_params["api_key"])
+        return values
     try:
         form = await request.form()
     except HTTPException as e:  # a malformed body; a 413 from the body limit goes on
         if e.status_code != 400:
             raise
         raise LibreError(400, f"Invalid request: {e.detail}") from None
-    values = {k: scrub(v) for k, v in form.items() if isinstance(v, str)} | dict(request.query_params)
+    values: dict[str, Any] = {}
+    for source in (request.query_params, form):  # a field given twice: its first value, as Flask's request.values
+        for key in source:
+            first = next((v for v in source.getlist(key) if isinstance(v, str)), None)
+            if key not in values and first is not None:
+                values[key] = scrub(first)
     if isinstance(values.get("q"), str):
         values["q"] = "\n".join(values["q"].splitlines())
     return values
@@ -171,8 +180,13 @@ def field(values: dict[str, Any], name: str, default: str | None = None) -> str:
 def alternatives(values: dict[str, Any], engine: Engine) -> int:
     """How many other translations to add: 0 up to one less than the widest beam the engine decodes."""
     n, most = values.get("alternatives", 0), min(MAX_BEAM, engine.limits.max_rows) - 1
-    if isinstance(n, str) and n.strip().lstrip("-").isdigit():
+    if isinstance(n, float) and n.is_integer():  # a JSON 2.0
         n = int(n)
+    if isinstance(n, str):
+        try:
+            n = int(n.strip())  # as LibreTranslate's int(): "+2" too
+        except ValueError:
+            pass
     if isinstance(n, bool) or not isinstance(n, int):
         raise LibreError(400, "Invalid request: alternatives parameter is not a number")
     if n > most:

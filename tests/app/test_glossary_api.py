@@ -85,6 +85,7 @@ async def test_a_glossary_from_an_object_tsv_or_csv_is_stored_listed_read_and_de
         ({"entries": {"a": "b"}, "target_lang": "es"}, 422, "no model here translates en->es"),
         ({"entries": {"a": "b"}, "name": ""}, 422, "the glossary's name is empty"),
         ({"entries": {"a": "b"}, "source_lang": "e n"}, 422, "source_lang 'e n' is not a language code"),
+        ({"entries": {"a": "b"}, "source_lang": "auto"}, 422, "source_lang 'auto' is not a language code"),
         ({"entries": {"a": 1}}, 422, "entries must be an object of source term -> target term (strings), or TSV"),
         ({"entries": {f"t{i}": "x" for i in range(MAX_ENTRIES + 1)}}, 413, "more than 10000 entries; the limit is"),
     ],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import httpx
@@ -107,6 +108,9 @@ def test_a_server_with_a_key_answers_the_right_key_and_refuses_a_wrong_or_missin
                 headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
     assert bearer.json()["translatedText"] == expected
     assert set(bearer.json()) == {"translatedText", "confidence", "flags"}  # nmt-serve's, which the clients ignore
+    queried = httpx.post(f"{url}/translate", params={"api_key": KEY}, json={"q": ENGLISH, "source": "en",
+                                                                             "target": "de"})  # fmt: skip
+    assert queried.status_code == 200 and queried.json()["translatedText"] == expected, queried.text  # as documented
     # what a page reads before it has a key: open, and it says a key is needed
     assert LibreTranslateAPI(url).languages()[0] == {"code": "en", "name": "English", "targets": ["de"]}
     settings = httpx.get(f"{url}/frontend/settings").json()
@@ -231,6 +235,8 @@ OK = {"q": ENGLISH, "source": "en", "target": "de"}
         ({**OK, "format": "xml"}, "xml format is not supported"),
         ({**OK, "alternatives": "many"}, "Invalid request: alternatives parameter is not a number"),
         ({**OK, "alternatives": 1.5}, "Invalid request: alternatives parameter is not a number"),
+        ({**OK, "alternatives": "--2"}, "Invalid request: alternatives parameter is not a number"),  # was a 500
+        ({**OK, "alternatives": "\u00b2"}, "Invalid request: alternatives parameter is not a number"),  # "²" too
         ({**OK, "alternatives": 8}, "Invalid request: alternatives parameter must be <= 7"),
         ({**OK, "q": "a" * 2001}, "Invalid request: request (2001) exceeds text limit (2000)"),
         ({**OK, "q": ["a"] * 65}, "Invalid request: request (65) exceeds text limit (64)"),
@@ -240,6 +246,19 @@ OK = {"q": ENGLISH, "source": "en", "target": "de"}
 def test_bad_translate_requests_get_a_400_in_libretranslates_shape(base, body, message):
     r = lt(base, "translate", json=body)
     assert r.status_code == 400 and message in r.json()["error"], r.text
+
+
+def test_a_field_given_twice_is_read_by_its_first_value_and_alternatives_by_int(base):
+    """As Flask's request.values, which LibreTranslate reads: the query string's, then the form's, each field's first
+    value; `alternatives` as int() reads it ("+1", 1.0)."""
+    form = urllib.parse.urlencode([("q", ENGLISH), ("q", "A cat."), ("source", "en"), ("target", "de")])
+    first = lt(base, "translate", content=form, headers={"content-type": "application/x-www-form-urlencoded"})
+    assert first.json()["translatedText"] == ours(base, ENGLISH)[0]["text"], first.text
+    queried = httpx.post(f"{base}/libretranslate/translate?target=de&target=fr", data={"q": ENGLISH, "source": "en"})
+    assert queried.json()["translatedText"] == ours(base, ENGLISH)[0]["text"], queried.text
+    for n in ("+1", 1.0):
+        r = lt(base, "translate", json={**OK, "alternatives": n})
+        assert r.status_code == 200 and len(r.json()["alternatives"]) <= 1, r.text
 
 
 def test_unreadable_bodies_and_a_bad_detect_get_a_400(base):
