@@ -9,7 +9,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import MODES, StepGate, core_of, engine_side, serve, serve_in
+from tests.app.conftest import MODES, StepGate, core_of, engine_side, serve_in
 from tests.app.helpers import assert_error, scrape, value
 
 pytestmark = pytest.mark.anyio
@@ -144,7 +144,7 @@ async def test_a_busy_model_does_not_hold_up_another(app, client, monkeypatch):
 async def test_a_model_that_fails_to_load_is_reported_while_the_others_serve(trained_checkpoint, tmp_path, mode):
     """Behind a front-end too, with the engine process's reason (it said only that it does not serve the model)."""
     settings = Settings(models=f"en-de={trained_checkpoint},broken={tmp_path / 'nothing'}", compile=False)
-    async with serve_in(mode, settings) as (app, client):
+    async with serve_in(mode, settings) as (_, client):
         ready = await client.get("/ready")
         assert ready.status_code == 200
         assert ready.json() == {"status": "partial", "models": {"en-de": "ready", "broken": "failed"}}

@@ -397,9 +397,9 @@ async def test_a_front_end_that_was_not_running_does_not_blame_the_engine_for_it
     """The front-end's event loop held for longer than the timeout (a process stopped, or starved of the CPU) while a
     call decodes: the engine said nothing meanwhile because it had nothing to say and was asked nothing, and is not
     given up on ("it has not answered for 1 s", which failed every request in flight)."""
-    proc, remote = child
+    _, remote = child
     call = asyncio.create_task(remote.generate([srcs[1]], [BUDGET - 2]))  # steps of 50 ms: answered after ~2 s
     await remote.connection.refresh()  # answered: nothing more comes until the next heartbeat asks
-    time.sleep(1.5)  # the loop does nothing meanwhile: neither the heartbeat nor the reader runs
+    time.sleep(1.5)  # noqa: ASYNC251 - the loop held on purpose: neither the heartbeat nor the reader runs
     assert len(await asyncio.wait_for(call, 20)) == 1
     assert remote.connection.gone is None

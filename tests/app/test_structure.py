@@ -442,7 +442,9 @@ IGNORED = st.lists(st.sampled_from([*INLINES, *BLOCKS[:4], "x-widget", "B", "cod
 
 
 @STRUCTURE
-@given(page=pages(), ignored=IGNORED, split=st.sampled_from(["0", "1", "nonewlines"]), tags=st.sampled_from(sorted(TAGS)))
+@given(
+    page=pages(), ignored=IGNORED, split=st.sampled_from(["0", "1", "nonewlines"]), tags=st.sampled_from(sorted(TAGS))
+)
 @example(page="<p>A dog. <![<br><br>CDATA[x < y]]> A man.</p>", ignored=["b"], split="nonewlines", tags="html")
 async def test_deepl_html_and_xml_with_ignored_tags_come_back_with_their_elements_as_written(
     client, after, page, ignored, split, tags
