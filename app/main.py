@@ -42,6 +42,19 @@ HTTP_KINDS = {
 }
 
 
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS, its refusal of a preflight a JSON error as every error here (Starlette's is plain text)."""
+
+    def preflight_response(self, request_headers: Headers) -> Any:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        allowed = "any origin" if self.allow_all_origins else ", ".join(sorted(self.allow_origins))
+        why = f"{bytes(response.body).decode()}: pages of {allowed} may call this server (NMT_CORS_ORIGINS)"
+        headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
+        return JSONResponse({"error": why, "type": "cors_refused"}, 400, headers=headers)
+
 def create_app(settings: Settings | None = None, on_load_failure: Callable[[str], Any] | None = None) -> FastAPI:
     """The service; the model loads in the background after startup, so /health answers at once."""
     app = FastAPI(
@@ -61,7 +74,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.add_middleware(Interactive, activity=app.state.jobs.activity)  # the jobs give way to translation requests
     if origins := app.state.settings.origins():  # pages of other origins may call the APIs (NMT_CORS_ORIGINS)
         app.add_middleware(
-            CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
+            Cors, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
             expose_headers=["Retry-After", "Location", "Content-Disposition"], max_age=600,
         )  # fmt: skip
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)  # outermost: it sees the body limit's 413s too

@@ -261,6 +261,10 @@ async def test_cors_can_name_the_origins_or_be_turned_off(german, tmp_path):
         assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "https://b.example"
         refused = await client.options("/deepl/v2/translate", headers={"Origin": "https://c.example", **ask})
         assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+        assert refused.json() == {  # JSON, as every error (it was Starlette's plain text)
+            "error": "Disallowed CORS origin: pages of https://a.example, https://b.example may call this server "
+            "(NMT_CORS_ORIGINS)", "type": "cors_refused",
+        }  # fmt: skip
     async with serve(Settings(model_dir=german, compile=False, glossary_dir=tmp_path, cors_origins="")) as (_, client):
         r = await client.post(
             "/deepl/v2/translate", data={"text": TEXT, "target_lang": "DE"}, headers={"Origin": "https://a.example"}
