@@ -119,6 +119,12 @@ class Restored:
         start = self.shift(span[0])  # an empty span (a token that writes nothing) stays empty where spans go back in
         return (start, start) if span[0] == span[1] else (start, self.shift(span[1], end=True))
 
+    def word(self, span: Span) -> Span:
+        """A word's span in `text`: as span(), but it ends where a group went in inside it (the group, written as it
+        was, is no part of the word the model wrote: "Mann" of "Mann {name}.", not the whole)."""
+        a, b = span
+        return self.span((a, next((p for p, _ in self.insertions if a < p < b), b)))
+
     def deltas(self, target: str, ends: list[int]) -> list[str]:
         """What each token adds to `text`, where token i ends at ends[i] of the translation `target`: a group goes
         with the token it follows (the first token takes those at the start, the last those at the end)."""

@@ -65,5 +65,5 @@ def restore(m: Masked, t: Translation, alignment: bool, words: bool) -> None:
             for a in t.alignment or ()
         ]  # fmt: skip
     if words:
-        t.words = [(r.span(span), c) for span, c in t.words or ()]
+        t.words = [(r.word(span), c) for span, c in t.words or ()]
     t.text = r.text

@@ -89,6 +89,19 @@ async def test_every_kind_comes_back_verbatim_exactly_once_and_the_rest_is_the_c
     assert out[1].endswith(" ") and "\n\n  " in out[1]  # a document's whitespace as written
 
 
+async def test_a_word_s_confidence_spans_the_model_s_word_never_a_span_put_back_beside_it(client):
+    """Word confidences are of the words the model wrote: a span restored inside one's characters ("Mann {name}."
+    before a full stop) is no part of it; each word is a run of the translation without whitespace or a span."""
+    clean, texts, spans = zip(*cases(seed=2))
+    r = await client.post("/translate", json={"text": list(texts), "return_word_confidence": True, **PROTECT})
+    assert r.status_code == 200, r.text
+    for text, t, picked in zip(texts, r.json()["translations"], spans, strict=True):
+        for w in t["words"]:
+            a, b = w["span"]
+            assert t["text"][a:b] == w["text"] and w["text"].strip() == w["text"] and " " not in w["text"], (text, t)
+            assert not any(p in w["text"] for p in picked), (text, w, t["text"])
+
+
 async def test_a_text_of_spans_alone_comes_back_as_written_and_a_text_without_any_as_without_protect(client):
     alone = ["{x}", "  {x} {y}. ", "`code`\n\n%s"]
     assert await translate(client, alone, protect=True) == ["{x}", "  {x} {y}. ", "`code`\n\n%s"]
