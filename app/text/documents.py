@@ -138,12 +138,14 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
     """The text's translation: its segments' translations between its own whitespace. Token ids, counts and the
     alignment run through the segments in order (alignment indices count the segments' tokens one after another,
     its spans are the text's and the translation's); the score is the segments' scores weighted by their tokens
-    (their mean log-probability, with the default length penalty); the n-best list puts together the segments'
+    (their mean log-probability, with the default length penalty), those withheld left out; the n-best list puts together the segments'
     i-th hypotheses."""
     if not parts:  # a blank text translates to "", as Engine.translate's texts do
         return Translation("", "eos", [], 0.0, 0, 0, False, str, segments=[])
     joined, spans = assemble(text, segments, [p.text for p in parts])
     steps = sum(p.output_tokens for p in parts)
+    shown = [p for p in parts if not p.withheld]  # the score is of the translation given: not of what was withheld
+    shown_steps = sum(p.output_tokens for p in shown)
     alignment = None
     if all(p.alignment is not None for p in parts):
         alignment, targets, sources = [], 0, 0
@@ -161,7 +163,7 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
     out = Translation(
         text=joined, finish_reason="length" if any(p.finish_reason == "length" for p in parts) else "eos",
         token_ids=[i for p in parts for i in p.token_ids],
-        score=sum(p.score * p.output_tokens for p in parts) / steps if steps else 0.0,
+        score=sum(p.score * p.output_tokens for p in shown) / shown_steps if shown_steps else 0.0,
         input_tokens=sum(p.input_tokens for p in parts), output_tokens=steps,
         truncated=any(p.truncated for p in parts), piece=parts[0].piece, alignment=alignment,
         segments=[((s.start, s.end), span) for s, span in zip(segments, spans, strict=True)],

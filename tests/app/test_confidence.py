@@ -83,6 +83,10 @@ async def test_min_confidence_withholds_exactly_the_sentences_below_it(client):
     kept = [full["text"][slice(*s["target_span"])] for s in full["segments"]]
     assert out["text"] == f"{kept[0]} \n\n{kept[2]}"
     assert "Welt" not in out["text"]
+    # its score is of the sentences that stand, as a document of them alone has it (it averaged in the withheld one)
+    scored = (await translate(client, text=text, min_confidence=floor, return_scores=True))["translations"][0]
+    alone = (await translate(client, text=f"{GOOD}\n\nTwo dogs play in the snow.", return_scores=True))
+    assert scored["score"] == pytest.approx(alone["translations"][0]["score"], abs=2e-3)
     nothing = (await translate(client, text=text, min_confidence=0))["translations"][0]
     assert nothing["text"] == full["text"]
     # the sentences that stand keep their alignment and their alternatives
