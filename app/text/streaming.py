@@ -145,7 +145,7 @@ async def stream_events(
             finish_reason="length" if any(h.finish_reason == "length" for h in real) else "eos",
             input_tokens=sum(len(s) for s, h in zip(srcs, hyps) if h), output_tokens=steps, truncated=bool(truncated),
             calibrated=engine.calibration is not None,
-            score=real[0].score if len(real) == 1 else sum(h.score * len(h.logprobs) for h in real) / steps,
+            score=score([h for i, h in enumerate(hyps) if h is not None and i not in withheld]),
             qualities=tuple(qualities), withheld=tuple(withheld),
             spans=((0, len(text)),) if segments is None else tuple((g.start, g.end) for g in segments),
         )  # fmt: skip
@@ -153,6 +153,15 @@ async def stream_events(
         for tokens in streams:
             if tokens is not None:
                 tokens.close()
+
+
+def score(given: list[Hypothesis]) -> float:
+    """The score of what a stream gives (its withheld sentences left out): one hypothesis's own, else their scores
+    weighted by their tokens, as a text's translation's (app/text/documents.py's `combined`)."""
+    if len(given) == 1:
+        return given[0].score
+    steps = sum(len(h.logprobs) for h in given)
+    return sum(h.score * len(h.logprobs) for h in given) / steps if steps else 0.0
 
 
 async def restore_stream(

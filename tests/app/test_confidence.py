@@ -119,15 +119,19 @@ async def test_each_alternative_and_each_html_unit_is_judged(client):
 
 
 async def test_the_last_streamed_event_has_the_confidence_and_what_was_withheld(client):
-    r = await client.post("/translate", json={"text": f"{GOOD} {BAD}", "stream": True, "min_confidence": 0.5})
+    r = await client.post("/translate", json={"text": f"{GOOD} {BAD}", "stream": True, "min_confidence": 0.5,
+                                              "return_scores": True})  # fmt: skip
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
     last = events[-1]
     assert "Welt" in events[-2]["text_so_far"]  # streamed before it could be judged ...
     assert "Welt" not in last["text"] and last["text"].startswith("Ein")  # ... and left out of what stands
     assert last["calibrated"] is True and "repetition" in last["flags"] and last["confidence"] < 0.5
     assert [w["segment"] for w in last["withheld"]] == [1]
-    plain = await translate(client, text=f"{GOOD} {BAD}", min_confidence=0.5)
+    plain = await translate(client, text=f"{GOOD} {BAD}", min_confidence=0.5, return_scores=True)
     assert last["withheld"] == plain["translations"][0]["withheld"]  # its source span too
+    alone = (await translate(client, text=GOOD, return_scores=True))["translations"][0]["score"]
+    assert last["score"] == pytest.approx(plain["translations"][0]["score"], abs=2e-3)  # of what stands
+    assert last["score"] == pytest.approx(alone, abs=2e-3)
 
 
 async def test_libretranslate_answers_carry_confidence_its_clients_ignore(client):
