@@ -15,6 +15,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from model.confidence import CALIBRATION
 from model.metadata import read_metadata, write_metadata
 from model.multilingual_tokenizer import FILE as MULTILINGUAL_TOKENIZER
 from model.spm_tokenizer import FILE as SPM_TOKENIZER
@@ -44,8 +45,13 @@ def save_checkpoint(
     path: str | Path, model: Transformer, tokenizer: TextTokenizer,
     metadata: dict[str, Any] | None = None,
 ):  # fmt: skip
+    """Write the checkpoint into `path`; a calibration there (confidence.json, made for other weights) and a
+    tokenizer file of another kind are removed, so that nothing of an earlier model is read with this one."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    # what was made for other weights or is another kind of tokenizer would be read with these: gone first
+    for stale in {TOKENIZER, SPM_TOKENIZER, MULTILINGUAL_TOKENIZER, CALIBRATION} - {tokenizer.file_name}:
+        (path / stale).unlink(missing_ok=True)
     (path / CONFIG).write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in unique_state_dict(model).items()}
     save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})

@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.kind is not None and args.kind not in IMPORTERS:
         parser.error(f"unknown kind {args.kind!r}; known: {sorted(IMPORTERS)}")
+    if args.out.exists() and not args.out.is_dir():
+        sys.exit(f"nmt-import: --out {args.out} is a file; name a directory to write the checkpoint into")
+    if Path(args.source).exists() and args.out.resolve() == Path(args.source).resolve():
+        sys.exit(f"nmt-import: --out {args.out} is the source; write the checkpoint into another directory")
     if args.out.exists() and any(args.out.iterdir()) and not args.force:
         sys.exit(f"nmt-import: {args.out} is not empty; pass --force to overwrite it")
     try:

@@ -291,6 +291,25 @@ def test_the_command_line_imports_and_will_not_overwrite(marian_models, tmp_path
         main(["marian", str(marian_models["separate"][0]), "--out", str(out)])
 
 
+def test_force_over_another_checkpoint_leaves_nothing_of_it_and_the_source_is_never_the_out(
+    marian_models, tiny_checkpoint, tmp_path
+):
+    """--force over a checkpoint of our own (tokenizer.json) with a calibration: the import loads and serves, with
+    neither of them left (both stayed: the server refused it, two tokenizers; a calibration of other weights)."""
+    from model.checkpoint import load_checkpoint
+
+    out = shutil.copytree(tiny_checkpoint, tmp_path / "ckpt")
+    (out / "confidence.json").write_text("{}")
+    main(["marian", str(marian_models["separate"][0]), "--out", str(out), "--force"])
+    assert not (out / "tokenizer.json").exists() and not (out / "confidence.json").exists()
+    assert load_checkpoint(out)[0].config.src_vocab_size != load_checkpoint(tiny_checkpoint)[0].config.src_vocab_size
+    source = shutil.copytree(marian_models["separate"][0], tmp_path / "hf")
+    with pytest.raises(SystemExit, match="is the source"):
+        main(["marian", str(source), "--out", str(source), "--force"])
+    with pytest.raises(SystemExit, match="is a file"):
+        main(["marian", str(source), "--out", str(source / "config.json")])
+
+
 def test_serving_an_imported_model_never_imports_transformers_or_sentencepiece(marian_models):
     probe = (
         "import sys, asyncio\n"

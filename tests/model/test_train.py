@@ -29,11 +29,20 @@ def test_short_training_run_writes_a_loadable_checkpoint_and_learns(trained_chec
     assert translate_corpus(model, tok, ["A dog is running in the park."]) == ["Ein Hund läuft im Park."]
 
 
+def test_a_run_of_no_epochs_is_refused_before_it_starts(tmp_path, pairs):
+    """It ended with exit 0 and no model in --out (only train_state/), which nothing could load."""
+    with pytest.raises(SystemExit, match="--epochs must be at least 1, not 0"):
+        train_main(train_args(tmp_path, pairs, tmp_path / "none", epochs=0))
+    assert not (tmp_path / "none").exists()
+
+
 def test_resume_continues_where_the_run_stopped(tmp_path, pairs):
     args = train_args(tmp_path, pairs, tmp_path / "ck", epochs=1)
     train_main(args)
     first = json.loads((tmp_path / "ck" / "train_state" / "state.json").read_text())
+    (tmp_path / "ck" / "confidence.json").write_text("{}")  # nmt-calibrate's, of the first epoch's weights
     train_main([*args[:-4], "--epochs", "2", "--seed", "1", "--resume"])
+    assert not (tmp_path / "ck" / "confidence.json").exists()  # the new weights are not what it calibrated
     second = json.loads((tmp_path / "ck" / "train_state" / "state.json").read_text())
     assert [h["epoch"] for h in second["history"]] == [1, 2]
     assert second["history"][0] == first["history"][0]
