@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, help="write confidence.json here instead of MODEL_DIR")
     p.add_argument("--limit", type=int, help="the first N lines only")
     args = p.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        p.error("--limit takes a positive number of lines")
     sources, references = list(read_lines(args.src)), list(read_lines(args.ref))
     if len(sources) != len(references):
         sys.exit(f"nmt-calibrate: {args.src} has {len(sources)} lines but {args.ref} has {len(references)}")

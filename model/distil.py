@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.teachers < 1 or args.parallel < 1:
         p.error("--teachers and --parallel take a positive number")
+    if not 0 <= args.kd_alpha <= 1:  # said now, not after the teachers' hours (nmt-train checks it for the student)
+        p.error(f"--kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
     return args
 
 

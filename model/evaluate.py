@@ -144,6 +144,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.beam < 1:
         p.error("--beam must be at least 1")
+    if args.batch_size < 1:
+        p.error("--batch-size must be at least 1")
+    if args.threads < 0:
+        p.error("--threads must be 0 (torch's default) or more")
     if not args.ref and not args.hyp_out and not args.n_best_out:
         p.error("give --ref to score the translations, --hyp-out (or --n-best-out) to keep them, or both")
     if args.record and not args.ref:

@@ -94,6 +94,8 @@ def check_args(args: argparse.Namespace, rank: int) -> None:
         sys.exit(f"nmt-train: --bpe-dropout is a probability below 1, not {args.bpe_dropout}")
     if args.teacher and not 0 <= args.kd_alpha <= 1:
         sys.exit(f"nmt-train: --kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
+    if args.epochs < 1:
+        sys.exit(f"nmt-train: --epochs must be at least 1, not {args.epochs} (a run of none writes no model)")
 
 
 def language_of(path: str) -> str:

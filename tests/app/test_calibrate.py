@@ -70,10 +70,13 @@ def test_a_file_of_the_wrong_shape_stops_the_server_with_its_name(calibrated, tm
         Calibration.load(broken)
 
 
-def test_mismatched_or_too_short_files_are_refused(calibrated, tmp_path):
+def test_mismatched_or_too_short_files_are_refused(calibrated, tmp_path, capsys):
     model, root = calibrated
     (tmp_path / "short.de").write_text("eins\n")
     with pytest.raises(SystemExit, match="has 80 lines but"):
         main([str(model), "--src", str(root / "dev.en"), "--ref", str(tmp_path / "short.de")])
     with pytest.raises(SystemExit, match="too few"):
         main([str(model), "--src", str(root / "dev.en"), "--ref", str(root / "dev.de"), "--limit", "10"])
+    with pytest.raises(SystemExit):  # it fitted on all but the last 30 lines
+        main([str(model), "--src", str(root / "dev.en"), "--ref", str(root / "dev.de"), "--limit", "-30"])
+    assert "--limit takes a positive number of lines" in capsys.readouterr().err

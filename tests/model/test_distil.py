@@ -165,3 +165,10 @@ def test_sigterm_stops_the_teachers_with_their_state_saved_and_a_run_again_finis
     finished = run(distil(data, out, "--teacher-epochs", "4"))
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert all("resumed at epoch" in log.read_text() for log in logs)
+
+
+def test_a_student_option_out_of_range_is_refused_before_any_teacher_trains(data, tmp_path):
+    """--kd-alpha was checked by the student's nmt-train, after every teacher had trained and translated."""
+    refused = run(distil(data, tmp_path / "run", "--kd-alpha", "7"))
+    assert refused.returncode == 2 and "--kd-alpha must lie between 0 and 1, not 7.0" in refused.stderr
+    assert not (tmp_path / "run" / "teacher-1").exists()

@@ -159,7 +159,10 @@ def test_nmt_eval_closest_out_picks_the_n_best_hypothesis_nearest_the_reference(
      (["--hyp-out", "h", "--beam", "2", "--n-best", "2"], "--n-best keeps hypotheses for --n-best-out or --closest-out"),
      (["--n-best-out", "h", "--beam", "2"], "--n-best-out writes the n-best lists: give --n-best N > 1"),
      (["--hyp-out", "h", "--beam", "2", "--n-best", "2", "--closest-out", "c"],
-      "--closest-out picks among n-best hypotheses by their references: it needs --ref")],
+      "--closest-out picks among n-best hypotheses by their references: it needs --ref"),
+     (["--hyp-out", "h", "--batch-size", "-1"], "--batch-size must be at least 1"),  # translated nothing, BLEU 0
+     (["--hyp-out", "h", "--batch-size", "0"], "--batch-size must be at least 1"),  # a traceback
+     (["--hyp-out", "h", "--threads", "-3"], "--threads must be 0 (torch's default) or more")],
 )  # fmt: skip
 def test_nmt_eval_refuses_a_run_with_nothing_to_do_or_scores_to_record_without_ref(
     capsys, trained_checkpoint, corpus, args, message
