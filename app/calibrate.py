@@ -31,7 +31,8 @@ from model.confidence import (
     ranks,
     select,
 )
-from model.tokenizer import read_lines
+from model.checkpoint import CheckpointError
+from model.tokenizer import lines_or_exit
 
 CHUNK = 64  # texts per engine call (the engine's max_batch_texts)
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         p.error("--limit takes a positive number of lines")
-    sources, references = list(read_lines(args.src)), list(read_lines(args.ref))
+    sources, references = lines_or_exit(args.src, "nmt-calibrate"), lines_or_exit(args.ref, "nmt-calibrate")
     if len(sources) != len(references):
         sys.exit(f"nmt-calibrate: {args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
     if args.limit:
@@ -147,7 +148,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"nmt-calibrate: {len(sources)} sentences are too few to fit on; give 50 or more (500+ is better)")
     if not 0 < args.chrf < 100:
         sys.exit("nmt-calibrate: --chrf is a chrF score between 0 and 100")
-    engine, translations = asyncio.run(translate_file(args.model_dir, sources, args.source, args.target))
+    try:
+        engine, translations = asyncio.run(translate_file(args.model_dir, sources, args.source, args.target))
+    except CheckpointError as e:
+        sys.exit(f"nmt-calibrate: {e}")
     kept, rows, chrf = judged(translations, references)
     good = chrf >= args.chrf
     if good.all() or not good.any():

@@ -13,7 +13,7 @@ import torch
 from model.batch import decode
 from model.decoding import greedy_decode, max_new_tokens_for
 from model.search import DecodingOptions
-from model.tokenizer import Tokenizer, read_lines
+from model.tokenizer import Tokenizer, lines_or_exit
 from model.transformer import Transformer
 
 
@@ -162,12 +162,19 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--n-best-out writes the n-best lists: give --n-best N > 1 (and --beam N or more)")
     if args.closest_out and not (args.ref and args.n_best > 1):
         p.error("--closest-out picks among n-best hypotheses by their references: it needs --ref and --n-best > 1")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: this torch has no CUDA device; use --device cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from model.checkpoint import load_checkpoint
+    from model.checkpoint import CheckpointError, load_checkpoint
 
-    loaded = [load_checkpoint(d, device=args.device)[:2] for d in args.model_dir]
+    src = lines_or_exit(args.src, "nmt-eval")  # the files first: one it cannot read is said before the model loads
+    refs = lines_or_exit(args.ref, "nmt-eval") if args.ref else None
+    try:
+        loaded = [load_checkpoint(d, device=args.device)[:2] for d in args.model_dir]
+    except CheckpointError as e:
+        sys.exit(f"nmt-eval: {e}")
     model, tokenizer = loaded[0]
     if args.quantize == "int8":
         from model.quantize import quantize_int8
@@ -181,8 +188,6 @@ def main(argv: list[str] | None = None) -> None:
         if len(specs) > 1 or None in specs:
             sys.exit("nmt-eval: an ensemble's checkpoints must share one BPE vocabulary (the same tokenizer.json)")
         model = Ensemble([member for member, _ in loaded])
-    src = list(read_lines(args.src))
-    refs = list(read_lines(args.ref)) if args.ref else None
     if refs is not None and len(src) != len(refs):
         sys.exit(f"nmt-eval: {args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
     t0 = time.perf_counter()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import json
 import unicodedata
 from collections.abc import Iterable, Iterator
@@ -137,6 +139,15 @@ def load_tokenizer(checkpoint: str | Path):
     if (path / MULTILINGUAL).is_file():
         return MultilingualTokenizer.from_file(path / MULTILINGUAL)
     return SentencePieceTokenizer.from_file(path / FILE)
+
+
+def lines_or_exit(path: str | Path, tool: str) -> list[str]:
+    """read_lines() of a command's input file, or the command's exit saying which file it cannot read and why (it
+    is missing, not UTF-8, not gzip)."""
+    try:
+        return list(read_lines(path))
+    except (OSError, UnicodeDecodeError) as e:  # gzip's BadGzipFile is an OSError
+        sys.exit(f"{tool}: cannot read {path}: {e}")
 
 
 def read_lines(path: str | Path) -> Iterator[str]:

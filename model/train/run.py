@@ -17,7 +17,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from torch.nn.parallel import DistributedDataParallel
 
 from model.checkpoint import load_checkpoint, read_metadata
-from model.tokenizer import Tokenizer, read_lines
+from model.tokenizer import Tokenizer, lines_or_exit
 from model.train.args import check_args, parse_args
 from model.train.distributed import init_distributed, share
 from model.train.state import STATE, load_grown, load_state, read_state
@@ -76,8 +76,8 @@ def set_up(argv: list[str] | None) -> Run:
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     state_dir = Path(args.out) / STATE
 
-    train_src, train_tgt = list(read_lines(args.train_src)), list(read_lines(args.train_tgt))
-    valid_src, valid_ref = list(read_lines(args.valid_src)), list(read_lines(args.valid_tgt))
+    train_src, train_tgt = lines_or_exit(args.train_src, "nmt-train"), lines_or_exit(args.train_tgt, "nmt-train")
+    valid_src, valid_ref = lines_or_exit(args.valid_src, "nmt-train"), lines_or_exit(args.valid_tgt, "nmt-train")
     if len(train_src) != len(train_tgt) or len(valid_src) != len(valid_ref):
         sys.exit("nmt-train: source and target files must have the same number of lines")
     resuming = share(args.resume and (state_dir / "state.json").exists(), world)

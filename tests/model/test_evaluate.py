@@ -170,3 +170,23 @@ def test_nmt_eval_refuses_a_run_with_nothing_to_do_or_scores_to_record_without_r
     with pytest.raises(SystemExit) as exit_:
         eval_main(["--model-dir", str(trained_checkpoint), "--src", str(corpus[0]), *args])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_nmt_eval_says_in_one_line_which_checkpoint_or_file_it_cannot_read(trained_checkpoint, corpus, tmp_path):
+    """Each was a traceback (CheckpointError, FileNotFoundError, UnicodeDecodeError, BadGzipFile) after the model
+    had loaded, or before."""
+    (tmp_path / "bad.en").write_bytes(b"\xff\xfe a\n")
+    (tmp_path / "fake.en.gz").write_text("not gzip\n")
+    model, src = ["--model-dir", str(trained_checkpoint)], ["--src", str(corpus[0]), "--hyp-out", str(tmp_path / "h")]
+    for args, message in [
+        (["--model-dir", str(tmp_path / "nothing"), *src[:2], "--hyp-out", "h"], "does not exist"),
+        ([*model, "--src", str(tmp_path / "no.en"), "--hyp-out", "h"], f"cannot read {tmp_path / 'no.en'}: "),
+        ([*model, "--src", str(tmp_path / "bad.en"), "--hyp-out", "h"], f"cannot read {tmp_path / 'bad.en'}: 'utf-8'"),
+        ([*model, "--src", str(tmp_path / "fake.en.gz"), "--hyp-out", "h"], "cannot read"),
+        ([*model, *src, "--ref", str(tmp_path / "no.de")], f"cannot read {tmp_path / 'no.de'}"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            eval_main(args)
+        assert isinstance(exit_.value.code, str) and exit_.value.code.startswith("nmt-eval: ") and message in (
+            exit_.value.code
+        ), (args, exit_.value.code)
