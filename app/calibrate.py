@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from model.checkpoint import CheckpointError
 from model.confidence import (
     COVERAGE_MIN_TOKENS,
     DEFAULT_THRESHOLDS,
@@ -31,7 +32,6 @@ from model.confidence import (
     ranks,
     select,
 )
-from model.checkpoint import CheckpointError
 from model.tokenizer import lines_or_exit
 
 CHUNK = 64  # texts per engine call (the engine's max_batch_texts)

@@ -42,7 +42,6 @@ HTTP_KINDS = {
 }
 
 
-
 class Cors(CORSMiddleware):
     """Starlette's CORS, its refusal of a preflight a JSON error as every error here (Starlette's is plain text)."""
 
@@ -54,6 +53,7 @@ class Cors(CORSMiddleware):
         why = f"{bytes(response.body).decode()}: pages of {allowed} may call this server (NMT_CORS_ORIGINS)"
         headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
         return JSONResponse({"error": why, "type": "cors_refused"}, 400, headers=headers)
+
 
 def create_app(settings: Settings | None = None, on_load_failure: Callable[[str], Any] | None = None) -> FastAPI:
     """The service; the model loads in the background after startup, so /health answers at once."""

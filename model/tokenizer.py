@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 import json
+import sys
 import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from model.token import Token as Token  # where its users have always found it
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]  # ids 0..3, in this order
+MIN_VOCAB = 256 + len(SPECIALS)  # the byte-level BPE's alphabet and the special tokens, before any merge
 BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
 
 

@@ -248,7 +248,7 @@ class Engine:
     async def _translate_masked(
         self, masks: list[Masked], max_new_tokens: int | None, truncate: bool, decoding: Decoding, names: list[str],
         kept: list[list[Span]] | None = None,
-    ) -> list[Translation]:
+    ) -> list[Translation]:  # fmt: skip
         """Pieces with protected spans: the model translates each without them (aligned, where it had any), and each
         translation gets them back; a piece of nothing but spans and punctuation comes back as written."""
         how = replace(decoding, return_alignment=decoding.return_alignment or any(m.groups for m in masks))

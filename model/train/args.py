@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from model.tokenizer import MIN_VOCAB
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="nmt-train", description=__doc__)
@@ -94,6 +96,11 @@ def check_args(args: argparse.Namespace, rank: int) -> None:
         sys.exit(f"nmt-train: --bpe-dropout is a probability below 1, not {args.bpe_dropout}")
     if args.teacher and not 0 <= args.kd_alpha <= 1:
         sys.exit(f"nmt-train: --kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
+    if not (args.init_from or args.teacher):  # this run's own shape and vocabulary
+        if args.heads < 1 or args.d_model % args.heads:
+            sys.exit(f"nmt-train: --d-model {args.d_model} does not divide into --heads {args.heads} equal parts")
+        if args.vocab_size < MIN_VOCAB:
+            sys.exit(f"nmt-train: --vocab-size must be at least {MIN_VOCAB} (the 256 bytes and 4 special tokens)")
     if args.epochs < 1:
         sys.exit(f"nmt-train: --epochs must be at least 1, not {args.epochs} (a run of none writes no model)")
 

@@ -85,7 +85,7 @@ async def test_min_confidence_withholds_exactly_the_sentences_below_it(client):
     assert "Welt" not in out["text"]
     # its score is of the sentences that stand, as a document of them alone has it (it averaged in the withheld one)
     scored = (await translate(client, text=text, min_confidence=floor, return_scores=True))["translations"][0]
-    alone = (await translate(client, text=f"{GOOD}\n\nTwo dogs play in the snow.", return_scores=True))
+    alone = await translate(client, text=f"{GOOD}\n\nTwo dogs play in the snow.", return_scores=True)
     assert scored["score"] == pytest.approx(alone["translations"][0]["score"], abs=2e-3)
     nothing = (await translate(client, text=text, min_confidence=0))["translations"][0]
     assert nothing["text"] == full["text"]

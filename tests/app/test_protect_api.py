@@ -92,7 +92,7 @@ async def test_every_kind_comes_back_verbatim_exactly_once_and_the_rest_is_the_c
 async def test_a_word_s_confidence_spans_the_model_s_word_never_a_span_put_back_beside_it(client):
     """Word confidences are of the words the model wrote: a span restored inside one's characters ("Mann {name}."
     before a full stop) is no part of it; each word is a run of the translation without whitespace or a span."""
-    clean, texts, spans = zip(*cases(seed=2))
+    _, texts, spans = zip(*cases(seed=2))
     r = await client.post("/translate", json={"text": list(texts), "return_word_confidence": True, **PROTECT})
     assert r.status_code == 200, r.text
     for text, t, picked in zip(texts, r.json()["translations"], spans, strict=True):

@@ -187,6 +187,5 @@ def test_nmt_eval_says_in_one_line_which_checkpoint_or_file_it_cannot_read(train
     ]:
         with pytest.raises(SystemExit) as exit_:
             eval_main(args)
-        assert isinstance(exit_.value.code, str) and exit_.value.code.startswith("nmt-eval: ") and message in (
-            exit_.value.code
-        ), (args, exit_.value.code)
+        said = exit_.value.code
+        assert isinstance(said, str) and said.startswith("nmt-eval: ") and message in said, (args, said)

@@ -334,3 +334,15 @@ def test_bpe_dropout_feeds_the_student_cut_sources_the_teacher_the_served_ones_a
     assert seen["teacher"] <= served and len(seen["student"] - served) > 100
     with pytest.raises(SystemExit, match="--bpe-dropout is a probability below 1"):
         train_main([*args[:-2], "--bpe-dropout", "1"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--heads", "5"], "--d-model 32 does not divide into --heads 5 equal parts"),  # a ValueError's traceback
+     (["--heads", "0"], "--d-model 32 does not divide into --heads 0 equal parts"),
+     (["--vocab-size", "10"], "--vocab-size must be at least 260")],  # the BPE trainer's OverflowError
+)  # fmt: skip
+def test_a_shape_or_vocabulary_it_cannot_make_is_refused_in_one_line_before_any_work(tmp_path, pairs, extra, message):
+    with pytest.raises(SystemExit, match=message):
+        train_main([*train_args(tmp_path, pairs, tmp_path / "x", epochs=1), *extra])
+    assert not (tmp_path / "x").exists()
