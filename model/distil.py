@@ -59,6 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--teachers and --parallel take a positive number")
     if not 0 <= args.kd_alpha <= 1:  # said now, not after the teachers' hours (nmt-train checks it for the student)
         p.error(f"--kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
+    for name in ("train_args", "teacher_args", "student_args", "eval_args"):  # each is split as a shell splits it
+        try:
+            shlex.split(getattr(args, name))
+        except ValueError as e:
+            p.error(f"--{name.replace('_', '-')} {getattr(args, name)!r}: {e}")
     return args
 
 

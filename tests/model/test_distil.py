@@ -172,3 +172,5 @@ def test_a_student_option_out_of_range_is_refused_before_any_teacher_trains(data
     refused = run(distil(data, tmp_path / "run", "--kd-alpha", "7"))
     assert refused.returncode == 2 and "--kd-alpha must lie between 0 and 1, not 7.0" in refused.stderr
     assert not (tmp_path / "run" / "teacher-1").exists()
+    refused = run(distil(data, tmp_path / "run", "--teacher-args", '"unbalanced'))  # was shlex's traceback
+    assert refused.returncode == 2 and "--teacher-args '\"unbalanced': No closing quotation" in refused.stderr
