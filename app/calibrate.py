@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from model.checkpoint import CheckpointError
 from model.confidence import (
     COVERAGE_MIN_TOKENS,
     DEFAULT_THRESHOLDS,
@@ -148,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"nmt-calibrate: {len(sources)} sentences are too few to fit on; give 50 or more (500+ is better)")
     if not 0 < args.chrf < 100:
         sys.exit("nmt-calibrate: --chrf is a chrF score between 0 and 100")
+    from model.checkpoint import CheckpointError  # torch's side, as the model it loads (app/ imports without torch)
+
     try:
         engine, translations = asyncio.run(translate_file(args.model_dir, sources, args.source, args.target))
     except CheckpointError as e:
