@@ -264,9 +264,10 @@ async def test_a_request_past_its_timeout_gets_504_and_leaves_the_batch(client, 
     assert (await client.post("/translate", json=LONG)).status_code == 200
 
 
-async def asgi_request(app, body: dict, gone: asyncio.Event) -> list[dict]:
-    """POST /translate straight to the ASGI app, as uvicorn would; the client disconnects when `gone` is set."""
-    payload, sent, messages = json.dumps(body).encode(), False, []
+async def asgi_request(app, body: dict, gone: asyncio.Event, messages: list[dict] | None = None) -> list[dict]:
+    """POST /translate straight to the ASGI app, as uvicorn would; the client disconnects when `gone` is set. The
+    messages sent, into `messages` as they come (a caller may watch them)."""
+    payload, sent, messages = json.dumps(body).encode(), False, [] if messages is None else messages
 
     async def receive() -> dict:
         nonlocal sent
@@ -297,10 +298,13 @@ def running(app) -> float:
 async def test_a_client_that_disconnects_frees_its_row_at_the_next_step(client, app, monkeypatch, stream):
     gate, gone = StepGate(core_of(app).model, monkeypatch), asyncio.Event()
     gate.hold(lambda sizes: len(sizes) == 3)
-    request = asyncio.create_task(asgi_request(app, {**LONG, "stream": stream}, gone))
+    sent: list[dict] = []
+    request = asyncio.create_task(asgi_request(app, {**LONG, "stream": stream}, gone, sent))
     try:
         await until(gate.paused.is_set)
         assert running(app) == 1
+        if stream:  # its first event sent before the client goes (behind a front-end, the tokens travel there first)
+            await until(lambda: len(sent) > 1)
         gone.set()
         await until(lambda: core_of(app).batcher.load == 0)  # the caller gave up
     finally:
