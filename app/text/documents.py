@@ -134,6 +134,12 @@ def put_back(docs: Documents, parts: list[Translation]) -> list[Translation]:
     return out
 
 
+def mean_score(scored: list[tuple[float, int]]) -> float:
+    """Scores (each of so many tokens) weighted by their tokens: the score of the text they make; 0.0 for none."""
+    steps = sum(n for _, n in scored)
+    return sum(score * n for score, n in scored) / steps if steps else 0.0
+
+
 def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Translation:
     """The text's translation: its segments' translations between its own whitespace. Token ids, counts and the
     alignment run through the segments in order (alignment indices count the segments' tokens one after another,
@@ -144,8 +150,6 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
         return Translation("", "eos", [], 0.0, 0, 0, False, str, segments=[])
     joined, spans = assemble(text, segments, [p.text for p in parts])
     steps = sum(p.output_tokens for p in parts)
-    shown = [p for p in parts if not p.withheld]  # the score is of the translation given: not of what was withheld
-    shown_steps = sum(p.output_tokens for p in shown)
     alignment = None
     if all(p.alignment is not None for p in parts):
         alignment, targets, sources = [], 0, 0
@@ -163,7 +167,7 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
     out = Translation(
         text=joined, finish_reason="length" if any(p.finish_reason == "length" for p in parts) else "eos",
         token_ids=[i for p in parts for i in p.token_ids],
-        score=sum(p.score * p.output_tokens for p in shown) / shown_steps if shown_steps else 0.0,
+        score=mean_score([(p.score, p.output_tokens) for p in parts if not p.withheld]),  # of what is given
         input_tokens=sum(p.input_tokens for p in parts), output_tokens=steps,
         truncated=any(p.truncated for p in parts), piece=parts[0].piece, alignment=alignment,
         segments=[((s.start, s.end), span) for s, span in zip(segments, spans, strict=True)],

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from app.detokenize import IncrementalText
 from app.segment import Segment, blank
+from app.text.documents import mean_score
 from app.text.limits import Decoding
 from app.text.offload import inline_or_on_thread
 from app.text.results import aligned, as_decoded
@@ -160,8 +161,7 @@ def score(given: list[Hypothesis]) -> float:
     weighted by their tokens, as a text's translation's (app/text/documents.py's `combined`)."""
     if len(given) == 1:
         return given[0].score
-    steps = sum(len(h.logprobs) for h in given)
-    return sum(h.score * len(h.logprobs) for h in given) / steps if steps else 0.0
+    return mean_score([(h.score, len(h.logprobs)) for h in given])
 
 
 async def restore_stream(
