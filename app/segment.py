@@ -62,6 +62,12 @@ def blank(text: str) -> bool:
     return _CONTENT.search(text) is None
 
 
+def worded(text: str) -> bool:
+    """Whether the text has a letter in it (of any script). One without (a number, a date, a price, "♪♪", "--") is
+    kept as written, not translated: a model given one writes words in its place, as DeepL would not."""
+    return any(c.isalpha() for c in text)
+
+
 def _lines(text: str) -> list[tuple[int, int]]:
     """[start, end) of each line, without its line break."""
     spans, start = [], 0

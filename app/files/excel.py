@@ -21,7 +21,8 @@ import openpyxl
 from openpyxl.cell.rich_text import CellRichText, TextBlock
 
 from app.files import FileError, FileLimits, Unit, one_each, zipped
-from app.files.runs import Runs, encode, worth
+from app.files.runs import Runs, encode
+from app.segment import worded
 
 
 @dataclass
@@ -60,7 +61,7 @@ def read(data: bytes, limits: FileLimits) -> ExcelFile:
     for sheet in workbook.worksheets:
         for cell in sheet._cells.values():  # the stored cells only (see the module's docstring)
             runs = _runs(cell)
-            if runs is not None and worth(runs.unit.text):
+            if runs is not None and worded(runs.unit.text):
                 if runs.unit not in numbers:
                     numbers[runs.unit] = len(units)
                     units.append(runs.unit)

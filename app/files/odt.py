@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten, worth
+from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten
+from app.segment import worded
 
 _TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
 _OFFICE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}"
@@ -131,7 +132,7 @@ def _stretches(paragraph: etree._Element) -> list[_Stretch]:
             inside = [t.point if t.point else (_WHITESPACE.sub(" ", t.item), _format(t.chain))
                       for t in atoms[first : last + 1] if t.kind == "text" or t.point]  # fmt: skip
             runs = encode(inside, _link)
-            if worth(runs.unit.text):
+            if worded(runs.unit.text):
                 chains: dict = {}
                 for t in texts:
                     chains.setdefault(_format(t.chain), t.chain)

@@ -27,7 +27,8 @@ import pptx
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten, worth
+from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten
+from app.segment import worded
 
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 _P, _R, _T, _RPR, _BR = _A + "p", _A + "r", _A + "t", _A + "rPr", _A + "br"
@@ -96,7 +97,7 @@ def _stretches(paragraph: etree._Element) -> list[_Stretch]:
                 [(r.find(_T).text or "", _format(r)) if r.tag == _R else Point(r, "break") for r in inside],
                 lambda key: key[2],
             )
-            if worth(runs.unit.text):
+            if worded(runs.unit.text):
                 chains: dict = {}
                 for r in text_runs:
                     chains.setdefault(_format(r), (r,))

@@ -48,6 +48,7 @@ from typing import Generic, TypeVar
 from lxml import etree
 
 from app.files import Unit, one_each
+from app.segment import worded
 
 K = TypeVar("K", bound=Hashable)
 _TEXT = etree._Element.text  # an element's own text: python-docx and python-pptx elements give theirs another meaning
@@ -55,11 +56,6 @@ _ID = re.compile(r"[rh](\d+)")
 _POINT_ID = re.compile(r"p(\d+)")
 _SENTENCE_END = re.compile(r"[.!?:;\u2026\u3002\uff01\uff1f][\"')\]\u00bb\u2019\u201d]*\s*$")
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # no XML file may hold them
-
-
-def worth(text: str) -> bool:
-    """Whether a text has a letter in it: numbers, dates and punctuation alone are not translated."""
-    return any(c.isalpha() for c in text)
 
 
 @dataclass(eq=False)
@@ -180,11 +176,11 @@ def cuts(items: list[str | Point | None]) -> set[int]:
     groups = ["".join(items[a + 1 : b]) for a, b in zip([-1, *bounds], [*bounds, len(items)], strict=True)]
     before, after, state = [False] * len(bounds), [False] * len(bounds), False
     for n, i in enumerate(bounds):  # groups[n] is the text before bounds[n], groups[n + 1] that after it
-        state = worth(groups[n]) if groups[n].strip() else state
+        state = worded(groups[n]) if groups[n].strip() else state
         before[n], state = state, state and items[i] is not None
     state = False
     for n in range(len(bounds) - 1, -1, -1):
-        state = worth(groups[n + 1]) if groups[n + 1].strip() else state
+        state = worded(groups[n + 1]) if groups[n + 1].strip() else state
         after[n], state = state, state and items[bounds[n]] is not None
     return {i for n, i in enumerate(bounds) if isinstance(items[i], Point) and not (before[n] and after[n])}
 

@@ -37,7 +37,8 @@ from docx.opc.constants import CONTENT_TYPE as CT
 from lxml import etree
 
 from app.files import FileError, FileLimits, Unit, zipped
-from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten, worth
+from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten
+from app.segment import worded
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _R, _T, _RPR, _LINK = _W + "r", _W + "t", _W + "rPr", _W + "hyperlink"
@@ -134,7 +135,7 @@ def _stretches(flow: etree._Element) -> list[_Stretch]:
             inside = [t.point if t.point else (t.item.text or "", _format(t.chain)) for t in atoms[first : last + 1]
                       if t.kind == "text" or t.point]  # fmt: skip
             runs = encode(inside, lambda key: key[1] is not None)
-            if worth(runs.unit.text):
+            if worded(runs.unit.text):
                 chains: dict = {}
                 for t in texts:
                     chains.setdefault(_format(t.chain), t.chain)

@@ -8,7 +8,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from app.protect.restoring import Anchors, Pair, Restored, Span, closes, opens, word_char
-from app.segment import Segment, blank
+from app.segment import Segment, blank, worded
 
 _TAG = re.compile(r"<(/?)([A-Za-z][\w:.\-]*)[^<>]*?(/?)>\Z")  # a span that is a tag: its name, opening or closing
 
@@ -110,9 +110,9 @@ class Masked:
 
     @property
     def reads(self) -> str:
-        """What the model reads: `text`, or "" when the groups left nothing to translate (no letter or digit): the
-        piece then comes back as written."""
-        return self.text if not self.groups or any(c.isalnum() for c in self.text) else ""
+        """What the model reads: `text`, or "" when the groups left nothing to translate (no letter: app/segment.py's
+        worded()): the piece then comes back as written."""
+        return self.text if not self.groups or worded(self.text) else ""
 
     def source_span(self, span: Span) -> Span:
         """A span of `text` as a span of the piece."""

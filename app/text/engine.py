@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine.errors import InvalidRequest, RequestTimeout
 from app.engine.metrics import EngineMetrics, Metrics
-from app.segment import Split, blank
+from app.segment import Split, worded
 from app.text.directions import Directions, start_tokens
 from app.text.documents import (
     Documents,
@@ -313,7 +313,7 @@ class Engine:
         """Each text as one sequence (`kept`: whether a span of each is kept as written, no place for a term)."""
         self.limits.budget(max_new_tokens)
         options = None if decoding.greedy else self.limits.decoding(decoding)
-        live = [i for i, t in enumerate(texts) if not blank(t)]
+        live = [i for i, t in enumerate(texts) if worded(t)]  # the others come back as written (blank ones as "")
         self.core.check_capacity(len(live))  # a 429 before any tokenizing when the queue is full
         size = sum(map(len, texts))
         tokenizer, alignments, start, forced = self.tokenizer, None, self.directions.start(decoding), 0

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.errors import InputTooLong, InvalidRequest
-from app.segment import blank
+from app.segment import worded
 from model.options import DecodingOptions
 from model.token import TextTokenizer
 
@@ -80,14 +80,14 @@ class Limits:
 
     def sources(
         self, tokenizer: TextTokenizer, texts: list[str], truncate: bool, single: bool,
-        names: list[str] | None = None, language: str | None = None, skip_blank: bool = False,
+        names: list[str] | None = None, language: str | None = None, skip_unworded: bool = False,
     ) -> tuple[list[list[int]], set[int]]:  # fmt: skip
         """Source ids of each text; over max_input_tokens a 413, or with `truncate` cut to the limit. `names`: what
         the error calls each text (default "text", or "text[i]" when not `single`); `language`: a many-to-many
-        model's source language code; `skip_blank`: blank texts (app/segment.py's blank(), which are not
-        translated) get no ids, however long."""
+        model's source language code; `skip_unworded`: texts without a letter (app/segment.py's worded(), which
+        are not translated) get no ids, however long."""
         more = {} if language is None else {"language": language}
-        todo = [i for i, t in enumerate(texts) if not (skip_blank and blank(t))]
+        todo = [i for i, t in enumerate(texts) if not skip_unworded or worded(t)]
         srcs: list[list[int]] = [[] for _ in texts]
         for i, ids in zip(todo, tokenizer.encode_batch([texts[i] for i in todo], side="source", **more), strict=True):
             srcs[i] = ids

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from app.detokenize import IncrementalText
+from app.segment import blank
 from model.confidence import DIGITS, Calibration, Quality, judge
 from model.hypothesis import Hypothesis
 from model.token import TextTokenizer
@@ -72,11 +73,12 @@ def translations(
 ) -> list[Translation]:  # fmt: skip
     """One Translation per text from its hypotheses (best first), each with its quality (`calibration`'s
     confidence, else the raw one: the `forced` first tokens, a target prefix, are the caller's choice, not the
-    model's, and their probabilities are left out); blank texts (no hypotheses) translate to ""."""
+    model's, and their probabilities are left out); texts without hypotheses (no letter: app/segment.py's worded())
+    come back as written, blank ones as ""."""
     out, piece = [], tokenizer.id_to_token
     for i, src in enumerate(srcs):
-        if i not in hyps:  # blank text
-            out.append(Translation("", "eos", [], 0.0, 0, 0, i in truncated, piece))
+        if i not in hyps:  # not translated
+            out.append(Translation("" if blank(texts[i]) else texts[i], "eos", [], 0.0, 0, 0, i in truncated, piece))
             continue
         n_best = []
         for j, h in enumerate(hyps[i]):

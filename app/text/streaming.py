@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app.detokenize import IncrementalText
-from app.segment import Segment, blank
+from app.segment import Segment, blank, worded
 from app.text.documents import mean_score
 from app.text.limits import Decoding
 from app.text.offload import inline_or_on_thread
@@ -72,12 +72,12 @@ async def stream_events(
             per_piece = await engine.terms.constrained(
                 options, budgets, pieces, decoding, labels, max_new_tokens is not None
             )  # fmt: skip
-    if all(map(blank, pieces)):  # a blank text, or protected spans alone: no model call
+    if not any(map(worded, pieces)):  # a blank text, no letter, or protected spans alone: no model call
         yield None
         yield Finished("" if blank(text) else text, "eos", 0, 0, False, engine.calibration is not None, 0.0)
         return
     request = object()  # the segments take their turns to be admitted as one request
-    streams = [engine.core.stream(src, budget, o, request) if not blank(piece) else None  # blank: spans alone
+    streams = [engine.core.stream(src, budget, o, request) if worded(piece) else None  # as written
                for src, budget, o, piece in zip(srcs, budgets, per_piece, pieces)]  # fmt: skip
     gaps = [(0, 0)] if segments is None else [  # the text before each segment, then after the last
         (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
@@ -93,10 +93,11 @@ async def stream_events(
         model_texts = []  # what the model wrote, which its confidence judges
         for k, ((start, end), tokens) in enumerate(zip(gaps, streams)):
             pending += text[start:end]
-            if tokens is None:  # protected spans alone: as written, sent with the next token
-                pending += masks[k].source
+            if tokens is None:  # no letter (or protected spans alone): as written, sent with the next token
+                written = pieces[k] if masks is None else masks[k].source
+                pending += written
                 hyps.append(None)
-                done.append((text[start:end], masks[k].source))
+                done.append((text[start:end], written))
                 model_texts.append("")
                 continue
             detok = IncrementalText(engine.tokenizer, engine.byte_ids)

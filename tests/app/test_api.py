@@ -220,6 +220,25 @@ async def test_a_stream_can_carry_the_score_and_a_blank_text_streams_only_the_en
     assert end["score"] == (await client.post("/translate", json=scored)).json()["translations"][0]["score"] == 0.0
 
 
+async def test_a_text_or_sentence_without_a_letter_comes_back_as_written_on_every_path(client):
+    """A number, a date, a price, symbols: kept as written, not given to the model (which writes words in their place),
+    whole or as a sentence of a text, plain or streamed, protected spans or not, in HTML too."""
+    kept = ["42", "1,299.00", "2024-01-01", "♪♪", "--", "]>", "3. 4."]
+    r = await client.post("/translate", json={"text": kept, "return_scores": True, "return_tokens": True})
+    assert [t["text"] for t in r.json()["translations"]] == kept
+    assert all(t["token_ids"] == [] and "confidence" not in t for t in r.json()["translations"])
+    for protect in (False, True):
+        body = {"text": "A dog runs. 42.", "protect": protect}
+        plain = (await client.post("/translate", json=body)).json()["translations"][0]["text"]
+        assert plain.endswith(" 42.") and len(plain) > len(" 42."), plain
+        assert sse(await client.post("/translate", json={**body, "stream": True}))[-1]["text"] == plain
+        for text in ("42", "{n} 42") if protect else ("42",):  # the whole text, spans and all
+            streamed = sse(await client.post("/translate", json={"text": text, "stream": True, "protect": protect}))
+            assert streamed[-1]["text"] == text
+    page = (await client.post("/translate", json={"text": "<p>1,299.00 <b>€</b></p>", "format": "html"})).json()
+    assert page["translations"][0]["text"] == "<p>1,299.00 <b>€</b></p>"
+
+
 @pytest.mark.parametrize("protect", [False, True])
 async def test_a_streams_tokens_add_up_to_its_final_text_trailing_whitespace_included(client, protect):
     """The text after the last sentence goes with the last token, protected spans or not (it once came only in the

@@ -22,6 +22,17 @@ async def test_paragraphs_are_translated_and_the_blank_lines_kept(bundled):
     assert "Hund" in first and "Männer" in second and second.endswith("\n") and not second.endswith("\n\n")
 
 
+async def test_paragraphs_without_a_letter_come_back_as_written(bundled):
+    """Numbers, dates, prices and symbols: a model given one writes words in its place ("42" came back "Zwei 24.")."""
+    kept = ["42", "1,299.00", "2024-01-01", "♪♪", "--", "3.", "★ 4/5"]
+    text = "\n\n".join([*kept, "A dog runs in the snow."]) + "\n"
+    out = (await translated("txt", text.encode(), bundled)).decode().split("\n\n")
+    assert out[:-1] == kept and "Hund" in out[-1]
+    srt = "1\n00:00:01,000 --> 00:00:02,000\n♪♪\n\n2\n00:00:03,000 --> 00:00:04,000\nA dog runs.\n"
+    cues = (await translated("srt", srt.encode(), bundled)).decode().split("\n\n")
+    assert cues[0].endswith("\n♪♪") and "Hund" in cues[1]
+
+
 def test_bad_files_are_refused_saying_why():
     with pytest.raises(FileError, match="not UTF-8"):
         FORMATS["txt"].read(b"caf\xe9", FileLimits())
