@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
 
 from app import schemas as s
 from app.calls import detect_source
@@ -54,6 +55,26 @@ def job_out(job: Job, retention_s: float) -> s.JobOut:
         expires=iso(job.finished + retention_s) if job.finished is not None else None, error=job.error,
         error_type=job.error_type, download=f"/files/{job.id}/download" if job.status == "done" else None,
     )  # fmt: skip
+
+
+def translated_file(job: Job, data: bytes, background: BackgroundTask | None = None) -> Response:
+    """A job's translated file with its media type and name. A text format's charset is said where the file is
+    UTF-8; one in another encoding (a Latin-1 PO file, a UTF-16 page: kept as they came) names none, for the reader
+    to take it from the file (its byte-order mark, its header or <meta>), not to be told UTF-8 (Starlette's default)."""
+    media = FORMATS[job.format].media_type
+    if media.startswith("text/"):
+        media += "; charset=utf-8" if utf8(data) else ""
+    headers = {"Content-Type": media, "Content-Disposition": disposition(job.output_name)}
+    return Response(data, headers=headers, background=background)
+
+
+def utf8(data: bytes) -> bool:
+    """Whether the bytes are UTF-8 (UTF-16's byte-order marks are not)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def disposition(filename: str) -> str:
@@ -191,9 +212,7 @@ async def progress(jobs: Runner, job: Job) -> AsyncIterator[bytes]:
 async def download_file(job_id: str, jobs: JobsDep) -> Response:
     """The translated file, once the job is done: 409 before."""
     await own(jobs, job_id)
-    job, data = await jobs.output(job_id)
-    media = FORMATS[job.format].media_type
-    return Response(data, media_type=media, headers={"Content-Disposition": disposition(job.output_name)})
+    return translated_file(*await jobs.output(job_id))
 
 
 @router.delete("/files/{job_id}", status_code=204, response_class=Response, responses=NOT_FOUND)

@@ -20,8 +20,7 @@ from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable
 from app.errors import ENGINE_ERRORS, RETRY_AFTER_S, ClientDisconnected, error, error_kind
-from app.files import FORMATS
-from app.files_api import disposition
+from app.files_api import translated_file
 from app.jobs import JobError, JobNotDone, UnknownJob
 from app.jobs.intake import extensions, job_for, read
 from app.jobs.store import ID
@@ -412,8 +411,7 @@ async def download_file(request: Request, filename: str) -> Response:
         job = None
     if job is None or job.origin != "libretranslate":
         raise LibreError(404, f"there is no translated file {filename}: files are kept for NMT_JOB_RETENTION_S")
-    return Response(data, media_type=FORMATS[job.format].media_type,
-                    headers={"Content-Disposition": disposition(job.output_name)})  # fmt: skip
+    return translated_file(job, data)
 
 
 @router.post("/suggest")

@@ -32,8 +32,7 @@ from app.deepl.languages import REGIONS, base, deepl_code, engine_for, name, pai
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable, InvalidRequest
-from app.files import FORMATS
-from app.files_api import disposition
+from app.files_api import translated_file
 from app.html import ignoring
 from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
@@ -284,10 +283,7 @@ async def document_result(request: Request, document_id: str) -> Response:
         raise DeepLError(503, "Document not ready", "not_ready")
     jobs: Runner = request.app.state.jobs
     job, data = await jobs.output(job.id)
-    return Response(
-        data, media_type=FORMATS[job.format].media_type, headers={"Content-Disposition": disposition(job.output_name)},
-        background=BackgroundTask(forget, jobs, job.id),
-    )  # fmt: skip
+    return translated_file(job, data, BackgroundTask(forget, jobs, job.id))
 
 
 async def forget(jobs: Runner, job_id: str) -> None:

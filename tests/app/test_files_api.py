@@ -4,6 +4,7 @@ shares the engine without holding interactive requests up (app/jobs)."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import re
@@ -232,6 +233,38 @@ async def test_a_po_catalogue_gets_its_strings_translated_and_the_target_languag
     assert r.headers["content-type"].startswith("text/x-gettext-translation")
     out = r.content.decode()
     assert '"Language: de\\n"' in out and f'msgstr "{(await ours(client, ["A dog runs."]))[0]}"' in out, out
+
+
+async def test_a_file_in_another_encoding_is_not_labelled_utf_8_by_any_api(client):
+    """A Latin-1 catalogue comes back in Latin-1, as it came: its Content-Type names no charset (it said UTF-8, and a
+    client that decodes by the header read "fÃ¤hrt"); a UTF-8 file's says UTF-8."""
+    latin = 'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=ISO-8859-1\\n"\n\nmsgid "Café."\nmsgstr ""\n'
+    for data, charset in (
+        (latin.encode("latin-1"), ""),
+        (latin.replace("ISO-8859-1", "UTF-8").encode(), "; charset=utf-8"),
+    ):
+        job = await finished(client, (await upload(client, data, name="app.po", target="de"))["id"])
+        r = await client.get(f"/files/{job['id']}/download")
+        assert r.headers["content-type"] == "text/x-gettext-translation" + charset
+        document = await client.post("/deepl/v2/document", files={"file": ("app.po", data)}, data={"target_lang": "DE"})
+        ids = document.json()
+        for _ in range(600):
+            status = await client.post(
+                f"/deepl/v2/document/{ids['document_id']}", data={"document_key": ids["document_key"]}
+            )
+            if status.json()["status"] == "done":
+                break
+            await asyncio.sleep(0.05)
+        result = await client.post(
+            f"/deepl/v2/document/{ids['document_id']}/result", data={"document_key": ids["document_key"]}
+        )
+        assert result.headers["content-type"] == "text/x-gettext-translation" + charset, result.text
+        libre = await client.post("/libretranslate/translate_file", files={"file": ("app.po", data)},
+                                  data={"source": "en", "target": "de"})  # fmt: skip
+        url = libre.json()["translatedFileUrl"]
+        downloaded = await client.get(url[url.index("/libretranslate/") :])
+        assert downloaded.headers["content-type"] == "text/x-gettext-translation" + charset
+        assert downloaded.content == r.content == result.content
 
 
 async def test_a_segmented_xliff_unit_comes_back_with_a_target_of_the_same_segments_each_translated(client):
