@@ -56,6 +56,7 @@ _TAG = re.compile(  # what the `tags` protect kind finds (app/protect/spans.py),
 )
 _ENTITY = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
 _NPLURALS = re.compile(r"nplurals\s*=\s*([0-9]+)")
+MAX_PLURALS = 6  # Arabic's six: no language gettext knows has more
 _PLURAL = re.compile(r"plural\s*=\s*([^;]+)")
 
 
@@ -136,9 +137,16 @@ class Catalogue:
 
 
 def _plural_forms(header: str) -> tuple[int, dict[int, set[int]]]:
-    """How many plural forms the header's Plural-Forms asks for, and the numbers (below 1000) each is for."""
+    """How many plural forms the header's Plural-Forms asks for (at most MAX_PLURALS), and the numbers (below 1000)
+    each is for."""
     n = _NPLURALS.search(header)
     expression = _PLURAL.search(header)
+    shown = repr(header) if len(header) <= 200 else f"{header[:200]!r}… ({len(header)} characters)"
+    if n and (len(n[1]) > 2 or int(n[1]) > MAX_PLURALS):
+        raise FileError(
+            f"the header's Plural-Forms asks for nplurals={n[1][:20]}{'…' * (len(n[1]) > 20)}; languages have at most "
+            f"{MAX_PLURALS} plural forms"
+        )
     try:
         plural = gettext.c2py(expression[1].strip() if expression else "n != 1")
         numbers: dict[int, set[int]] = {}
@@ -146,7 +154,7 @@ def _plural_forms(header: str) -> tuple[int, dict[int, set[int]]]:
             numbers.setdefault(plural(k), set()).add(k)
         return (int(n[1]) if n else 2), numbers
     except (ValueError, SyntaxError, TypeError, ZeroDivisionError, RecursionError):
-        raise FileError(f"the header's Plural-Forms cannot be read: {header!r} (e.g. nplurals=2; plural=(n != 1);)")
+        raise FileError(f"the header's Plural-Forms cannot be read: {shown} (e.g. nplurals=2; plural=(n != 1);)")
 
 
 def _fits(form: set[int], singular: str, plural: str) -> bool:

@@ -247,11 +247,21 @@ async def test_a_template_gets_the_target_language_when_the_caller_names_it():
         (b'msgid ""\nmsgstr "Content-Type: text/plain; charset=nope\\n"\n', "charset 'nope', which is not known"),
         (b'msgid ""\nmsgstr "Plural-Forms: nplurals=2; plural=n ++ 1;\\n"\n', "Plural-Forms cannot be read"),
         (b"/etc/passwd", "has one line"),  # polib would read the file a one-line string names
+        # a 190-byte file asked for 300,000 msgstr[n] a plural entry (10 MB out); a number int() refuses (a 500)
+        (b'msgid ""\nmsgstr "Plural-Forms: nplurals=300000; plural=n;\\n"\n', "nplurals=300000; .* at most 6"),
+        (b'msgid ""\nmsgstr "Plural-Forms: nplurals=' + b"9" * 5000 + b';\\n"\n', r"nplurals=9{20}…; .* at most 6"),
     ],
 )
 def test_malformed_files_are_refused_saying_where(data, message):
     with pytest.raises(ValueError, match=message):
         FORMATS["po"].read(data, FileLimits())
+
+
+def test_an_unreadable_header_is_named_in_a_short_error():
+    header = b'msgid ""\nmsgstr "Plural-Forms: nplurals=2; plural=n ++ 1; ' + b"x" * 400_000 + b'\\n"\n'
+    with pytest.raises(ValueError, match="cannot be read") as refused:
+        FORMATS["po"].read(header, FileLimits())
+    assert len(str(refused.value)) < 400
 
 
 def test_hostile_files_are_refused_or_read_in_linear_time():
