@@ -44,6 +44,11 @@ MAX_CHARS = 1_000_000  # markdown-it-py takes up to ~15 us a character (a run of
 _SPANNED = {"link_open", "image", "code_inline", "hardbreak"}  # tokens whose source text is recorded
 _FRONT = {"---": ("---", "..."), "+++": ("+++",)}  # front matter's first line, and its last
 _MARKUP = re.compile(r"[\\`*_\[\]<~]")
+# GitHub's footnote references and labels ("[^1]", "[^note]:"), a task list item's box ("[ ] ", "[x] "), Hugo's
+# shortcodes ("{{< ref "a.md" >}}"), inline math ("$a+b$"): CommonMark's text, which a model would drop
+_POINTS = re.compile(
+    r"\[\^[^\]\s]+\]:?|(?P<task>\[[ xX]\](?= ))|\{\{[<%].*?[>%]\}\}|\$[^$\s](?:[^$]*[^$\s])?\$(?![0-9])"
+)
 _BLOCK_START = re.compile(r"[#>+=-]|[0-9]{1,9}[.)]")  # what would start a list, quote or heading at a line's start
 
 
@@ -84,7 +89,7 @@ def _fragment(inline) -> Fragment:
         if auto:
             auto = t.type != "link_close"
         elif t.type == "text":
-            f.text(t.content)
+            _text(f, t.content, t is inline.children[0])
         elif t.type == "softbreak":
             f.text(" ")
         elif t.type == "hardbreak":
@@ -105,6 +110,20 @@ def _fragment(inline) -> Fragment:
         else:
             raise _Skip  # markup this module does not know where it came from: the block is kept as written
     return f
+
+
+def _text(f: Fragment, text: str, first: bool) -> None:
+    """Text, with what GitHub's and other Markdown read as markup in it (which CommonMark reads as text: _POINTS)
+    kept as written, each where the words around it go."""
+    at = 0
+    for m in _POINTS.finditer(text):
+        if m.group("task") and not (first and m.start() == 0):
+            continue  # a task's box starts a list item's text
+        f.text(text[at : m.start()]) if m.start() > at else None
+        f.empty(m.group())
+        at = m.end()
+    if at < len(text):
+        f.text(text[at:])
 
 
 class _Skip(Exception):

@@ -110,6 +110,33 @@ def test_inline_markup_is_inline_codes_and_what_is_not_text_is_not_a_unit():
     ]
 
 
+GITHUB = """A man rides a bike[^1] in the snow.
+
+- [ ] A man is reading a newspaper.
+- [x] Two dogs play in the grass.
+
+See {{< ref "dogs.md" >}} for the dogs, and $a+b$ for the sum. It costs $5 and $10.
+
+[^note]: The bike is red.
+"""
+
+
+async def test_footnotes_task_boxes_shortcodes_and_math_are_kept_where_their_words_go(bundled):
+    """What GitHub (and Hugo, and math renderers) read as markup is CommonMark's text: given to the model, it was
+    dropped ("bike[^1]" came back "Fahrrad", "- [ ] A man" as "- Ein Mann")."""
+    units = FORMATS["md"].read(GITHUB.encode(), FileLimits()).units
+    assert [u.text for u in units] == [
+        'A man rides a bike<img id="c0"> in the snow.', '<img id="c0"> A man is reading a newspaper.',
+        '<img id="c0"> Two dogs play in the grass.',
+        'See <img id="c0"> for the dogs, and <img id="c1"> for the sum. It costs $5 and $10.',  # a price is no math
+        '<img id="c0"> The bike is red.',
+    ]  # fmt: skip
+    out = (await translated("md", GITHUB.encode(), bundled)).decode().split("\n")
+    assert "Fahrrad[^1]" in out[0] and out[2].startswith("- [ ] ") and out[3].startswith("- [x] ")
+    assert '{{< ref "dogs.md" >}}' in out[5] and "$a+b$" in out[5] and out[7].startswith("[^note]: ")
+    assert_german(" ".join(out[:4]))
+
+
 async def test_translated_text_cannot_turn_into_markup():
     data = b"A dog.\n\n| a | b |\n|---|---|\n| c | d |\n\nA *cat* sleeps\non two lines.\n"
 
