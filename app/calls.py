@@ -14,17 +14,20 @@ from app.text.limits import Decoding
 
 
 async def run_translate(engine: Engine, body: s.TranslateRequest, stored: Glossary | None = None) -> list[Translation]:
-    """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py); the source
-    language each translation is from where it was detected (`Translation.detected_source`)."""
+    """The engine call for a `/translate` request that is not streamed (also used by app/fastpath.py); where the
+    source language is detected, a list's texts each from its own (`Translation.detected_source`)."""
     if body.format == "html" and body.return_segments:
         raise InvalidRequest('return_segments works on plain text only; send it with "format": "text"')
     how, kept = await decoding(body, engine, stored), protected(body)
-    out = await engine.translate(
-        body.text, body.max_new_tokens, body.truncate, how, body.split, body.format, body.min_confidence, kept
-    )
+    sources = None
     if detected(body, engine, stored):
-        for t in out:
-            t.detected_source = how.source
+        sources = [how.source] if isinstance(body.text, str) else await detect_each(engine, body.text, body.format)
+    out = await engine.translate(
+        body.text, body.max_new_tokens, body.truncate, how, body.split, body.format, body.min_confidence, kept,
+        sources=sources if sources and len(sources) > 1 else None,
+    )  # fmt: skip
+    for t, source in zip(out, sources, strict=True) if sources else ():
+        t.detected_source = source
     return out
 
 
@@ -44,7 +47,7 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
         target = target or stored.target_lang
     if detected(body, engine, stored):
         texts = [body.text] if isinstance(body.text, str) else body.text
-        source = await detect_source(engine, [detect.visible(t) for t in texts] if body.format == "html" else texts)
+        source = await detect_source(engine, read(texts, body.format))
     if stored is not None and not fits(stored, engine, source, target):
         langs = engine.languages if engine.codes is None else {"source": source, "target": target}
         raise InvalidRequest(
@@ -66,11 +69,22 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
 
 async def detect_source(engine: Engine, texts: list[str]) -> str:
     """The likeliest of a many-to-many model's languages that the detector knows (by their ISO 639-1 names)."""
-    names = tuple(sorted(set(engine.codes.names.values())))
+    names = tuple(sorted(set(engine.codes.names.values())))  # as detect_each's
     if detect.identifier(names) is None or all(map(blank, texts)):
         what = "the text is blank" if detect.identifier(names) else "the detector knows none of this model's languages"
         raise InvalidRequest(f'name the source language: {what}, so "auto" cannot tell; {engine.codes.hint()}')
     return (await detect.detect(texts, names))[0][0]
+
+
+async def detect_each(engine: Engine, texts: list[str], format: str) -> list[str]:
+    """Each text's language as detect_source() tells the likeliest (app/detect.py's each(): a short text leans on the
+    others); called once detect_source() has found the texts not blank and the detector knowing the model's."""
+    return await detect.detect_each(read(texts, format), tuple(sorted(set(engine.codes.names.values()))))
+
+
+def read(texts: list[str], format: str) -> list[str]:
+    """What detection reads of each text: an HTML page's words, not its markup."""
+    return [detect.visible(t) for t in texts] if format in ("html", "xml") else texts
 
 
 def protected(body: s.TranslateRequest) -> Protect | None:

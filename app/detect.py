@@ -13,6 +13,7 @@ from py3langid.langid import MODEL_FILE, LanguageIdentifier
 from app.text import INLINE_CHARS
 
 TOP = 3  # candidates an answer lists, as LibreTranslate's /detect
+LEANING = 24  # characters: how much a text of a list leans on the whole list's language (each())
 _HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"<[^>]*>")
 
@@ -69,8 +70,38 @@ def ranked(texts: list[str], languages: tuple[str, ...]) -> list[tuple[str, floa
     return best[:1] + [(code, c) for code, c in best[1:] if c > 0]
 
 
+def each(texts: list[str], languages: tuple[str, ...]) -> list[str]:
+    """Each text's likeliest language among `languages`: its own probabilities weighted by its length, and the whole
+    request's (ranked()'s, over all the texts) as if it were LEANING more characters of it, so that a short text
+    ("Danke", "OK") leans on the texts it came with, and a text of a sentence or more decides for itself. Blank
+    texts, and a detector that knows none of the languages: ranked()'s one answer."""
+    model = identifier(languages)
+    whole = ranked(texts, languages)
+    if model is None or len(texts) == 1:
+        return [whole[0][0]] * len(texts)
+    prior = {code: c / 100 for code, c in whole}
+    out = []
+    for text in texts:
+        size = len(text.strip())
+        if not size:
+            out.append(whole[0][0])
+            continue
+        scores = {named[languages].get(code, code): p * size for code, p in model.rank(text)}
+        for code, p in prior.items():
+            scores[code] = scores.get(code, 0.0) + p * LEANING
+        out.append(max(scores, key=scores.__getitem__))
+    return out
+
+
 async def detect(texts: list[str], languages: tuple[str, ...]) -> list[tuple[str, float]]:
     """ranked(), on the event loop for short texts once the model is loaded, else on a thread."""
     if languages in restricted and sum(map(len, texts)) <= INLINE_CHARS:
         return ranked(texts, languages)
     return await asyncio.to_thread(ranked, texts, languages)
+
+
+async def detect_each(texts: list[str], languages: tuple[str, ...]) -> list[str]:
+    """each(), on the event loop for short texts once the model is loaded, else on a thread."""
+    if languages in restricted and sum(map(len, texts)) <= INLINE_CHARS:
+        return each(texts, languages)
+    return await asyncio.to_thread(each, texts, languages)

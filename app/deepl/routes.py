@@ -21,6 +21,7 @@ from app.deepl.fields import (
     FORMALITY,
     MODEL_TYPES,
     SPLIT,
+    Asked,
     asked,
     choice,
     fields,
@@ -36,9 +37,11 @@ from app.files_api import translated_file
 from app.html import ignoring
 from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
+from app.models import Models
 from app.protect.spans import ADDRESSES
 from app.text.documents import parse_pages
 from app.text.limits import GREEDY
+from app.text.offload import all_at_once
 
 CHARACTER_LIMIT = 10**12  # what /v2/usage reports: no quota here
 
@@ -83,33 +86,49 @@ GLOSSARY_FIELDS = {
 
 @router.post("/v2/translate", openapi_extra=request_body(TRANSLATE_FIELDS, ["text", "target_lang"]))
 async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
-    """Translate `text` (one or a list) from `source_lang` (or the detected language) into `target_lang`."""
+    """Translate `text` (one or a list) from `source_lang` (or each text's detected language) into `target_lang`."""
     a = asked(request, await fields(request))
-    source = a.source  # else detected, the context helping (it is not translated)
-    read = [detect.visible(t) for t in a.texts] if a.html else a.texts  # the words, not the markup
-    source = source or (await detect.detect([*read, a.context or ""], tuple(sources(models)) or ("en",)))[0][0]
-    engine, into = engine_for(models, source, a.target)
-    glossary = await glossary_terms(request, a.glossary_ids, source, a.target) if a.glossary_ids else ()
-    decoding = replace(GREEDY, glossary=glossary, source=base(source), target=into)
     marked = [ignoring(t, a.ignored) if a.ignored else (t, "") for t in a.texts]
     texts, kind = [t for t, _ in marked], "xml" if a.xml else "html" if a.html else "text"
+    languages = [a.source] * len(texts) if a.source else await detected(a, models)
+    glossary = await glossary_terms(request, a.glossary_ids, a.source, a.target) if a.glossary_ids else ()
+    by_model: dict[str, list[int]] = {}  # each model's texts: of one language, or of many for a many-to-many model
+    for i, source in enumerate(languages):
+        by_model.setdefault(engine_for(models, source, a.target)[0].name, []).append(i)
     how = {"split": a.split, "format": kind, "cut_long": True, "protect": ADDRESSES}
-    try:  # min_confidence 0: DeepL's answer has no place to say a sentence was withheld
-        out = await unless_disconnected(
-            request.receive, engine.translate(texts, decoding=decoding, min_confidence=0.0, **how)
-        )
+    parts = []
+    for places in by_model.values():
+        engine, into = engine_for(models, languages[places[0]], a.target)
+        decoding = replace(GREEDY, glossary=glossary, source=base(languages[places[0]]), target=into)
+        sources = [base(languages[i]) for i in places] if len({languages[i] for i in places}) > 1 else None
+        # min_confidence 0: DeepL's answer has no place to say a sentence was withheld
+        parts.append(engine.translate([texts[i] for i in places], decoding=decoding, min_confidence=0.0,
+                                      sources=sources, **how))  # fmt: skip
+    try:
+        done = await unless_disconnected(request.receive, all_at_once(parts))
     except InvalidRequest:
         if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them
             await asyncio.to_thread(parse_pages, a.texts, None, a.xml)
         raise
+    out = [None] * len(texts)
+    for places, part in zip(by_model.values(), done, strict=True):
+        for i, t in zip(places, part, strict=True):
+            out[i] = t
     request.app.state.metrics.deepl_characters.inc(sum(map(len, a.texts)))
     results = []
-    for text, (_, marker), t in zip(a.texts, marked, out, strict=True):
+    for text, (_, marker), t, source in zip(a.texts, marked, out, languages, strict=True):
         translated = t.text.replace(" " + marker, "") if marker else t.text
         result = {"detected_source_language": deepl_code(base(source)), "text": translated}
         result |= {"billed_characters": len(text)} if a.billed else {}
         results.append(result | ({"model_type_used": a.model_type} if a.model_type else {}))
     return {"translations": results}
+
+
+async def detected(a: Asked, models: Models) -> list[str]:
+    """Each text's language among those the models translate from, the words read (not the markup) and the context
+    helping (it is not translated): a short text leans on the others (app/detect.py's each())."""
+    read = [detect.visible(t) for t in a.texts] if a.html else a.texts
+    return (await detect.detect_each([*read, a.context or ""], tuple(sources(models)) or ("en",)))[: len(a.texts)]
 
 
 def characters(request: Request) -> int:

@@ -17,7 +17,7 @@ class TranslateRequest(Request):
     source: Text | None = Field(
         None, description="source language code (e.g. `en`): picks the first model that translates from it; for a "
         "many-to-many model any code of its languages (`de`, `deu`, `deu_Latn`, `zh-Hant`), or `auto` (the default "
-        "there) to detect it",
+        "there) to detect it: each text of a list its own",
     )  # fmt: skip
     target: Text | None = Field(
         None, description="target language code (e.g. `fr`): picks the first model that translates into it; a "

@@ -37,12 +37,11 @@ class Documents:
         """What a piece is: a sentence, a line or a segment."""
         return {"sentences": "sentence", "nonewlines": "sentence", "lines": "line"}.get(self.split, "segment")
 
-    def names(self, single: bool) -> list[str]:
-        """What an error calls each piece: "sentence 3 of text[1]" ("of the text" when the request sent one text;
-        "text[1]" itself when it is one piece)."""
+    def names(self, labels: list[str]) -> list[str]:
+        """What an error calls each piece: "sentence 3 of text[1]", of the text's label (labels()); the label itself
+        when the text is one piece."""
         names = []
-        for i, segs in enumerate(self.segments):
-            text = "text" if single else f"text[{i}]"
+        for text, segs in zip(labels, self.segments, strict=True):
             names += [text] if len(segs) == 1 else [f"{self.kind} {k + 1} of {text}" for k in range(len(segs))]
         return names
 
@@ -51,6 +50,12 @@ class Documents:
         """Every text is one segment, the text itself (a caption): translated as it is, nothing to put back."""
         return all(len(segs) <= 1 and (not segs or (segs[0].start, segs[0].end) == (0, len(text)))
                    for text, segs in zip(self.texts, self.segments))  # fmt: skip
+
+
+def labels(n: int, single: bool, at: list[int] | None = None) -> list[str]:
+    """What an error calls each of n texts: "text" when the request sent one, else "text[i]" by its place in the
+    request (`at`: the places of these n, where they are some of its texts)."""
+    return ["text"] if single else [f"text[{i}]" for i in (range(n) if at is None else at)]
 
 
 def check_chars(texts: list[str], max_chars: int) -> int:
@@ -79,16 +84,32 @@ def split_texts(
     return Documents(texts, segments, split)
 
 
-def check_segments(segments: list[list[Segment]], split: Split, max_segments: int) -> None:
-    """InputTooLong when the texts have more than max_segments segments (what one request may have waiting or
-    decoding)."""
-    count = sum(map(len, segments))
+def check_segments(segments: list[list[Segment]], split: Split, max_segments: int, before: int = 0) -> int:
+    """The texts' segments (with `before`, counted already for the same request); InputTooLong when more than
+    max_segments (what one request may have waiting or decoding)."""
+    count = before + sum(map(len, segments))
     if count > max_segments:
         raise InputTooLong(
-            f"the texts have {count} {'sentences' if split in ('sentences', 'nonewlines') else 'segments'} (split={split!r}); a "
+            f"the texts have {'at least ' * bool(before)}{count} "
+            f"{'sentences' if split in ('sentences', 'nonewlines') else 'segments'} (split={split!r}); a "
             f"request may have at most {max_segments} at once (NMT_MAX_REQUEST_SEQUENCES): send the rest in another "
             "request"
         )
+    return count
+
+
+@dataclass
+class Allowance:
+    """One request's segments (NMT_MAX_REQUEST_SEQUENCES), counted as its parts are split: a list of texts in several
+    source languages splits each language's by its own rules, all of them at once."""
+
+    max_segments: int
+    taken: int = 0
+
+    def take(self, docs: Documents) -> Documents:
+        """`docs`, its segments counted; InputTooLong when the request's pass the limit."""
+        self.taken = check_segments(docs.segments, docs.split, self.max_segments, self.taken)
+        return docs
 
 
 def withhold(parts: list[Translation], min_confidence: float) -> list[Translation]:

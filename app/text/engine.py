@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -15,9 +16,11 @@ from app.engine.metrics import EngineMetrics, Metrics
 from app.segment import Split, worded
 from app.text.directions import Directions, start_tokens
 from app.text.documents import (
+    Allowance,
     Documents,
     Format,
     check_chars,
+    labels,
     pages_back,
     parse_pages,
     put_back,
@@ -26,7 +29,7 @@ from app.text.documents import (
 )
 from app.text.glossary import Kept, Span, Terms, kept_at
 from app.text.limits import GREEDY, Decoding, Fits, Limits
-from app.text.offload import inline_or_on_thread
+from app.text.offload import all_at_once, inline_or_on_thread
 from app.text.protected import protect_documents, restored
 from app.text.results import Translation, as_decoded, translations
 from app.text.streaming import Finished, Token, stream_events
@@ -191,6 +194,7 @@ class Engine:
         self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False,
         decoding: Decoding = GREEDY, split: Split = "sentences", format: Format = "text",
         min_confidence: float | None = None, protect: Protect | None = None, cut_long: bool = False,
+        sources: list[str] | None = None,
     ) -> list[Translation]:  # fmt: skip
         """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
         (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
@@ -199,40 +203,74 @@ class Engine:
         `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`. `protect`'s
         spans are kept out of the model's sight and put back as written (app/protect/). A segment over the model's
         max_input_tokens is a 413, or with `truncate` cut to the limit, or with `cut_long` cut into segments that fit
-        (as DeepL translates a sentence of any length: the file and compatible APIs)."""
+        (as DeepL translates a sentence of any length: the file and compatible APIs). `sources`: a many-to-many
+        model's texts each in its own source language (detected text by text), in place of `decoding.source`: each
+        language's texts translate together, all of them at once, within the one request's limits."""
         texts = self.limits.texts(text, "text")
+        if sources is not None and len(sources) != len(texts):
+            raise ValueError(f"{len(sources)} source languages for {len(texts)} texts")
+        at: dict[str, list[int]] = {}  # each language's texts
+        for i, language in enumerate(sources or ()):
+            at.setdefault(language, []).append(i)
+        if len(at) <= 1:
+            how = replace(decoding, source=sources[0]) if at else decoding
+            return await self._translate_in(
+                texts, labels(len(texts), isinstance(text, str)), how, Allowance(self.max_request_sequences), max_new_tokens, truncate, split, format,
+                min_confidence, protect, cut_long,
+            )  # fmt: skip
+        check_chars(texts, self.max_request_chars)  # the request's, which each language's part is within
+        allowance = Allowance(self.max_request_sequences)
+        parts = await all_at_once([
+            self._translate_in(
+                [texts[i] for i in places], labels(len(places), False, places), replace(decoding, source=language),
+                allowance, max_new_tokens, truncate, split, format, min_confidence, protect, cut_long,
+            )
+            for language, places in at.items()
+        ])  # fmt: skip
+        out: list[Translation] = [None] * len(texts)  # type: ignore[list-item]
+        for places, part in zip(at.values(), parts, strict=True):
+            for i, t in zip(places, part, strict=True):
+                out[i] = t
+        return out
+
+    async def _translate_in(
+        self, texts: list[str], names: list[str], decoding: Decoding, allowance: Allowance,
+        max_new_tokens: int | None, truncate: bool, split: Split, format: Format, min_confidence: float | None,
+        protect: Protect | None, cut_long: bool,
+    ) -> list[Translation]:  # fmt: skip
+        """translate()'s texts of one source language (`names`: what its errors call each)."""
         decoding = self.directions.resolve(decoding)
         floor = self.min_confidence if min_confidence is None else min_confidence
         fits = self.limits.fits(self.tokenizer, decoding.source) if cut_long else None
         truncate = truncate or cut_long  # what no cut makes fit (a single character): cut to the limit
         if format in ("html", "xml"):
             out = await self._translate_pages(
-                texts, max_new_tokens, truncate, decoding, split, floor, protect, fits, format == "xml"
+                texts, max_new_tokens, truncate, decoding, split, floor, allowance, protect, fits, format == "xml"
             )
         else:
             out = await self._translate_texts(
-                texts, isinstance(text, str), max_new_tokens, truncate, decoding, split, floor, protect, fits
+                texts, names, max_new_tokens, truncate, decoding, split, floor, allowance, protect, fits
             )
         for t in out:
             self.metrics.judged(t.segment_qualities or [t.quality], len(t.withheld))
         return out
 
     async def _translate_texts(
-        self, texts: list[str], single: bool, max_new_tokens: int | None, truncate: bool, decoding: Decoding,
-        split: Split, min_confidence: float, protect: Protect | None = None, fits: Fits | None = None,
-        kept: list[list[Span]] | None = None,
+        self, texts: list[str], labels: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding,
+        split: Split, min_confidence: float, allowance: Allowance, protect: Protect | None = None,
+        fits: Fits | None = None, kept: list[list[Span]] | None = None,
     ) -> list[Translation]:  # fmt: skip
-        """`kept`: each text's spans that come back as written (an HTML unit's kept elements), where the glossary's
-        source terms are not looked for."""
+        """`labels`: what an error calls each text; `kept`: each text's spans that come back as written (an HTML
+        unit's kept elements), where the glossary's source terms are not looked for."""
         if protect is not None:
-            docs, masks = await self._split_protected(texts, split, decoding, protect, fits)
-        elif (docs := await self._split(texts, split, decoding, fits)).whole:  # a caption: the text as it is
+            docs, masks = await self._split_protected(texts, split, decoding, protect, allowance, fits)
+        elif (docs := await self._split(texts, split, decoding, allowance, fits)).whole:  # a caption: as it is
             inside = kept and [kept_at(spans) for spans in kept]
             return withhold(
-                await self._translate(texts, single, max_new_tokens, truncate, decoding, kept=inside), min_confidence
+                await self._translate(texts, False, max_new_tokens, truncate, decoding, labels, inside), min_confidence
             )
         self._one_sentence_prefix(docs, decoding)
-        names = docs.names(single)
+        names = docs.names(labels)
         if kept:  # each piece's own, in its characters
             kept = [
                 [(max(a, g.start) - g.start, min(b, g.end) - g.start) for a, b in kept[i] if a < g.end and g.start < b]
@@ -261,7 +299,8 @@ class Engine:
 
     async def _translate_pages(
         self, texts: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding, split: Split,
-        min_confidence: float, protect: Protect | None = None, fits: Fits | None = None, xml: bool = False,
+        min_confidence: float, allowance: Allowance, protect: Protect | None = None, fits: Fits | None = None,
+        xml: bool = False,
     ) -> list[Translation]:  # fmt: skip
         """HTML (or XML) pages: the text of each page's units translated as documents (with the alignment that puts the
         inline tags back), and each page rendered with the translations. Protected spans in the text between tags
@@ -277,26 +316,31 @@ class Engine:
             return [Translation(t, "eos", [], 0.0, 0, 0, False, str) for t in texts]
         kept = [[(t.start, t.end) for t in u.tags if t.kept and t.start < t.end] for page in pages for u in page.units]
         parts = await self._translate_texts(
-            units, False, max_new_tokens, truncate, replace(decoding, return_alignment=tags), split, min_confidence,
-            protect, fits, kept if decoding.glossary and any(kept) else None,
+            units, labels(len(units), False), max_new_tokens, truncate, replace(decoding, return_alignment=tags), split,
+            min_confidence, allowance, protect, fits, kept if decoding.glossary and any(kept) else None,
         )  # fmt: skip
         return await inline_or_on_thread(size, pages_back, texts, pages, parts)
 
-    async def _split(self, texts: list[str], split: Split, decoding: Decoding, fits: Fits | None = None) -> Documents:
-        return await inline_or_on_thread(
+    async def _split(
+        self, texts: list[str], split: Split, decoding: Decoding, allowance: Allowance, fits: Fits | None = None
+    ) -> Documents:
+        """The texts split into segments, counted in the request's `allowance` (app/text/documents.py)."""
+        return allowance.take(await inline_or_on_thread(
             sum(map(len, texts)), split_texts, texts, split, self.directions.split_language(decoding),
-            self.max_request_chars, self.max_request_sequences, fits,
-        )  # fmt: skip
+            self.max_request_chars, sys.maxsize, fits,
+        ))  # fmt: skip
 
     async def _split_protected(
-        self, texts: list[str], split: Split, decoding: Decoding, protect: Protect, fits: Fits | None = None
-    ) -> tuple[Documents, list[Masked]]:
+        self, texts: list[str], split: Split, decoding: Decoding, protect: Protect, allowance: Allowance,
+        fits: Fits | None = None,
+    ) -> tuple[Documents, list[Masked]]:  # fmt: skip
         """The texts split as `_split` does, their protected spans out of the splitter's sight, and each piece masked
         (app/text/protected.py)."""
-        return await inline_or_on_thread(
+        docs, masks = await inline_or_on_thread(
             sum(map(len, texts)), protect_documents, texts, split, self.directions.split_language(decoding),
-            self.max_request_chars, self.max_request_sequences, protect, fits,
+            self.max_request_chars, sys.maxsize, protect, fits,
         )  # fmt: skip
+        return allowance.take(docs), masks
 
     @staticmethod
     def _one_sentence_prefix(docs: Documents, decoding: Decoding) -> None:
@@ -378,17 +422,18 @@ class Engine:
         decoding = self.directions.resolve(decoding)
         if decoding.return_word_confidence:
             raise InvalidRequest("return_word_confidence needs the whole translation: leave out stream to have it")
+        allowance = Allowance(self.max_request_sequences)
         if protect is None:
-            docs, masks = await self._split([text], split, decoding), None
+            docs, masks = await self._split([text], split, decoding, allowance), None
         else:
-            docs, masks = await self._split_protected([text], split, decoding, protect)
+            docs, masks = await self._split_protected([text], split, decoding, protect, allowance)
         pieces, segments = ([text], None) if docs.whole and masks is None else (docs.pieces, docs.segments[0])
         if segments is not None:
             self._one_sentence_prefix(docs, decoding)
         floor = self.min_confidence if min_confidence is None else min_confidence
         events = stream_events(
             self, text, pieces if masks is None else [m.reads for m in masks], segments, max_new_tokens, truncate,
-            decoding, docs.names(True), floor, masks,
+            decoding, docs.names(["text"]), floor, masks,
         )  # fmt: skip
         await anext(events)  # started, so its `finally` runs however the iterator ends
         return events

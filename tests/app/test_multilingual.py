@@ -138,6 +138,64 @@ async def test_auto_detects_the_source_among_the_model_s_languages_and_says_whic
     assert other.json() != named  # the source language's code is part of the input
 
 
+async def test_a_list_with_auto_detects_each_text_s_language_and_translates_it_from_that_one(client, dirs):
+    mixed = [
+        "Zwei junge Männer spielen auf einer Wiese Fußball.",
+        "A little girl climbs into a wooden playhouse.",
+        "Un homme avec un chapeau orange regarde quelque chose.",
+        "Danke.",
+        "Ein Hund rennt durch den Schnee.",
+    ]
+    languages = ["de", "en", "fr", "de", "de"]  # "Danke." alone is too short to tell: it leans on the others
+    body = {"text": mixed, "target": "fr", "return_tokens": True, "return_scores": True, "split": "none"}
+    r = await client.post("/translate", json={**body, "source": "auto"})
+    assert r.status_code == 200, r.text
+    got = r.json()["translations"]
+    assert [t.pop("detected_source") for t in got] == languages
+    for text, language, t in zip(mixed, languages, got, strict=True):  # each from its own language's code
+        named = (await client.post("/translate", json={**body, "text": text, "source": language})).json()
+        alone = named["translations"][0]  # the same tokens, the score as a batch of another shape computes it
+        assert (alone["token_ids"], alone["text"]) == (t["token_ids"], t["text"]), text
+        assert alone["score"] == pytest.approx(t["score"], abs=1e-3)
+    unlike = (await client.post("/translate", json={**body, "source": "de"})).json()["translations"]
+    for i in (1, 2):  # the English and the French text read as German: the code is part of the input
+        assert (unlike[i]["token_ids"], unlike[i]["score"]) != (got[i]["token_ids"], pytest.approx(got[i]["score"]))
+    libre = await client.post("/libretranslate/translate", json={"q": mixed[:2], "source": "auto", "target": "fr"})
+    assert libre.status_code == 200, libre.text  # LibreTranslate's: one language for the list, as the original
+    deepl = await client.post("/v2/translate", json={"text": mixed, "target_lang": "FR"})
+    assert deepl.status_code == 200, deepl.text
+    said = deepl.json()["translations"]
+    assert [t["detected_source_language"] for t in said] == [code.upper() for code in languages]
+    for language in set(languages):
+        named = await client.post("/v2/translate", json={"text": mixed, "source_lang": language, "target_lang": "FR"})
+        alike = [t["text"] for t, lang in zip(named.json()["translations"], languages, strict=True) if lang == language]
+        assert alike == [t["text"] for t, lang in zip(said, languages, strict=True) if lang == language]
+
+
+async def test_a_list_in_several_languages_is_one_request_within_its_limits(dirs):
+    settings = Settings(
+        model_dir=dirs[1],
+        compile=False,
+        max_new_tokens=BUDGET,
+        max_input_tokens=64,
+        max_batch_texts=3,
+        max_request_sequences=3,
+    )
+    texts = ["Ein Hund rennt. Eine Katze schläft.", "A dog runs. A cat sleeps."]  # two of each: four in all
+    async with serve_in(MODES[0], settings) as (_, client):
+        for source in ("de", "en"):  # each language's alone fits
+            r = await client.post("/translate", json={"text": texts, "source": source, "target": "fr"})
+            assert r.status_code == 413 and "at most 3" in r.json()["error"]
+            r = await client.post("/translate", json={"text": texts[source == "en"], "source": source, "target": "fr"})
+            assert r.status_code == 200, r.text
+        r = await client.post("/translate", json={"text": texts, "source": "auto", "target": "fr"})
+        assert r.status_code == 413, r.text
+        assert "at least 4 sentences" in r.json()["error"] and "at most 3" in r.json()["error"]
+        r = await client.post("/translate", json={"text": ["Ein Hund.", "A dog.", "x" * 9999], "source": "auto",
+                                                  "target": "fr"})  # fmt: skip
+        assert r.status_code == 413 and "text[2] has" in r.json()["error"], r.text  # named by its place in the list
+
+
 @pytest.mark.parametrize(
     "body, status, message",
     [
