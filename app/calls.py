@@ -49,6 +49,10 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
         texts = [body.text] if isinstance(body.text, str) else body.text
         source = await detect_source(engine, read(texts, body.format))
     if stored is not None and not fits(stored, engine, source, target):
+        if engine.codes and (lacking := engine.directions.why_not(source, target)):  # a language the model lacks
+            raise InvalidRequest(
+                f"the glossary {stored.glossary_id} is {stored.source_lang}->{stored.target_lang}, and {lacking}"
+            )
         langs = engine.languages if engine.codes is None else {"source": source, "target": target}
         raise InvalidRequest(
             f"the glossary {stored.glossary_id} is {stored.source_lang}->{stored.target_lang}, but this request is "

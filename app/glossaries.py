@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from app.durable import sync_directory
-from app.languages import UnknownLanguage, same
+from app.languages import UnknownLanguage, same, short
 from app.text import Engine
 
 log = logging.getLogger("nmt_serve")
@@ -189,10 +189,6 @@ def language(code: str, side: str) -> str:
     if not LANGUAGE.match(code) or len(code) > 32 or code.lower() == "auto":  # a glossary is of one language pair
         raise InvalidGlossary(f"{side}_lang {short(code)} is not a language code (such as en, de or deu_Latn)")
     return code
-
-
-def short(text: str) -> str:
-    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 # ---- languages -----------------------------------------------------------------------------------------------

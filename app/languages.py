@@ -47,6 +47,16 @@ class UnknownLanguage(ValueError):
     """A request names a language the model does not have, or names it ambiguously."""
 
 
+def short(text: str) -> str:
+    """A name a request sent, as an error shows it: quoted, cut() (a megabyte of it came back once a model)."""
+    return repr(cut(text))
+
+
+def cut(text: str) -> str:
+    """The text, or its first 37 characters and "..." when it has more than 40."""
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def same(a: str, b: str) -> bool:
     """Whether two codes name one language, ignoring case, region and ISO spelling (`EN`, `en-GB`, `eng`)."""
     first = [re.split("[-_]", c.strip().lower())[0] for c in (a, b)]
@@ -90,7 +100,7 @@ class Languages:
             return name
         parsed = parse(name)
         if parsed is None:
-            raise UnknownLanguage(f"{what} {name!r} is not a language code; {self.hint()}")
+            raise UnknownLanguage(f"{what} {short(name)} is not a language code; {self.hint()}")
         language, script = parsed
         same = equivalents(language)
         fits = [
@@ -102,8 +112,8 @@ class Languages:
         if len(fits) == 1:
             return fits[0]
         if fits:
-            raise UnknownLanguage(f"{what} {name!r} is ambiguous here: it may be {', '.join(fits)}; send one of them")
-        raise UnknownLanguage(f"this model does not translate {what} {name!r}; {self.hint()}")
+            raise UnknownLanguage(f"{what} {short(name)} is ambiguous here: it may be {', '.join(fits)}; send one of them")
+        raise UnknownLanguage(f"this model does not translate {what} {short(name)}; {self.hint()}")
 
     def hint(self) -> str:
         shown = ", ".join(self.codes[:20]) + (", ..." if len(self.codes) > 20 else "")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.engine import EngineUnavailable, InvalidRequest
-from app.languages import same
+from app.languages import cut, same, short
 from app.loading import load_engine
 from app.metrics import Metrics
 from app.settings import Settings
@@ -169,7 +169,7 @@ class Models:
         """The engine a request asks for: by `model`, else by its languages, else the default; a 422 for a name or
         a pair no model serves, a 503 while the chosen model loads or after it failed to."""
         if model is not None and model not in self.dirs:
-            raise UnknownModel(f"there is no model {model!r}; this server has {self.listing()} (GET /models)")
+            raise UnknownModel(f"there is no model {short(model)}; this server has {self.listing()} (GET /models)")
         if model is None and (source or target):
             model = self.by_languages(source, target)
         elif model is not None and (source or target) and self.state(model) == "ready":
@@ -179,7 +179,7 @@ class Models:
                 for side, code in (("source", source), ("target", target)):
                     if code and not (same(langs[side], code) or side == "source" and code == "auto"):
                         raise UnknownModel(
-                            f"the model {model!r} translates {self.pair(model)}, not {side} {code!r}; leave out "
+                            f"the model {model!r} translates {self.pair(model)}, not {side} {short(code)}; leave out "
                             f'"model" to pick one by language, or see GET /models'
                         )
         name = model or self.default
@@ -194,7 +194,7 @@ class Models:
             engine = self.engines.get(name)
             if engine is not None and engine.directions.serves(source, target):
                 return name
-        wanted = f"{source or 'any'}->{target or 'any'}"
+        wanted = f"{cut(source or 'any')}->{cut(target or 'any')}"
         loading = [name for name in self.names if self.state(name) == "loading"]
         if loading:  # not yet a 422: a model still loading may be the one
             raise EngineUnavailable(f"no loaded model translates {wanted} yet; {self.not_ready(loading[0])}")

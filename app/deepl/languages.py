@@ -6,7 +6,7 @@ import re
 
 from app.deepl.errors import DeepLError
 from app.engine import EngineUnavailable
-from app.languages import UnknownLanguage
+from app.languages import UnknownLanguage, short
 from app.libretranslate import NAMES, many, targets
 from app.models import Models, UnknownModel
 from app.text import Engine
@@ -15,6 +15,10 @@ REGIONS = {  # the target codes DeepL lists for a language with variants, and th
     "en": {"EN-GB": "English (British)", "EN-US": "English (American)"},
     "pt": {"PT-BR": "Portuguese (Brazilian)", "PT-PT": "Portuguese (European)"},
 }
+
+
+VARIANTS = {"en-gb", "en-us", "es-419", "pt-br", "pt-pt", "zh-hans", "zh-hant"}  # DeepL's codes with a region or script
+SCRIPTS = {"zh-hant"}  # a variant of another script than its language's usual one: never that one in its place
 
 
 def base(code: str) -> str:
@@ -61,9 +65,17 @@ def named(models: Models, code: str) -> bool:
 
 def engine_for(models: Models, source: str, target: str) -> tuple[Engine, str]:
     """The engine that translates `source` into `target` (DeepL codes), and the target as it names it: a many-to-many
-    model reads the variant (`pt-br`, `zh-hant`), a pair model the language."""
+    model reads the variant (`pt-br`, `zh-hant`), a pair model the language. A variant DeepL does not have
+    (`FR-FOOBAR`) is its 400, and so is Traditional Chinese where no model writes it (not Simplified instead)."""
+    for code, field in ((source, "source_lang"), (target, "target_lang")):
+        if code.lower() != base(code) and code.lower() not in VARIANTS:
+            shown = code if len(code) <= 20 else f"{code[:20]}…"
+            raise DeepLError(
+                400, f"Value for '{field}' not supported: {shown}; a language's code (DE, FR) or one of DeepL's "
+                f"variants ({', '.join(sorted(v.upper() for v in VARIANTS))})",
+            )  # fmt: skip
     why = None
-    for code in dict.fromkeys([target.lower(), base(target)]):
+    for code in dict.fromkeys([target.lower()] if target.lower() in SCRIPTS else [target.lower(), base(target)]):
         try:
             return models.pick(None, base(source), code), code
         except UnknownModel as e:
@@ -72,5 +84,5 @@ def engine_for(models: Models, source: str, target: str) -> tuple[Engine, str]:
         raise EngineUnavailable(f"no model loaded so far translates {source} into {target}; others are still loading")
     served = {c for pair in pairs(models) for c in pair}
     if base(target) not in served:
-        raise DeepLError(400, f"Value for 'target_lang' not supported: {target} ({why})")
-    raise DeepLError(400, f"no model here translates {source.upper()} into {target.upper()} ({why})")
+        raise DeepLError(400, f"Value for 'target_lang' not supported: {short(target)} ({why})")
+    raise DeepLError(400, f"no model here translates {short(source.upper())} into {short(target.upper())} ({why})")

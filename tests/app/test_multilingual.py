@@ -438,3 +438,45 @@ async def test_a_glossary_forces_its_terms_in_any_direction_in_one_batch(client)
         assert r.status_code == 200, r.text
         (term,) = body["glossary"].values()
         assert term in r.json()["translations"][0]["text"], (body, r.json())
+
+
+async def test_a_stored_glossary_of_a_language_the_model_lacks_is_a_422_naming_it(dirs, tmp_path):
+    """NLLB has Traditional Chinese, mBART-50 not: a zh-Hant->pt-BR glossary stored for the one, used with the other."""
+    (tmp_path / "sources").mkdir()
+    mbart = import_all(model_directories(tmp_path / "sources", ("mbart50",)), tmp_path)["mbart50"]
+    settings = Settings(
+        models=f"nllb={dirs[1]},mbart={mbart}", compile=False, max_new_tokens=BUDGET, max_input_tokens=64
+    )
+    async with serve_in(MODES[0], settings) as (_, client):
+        entries = {"name": "zh", "entries": {"狗": "cão"}, "source_lang": "zh-Hant", "target_lang": "pt-BR"}
+        stored = await client.post("/glossaries", json=entries)
+        assert stored.status_code == 201, stored.text
+        body = {"text": "一隻狗。", "glossary_id": stored.json()["glossary_id"], "model": "mbart"}
+        r = await client.post("/translate", json=body)
+        assert r.status_code == 422, r.text  # it said "is zh-Hant->pt-BR, but this request is zh-Hant->pt-BR"
+        assert "is zh-Hant->pt-BR, and this model does not translate source 'zh-Hant'" in r.json()["error"], r.text
+
+
+async def test_a_long_language_name_is_cut_in_the_error_of_every_api(client):
+    huge = "a" * 100_000
+    for path, body in [
+        ("/translate", {"text": "Ein Hund.", "source": huge, "target": "fr"}),
+        ("/translate", {"text": "Ein Hund.", "source": "de", "target": huge}),
+        ("/tokenize", {"text": "Ein Hund.", "language": huge}),
+        ("/deepl/v2/translate", {"text": ["Ein Hund."], "target_lang": huge}),
+        ("/deepl/v2/translate", {"text": ["Ein Hund."], "target_lang": "FR-" + huge}),
+    ]:
+        r = await client.post(path, json=body)
+        assert 400 <= r.status_code < 500 and len(r.content) < 2_000, (path, r.status_code, len(r.content))
+
+
+async def test_deepl_refuses_a_variant_it_does_not_have_and_never_writes_another_script_in_its_place(client):
+    for field, code in [("target_lang", "FR-FOOBAR"), ("target_lang", "EN-Arab"), ("source_lang", "DE-NONSENSE")]:
+        r = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "target_lang": "FR", field: code})
+        assert r.status_code == 400, r.text
+        assert f"Value for '{field}' not supported: {code}" in r.json()["message"], r.text
+    hans = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "target_lang": "ZH-HANS"})
+    hant = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "target_lang": "ZH-HANT"})
+    assert hans.status_code == hant.status_code == 200, (hans.text, hant.text)  # NLLB has both scripts
+    english = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "target_lang": "EN-GB"})
+    assert english.status_code == 200, english.text
