@@ -28,7 +28,7 @@ from app.text.documents import (
     withhold,
 )
 from app.text.glossary import Kept, Span, Terms, kept_at
-from app.text.limits import GREEDY, Decoding, Fits, Limits
+from app.text.limits import GREEDY, Decoding, Fits, Limits, writable
 from app.text.offload import all_at_once, inline_or_on_thread
 from app.text.protected import protect_documents, restored
 from app.text.results import Translation, as_decoded, translations
@@ -398,6 +398,7 @@ class Engine:
             # a space at its end is not a token of its own ("Ein " + " Hund" is two spaces): the next word begins anew
             written = decoding.target_prefix.rstrip()
             prefix = await asyncio.to_thread(self.tokenizer.encode, written, "target", False)
+            writable(self.tokenizer, written, prefix, "target_prefix")
             options = self.limits.prefix(options, prefix, max_new_tokens)
             if written != decoding.target_prefix and prefix:
                 options = replace(options, word_after_prefix=True, glued=await self.terms.glued())

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from app.engine.errors import InvalidRequest
 from app.terms import ends_sentence, entries, is_stop, occurrences, rendering_token, source_positions
-from app.text.limits import Decoding, Limits
+from app.text.limits import Decoding, Limits, writable
 from model.constraints import Phrase
 from model.options import DecodingOptions
 
@@ -67,6 +67,8 @@ class Terms:
         found = [entries(p) for p in places]
         glued = await self.glued() if any(found) else None
         targets = {t: tuple(self.tokenizer.encode(t, "target", False)) for f in found for _, t in f}
+        for term, ids in targets.items():
+            writable(self.tokenizer, term, ids, "the glossary's target term")
         instead = await self._rendered([s for f in found for s, _ in f], decoding, options.start)
         out = []
         for i, terms in enumerate(found):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.errors import InputTooLong, InvalidRequest
+from app.languages import short
 from app.segment import worded
 from model.options import DecodingOptions
 from model.token import TextTokenizer
@@ -43,6 +44,18 @@ class Decoding:
 
 
 GREEDY = Decoding()
+
+
+def writable(tokenizer: TextTokenizer, text: str, ids: list[int] | tuple[int, ...], what: str) -> None:
+    """A 422 when text the decoder is to write (`ids`: its target ids) has characters its vocabulary has no piece for
+    (<unk>: a SentencePiece model without byte fallback, as NLLB's, M2M100's, mBART's): forced in, they were lost."""
+    if tokenizer.unk_id not in ids:
+        return
+    bad = "".join(dict.fromkeys(c for c in text if tokenizer.unk_id in tokenizer.encode(c, "target", False)))
+    raise InvalidRequest(
+        f"{what} {short(text)} has characters this model cannot write ({bad[:20]!r}): its vocabulary has no piece for "
+        "them; leave them out or write them otherwise"
+    )
 
 
 @dataclass(frozen=True)

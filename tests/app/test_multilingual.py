@@ -480,3 +480,14 @@ async def test_deepl_refuses_a_variant_it_does_not_have_and_never_writes_another
     assert hans.status_code == hant.status_code == 200, (hans.text, hant.text)  # NLLB has both scripts
     english = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "target_lang": "EN-GB"})
     assert english.status_code == 200, english.text
+
+
+async def test_a_prefix_or_term_with_characters_the_model_cannot_write_is_a_422_naming_them(client):
+    """NLLB's vocabulary has no byte fallback: forced in, "Ωmega" came back "mega" (its Ω an <unk>)."""
+    body = {"text": "Ein Hund läuft.", "source": "de", "target": "fr", "max_new_tokens": 6}
+    for extra, what in [({"target_prefix": "Ωmega"}, "target_prefix"), ({"glossary": {"Hund": "Ωmega"}}, "term")]:
+        r = await client.post("/translate", json={**body, **extra})
+        assert r.status_code == 422, r.text
+        assert what in r.json()["error"] and "cannot write ('Ω')" in r.json()["error"], r.text
+    r = await client.post("/translate", json={**body, "target_prefix": "mega"})
+    assert r.status_code == 200 and r.json()["translations"][0]["text"].startswith("mega"), r.text
