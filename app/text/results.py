@@ -124,17 +124,17 @@ def word_confidences(
 def aligned(tokenizer: TextTokenizer, source: str, target: str, ids: list[int], to_source: list[int]) -> list[Aligned]:
     """Index pairs with character spans: source spans from the tokenizer's offsets, target spans from the text each
     token adds to the translation (its leading space left out)."""
-    src_tokens = tokenizer.tokenize(source, "source")
+    src = [(t.start, t.end) for t in tokenizer.tokenize(source, "source")]
+    for i in reversed(range(len(src) - 1)):  # "▁" alone (a vocabulary without "▁Ü" splits "Über" so): the word's
+        if src[i][0] == src[i][1]:
+            src[i] = src[i + 1]
     detok, spans = IncrementalText(tokenizer, tokenizer.byte_ids), []
     for token in ids:
         start = len(detok.text)
         delta = detok.add(token)
         start += len(delta) - len(delta.lstrip())
         spans.append((min(start, len(target)), min(len(detok.text), len(target))))
-    return [
-        Aligned(t, s, spans[t], (src_tokens[s].start, src_tokens[s].end) if s < len(src_tokens) else (0, 0))
-        for t, s in enumerate(to_source)
-    ]
+    return [Aligned(t, s, spans[t], src[s] if s < len(src) else (0, 0)) for t, s in enumerate(to_source)]
 
 
 def as_decoded(hyps: list[list[Hypothesis]]) -> list[list[list[int]]] | None:

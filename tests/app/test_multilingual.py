@@ -105,6 +105,20 @@ async def test_alignments_point_at_the_source_s_words_never_at_its_language_code
                     assert 0 <= start < end <= len(text) and a["source_token"] >= 1, (text, a)
 
 
+@pytest.mark.parametrize("text", ["Über den Fluss.", "(Ein Hund)", "«Ein Hund»", "x", "Qatar", "42 Hunde."])
+def test_a_piece_of_no_characters_aligns_to_the_word_it_starts(dirs, text):
+    """A vocabulary without "▁Ü" splits "Über" into "▁" "Ü" "ber": a target token aligned to the "▁" pointed at the
+    empty span [0, 0] of the text."""
+    from app.text.results import aligned
+    from model.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(dirs[1])
+    pieces = [(t.start, t.end) for t in tokenizer.tokenize(text, "source")]
+    (lone,) = [i for i, (a, b) in enumerate(pieces[:-1]) if i and a == b]  # not the code (0) nor </s> (the last)
+    (a,) = aligned(tokenizer, text, "x", [tokenizer.eos_id], [lone])
+    assert a.source_span == pieces[lone + 1] and a.source_span[0] < a.source_span[1]
+
+
 async def test_a_stream_and_a_document_are_the_plain_answers_pieces(client):
     body = {"text": "Ein Hund läuft. Zwei Kinder spielen im Park.", "source": "de", "target": "en"}
     plain = (await client.post("/translate", json=body)).json()["translations"][0]["text"]
