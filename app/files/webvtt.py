@@ -5,9 +5,10 @@ translation is its own text.
 A cue's text is translated as SubRip's is (app/files/subrip.py): its lines as one unit put back on as many lines,
 a speaker's lines one unit with their dash kept ("- Where?" on any line; where two or more lines of the cue start
 with a dash or a `<v Speaker>` tag, each of those starts a speaker, the dash or the voice tag kept). The cue's tags
-(`<v Speaker>`, `<c.class>`, `<i>`, `<b>`, `<u>`, `<ruby>`, `<rt>`, `<lang en>`) are inline codes, a start tag and
-its end tag wrapping the words aligned to the ones they wrapped, and a timestamp tag (`<00:00:01.500>`) or a tag
-without its pair a point after the word aligned to the one before it; each comes back exactly once. Entities (`&amp;`, `&lt;`, `&nbsp;`) are read as their characters; a translation's "&", "<" and ">"
+(`<v Speaker>`, `<c.class>`, `<i>`, `<b>`, `<u>`, `<ruby>`, `<lang en>`) are inline codes, a start tag and its end
+tag wrapping the words aligned to the ones they wrapped, and a timestamp tag (`<00:00:01.500>`), a ruby's annotation
+with its text (`<rt>inu</rt>`, kept as written) or a tag without its pair a point after the word aligned to the one
+before it; each comes back exactly once. Entities (`&amp;`, `&lt;`, `&nbsp;`) are read as their characters; a translation's "&", "<" and ">"
 are written as `&amp;`, `&lt;` and `&gt;`.
 
 webvtt-py writes a file of its own layout (it drops blank lines and line endings and moves comments), so the blocks
@@ -27,7 +28,11 @@ from webvtt.vtt import WebVTTCueBlock
 from app.files import FileError, FileLimits, FileTooLarge
 from app.files.subrip import Cue, Subtitles, decode, split_lines
 
-_CODES = re.compile(r"</?([A-Za-z]\w*+)[^<>\r\n]*>|<[0-9][^<>\r\n]*>")  # a tag (group 1: its name), a timestamp
+# a ruby's annotation with its text (a point, kept as written: the reading of the words before it), a tag (group 1:
+# its name), a timestamp
+_CODES = re.compile(
+    r"<rt\b[^<>\r\n]*>[^<\r\n]*(?:</rt\s*>)?|</?([A-Za-z]\w*+)[^<>\r\n]*>|<[0-9][^<>\r\n]*>", re.IGNORECASE
+)
 _TIMESTAMP = re.compile(r"\s*(?:[0-9]+:)?[0-9]{1,2}:[0-9]{1,2}[.,:][0-9]")  # what a timing line starts with
 _SPEAKER = re.compile(r"[-‐‑–—]\s*|<v[\s.][^<>\r\n]*>\s*")
 

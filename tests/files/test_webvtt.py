@@ -76,6 +76,18 @@ def test_voice_lines_are_units_of_their_own_and_tags_are_inline_codes():
     assert units[0] == '<span id="c0">A man in a red shirt is walking his dog in the park.</span>'  # <v ..>..</v>
 
 
+async def test_a_ruby_annotation_is_kept_as_written_after_its_words_and_never_read_as_the_sentence(bundled):
+    """A cue "<ruby>A dog<rt>inu</rt></ruby> runs" came back "<ruby><rt>Ein Hund</rt></ruby> rennt": the reading was
+    translated into the sentence, the sentence into the annotation."""
+    for ruby in ("<ruby>A dog<rt>inu</rt></ruby>", "<ruby>A dog<rt>inu</ruby>"):  # WebVTT's </rt> may be left out
+        cue = f"WEBVTT\n\n00:01.000 --> 00:02.000\n{ruby} runs in the park.\n"
+        (unit,) = FORMATS["vtt"].read(cue.encode(), FileLimits()).units
+        assert unit.text == '<span id="c0">A dog<img id="c1"></span> runs in the park.'
+        text = (await translated("vtt", cue.encode(), bundled)).decode().split("\n")[3]
+        annotation = ruby[len("<ruby>A dog") : -len("</ruby>")]
+        assert re.fullmatch(rf"<ruby>[^<]*Hund{annotation}</ruby> [^<]+", text), text
+
+
 async def test_a_dialogue_dash_is_kept_on_any_line_that_starts_with_one():
     data = (
         "WEBVTT\n\n00:01.000 --> 00:02.000\n\u2013 A cat sleeps.\n\n"
