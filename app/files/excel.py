@@ -9,7 +9,9 @@ Cells are read from the sheets' stored cells, not by rows: iterating rows would 
 sheet's rectangle, which a file may make as large as Excel's. Written back, only a cell whose unit was translated
 into something else changes: a plain cell gets the translated text (a string, even if it begins with "="), a
 rich-text cell the runs of its translation, each with the font of the first run of that format. The workbook is
-saved by openpyxl, so what openpyxl does not keep (shapes, some drawings) is lost as in any openpyxl round trip.
+saved by openpyxl, so what openpyxl does not keep (shapes, some drawings, a formula's cached result: Excel and
+LibreOffice compute it again on opening, a reader of the file alone such as pandas finds the cell empty) is lost as
+in any openpyxl round trip.
 """
 
 from __future__ import annotations
