@@ -292,7 +292,10 @@ def judge(
     length = calibration.length if calibration is not None else None
     skip = set(range(forced)) | set(terms) if terms else forced
     found = signals(source_ids, token_ids, logprobs, source, target, length, skip, attention, aligned)
-    return assess(found, calibration)
+    quality = assess(found, calibration)
+    if not logprobs:  # the budget ran out before the model chose a token: none of the source is translated
+        quality.confidence = 0.0
+    return quality
 
 
 def fit(

@@ -20,6 +20,7 @@ from model.confidence import (
     copies,
     fit,
     flags,
+    judge,
     length_model,
     loop,
     repeated_share,
@@ -152,6 +153,16 @@ def test_uncalibrated_confidence_is_the_geometric_mean_token_probability():
     s = Signals(mean_logprob=-0.5, min_logprob=-1.0, length=0.0, repetition=0.0, copied=0.0)
     q = assess(s, None)
     assert (q.confidence, q.calibrated) == (round(math.exp(-0.5), 3), False)
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_a_translation_of_no_tokens_has_no_confidence_however_its_signals_read(calibrated):
+    """mBART with max_new_tokens 1 spends it on the target language's code: "" came back with confidence 1.0 (the
+    mean of no log-probabilities, 0)."""
+    calibration = fit(*rows_and_outcomes(400)[:2], chrf_threshold=50, length=LengthModel()) if calibrated else None
+    q = judge([*range(17, 29), 2], [], [], "Ein Hund läuft über die große Wiese.", "", calibration)
+    assert q.confidence == 0.0 and "length" in q.flags and q.calibrated == calibrated
+    assert judge([17, 18, 19, 2], [5, 2], [-0.1, -0.1], "Ein Hund läuft.", "x", None).confidence > 0.5
 
 
 def rows_and_outcomes(n: int = 400, seed: int = 0):
