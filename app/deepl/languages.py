@@ -6,7 +6,7 @@ import re
 
 from app.deepl.errors import DeepLError
 from app.engine import EngineUnavailable
-from app.languages import UnknownLanguage, short
+from app.languages import UnknownLanguage, cut
 from app.libretranslate import NAMES, many, targets
 from app.models import Models, UnknownModel
 from app.text import Engine
@@ -84,5 +84,5 @@ def engine_for(models: Models, source: str, target: str) -> tuple[Engine, str]:
         raise EngineUnavailable(f"no model loaded so far translates {source} into {target}; others are still loading")
     served = {c for pair in pairs(models) for c in pair}
     if base(target) not in served:
-        raise DeepLError(400, f"Value for 'target_lang' not supported: {short(target)} ({why})")
-    raise DeepLError(400, f"no model here translates {short(source.upper())} into {short(target.upper())} ({why})")
+        raise DeepLError(400, f"Value for 'target_lang' not supported: {cut(target)} ({why})")
+    raise DeepLError(400, f"no model here translates {cut(source.upper())} into {cut(target.upper())} ({why})")
