@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.engine.errors import InvalidRequest
 from model.confidence import (
     COVERAGE_MIN_TOKENS,
     DEFAULT_THRESHOLDS,
@@ -47,6 +48,12 @@ async def translate_file(
     from app.text.limits import Decoding
 
     engine = load_engine(Settings(model_dir=model_dir, compile="off", max_batch_texts=CHUNK))
+    if engine.codes is None and (source or target) and not engine.directions.serves(source, target):
+        pair = engine.directions.languages
+        raise InvalidRequest(
+            f"{model_dir} translates {pair['source']}->{pair['target']}, not {source or 'any'}->{target or 'any'}: "
+            "--source and --target are a many-to-many model's languages; leave them out"
+        )
     engine.calibration = calibration
     decoding = Decoding(source=source, target=target)
     engine.core.start()
@@ -151,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         engine, translations = asyncio.run(translate_file(args.model_dir, sources, args.source, args.target))
-    except CheckpointError as e:
+    except (CheckpointError, InvalidRequest) as e:  # InvalidRequest: --source or --target that the model lacks
         sys.exit(f"nmt-calibrate: {e}")
     kept, rows, chrf = judged(translations, references)
     good = chrf >= args.chrf

@@ -80,3 +80,6 @@ def test_mismatched_or_too_short_files_are_refused(calibrated, tmp_path, capsys)
     with pytest.raises(SystemExit):  # it fitted on all but the last 30 lines
         main([str(model), "--src", str(root / "dev.en"), "--ref", str(root / "dev.de"), "--limit", "-30"])
     assert "--limit takes a positive number of lines" in capsys.readouterr().err
+    for languages in (["--source", "fr"], ["--target", "fr"]):  # a pair model's languages are its own: it ignored them
+        with pytest.raises(SystemExit, match="translates en->de, not .* leave them out"):
+            main([str(model), "--src", str(root / "dev.en"), "--ref", str(root / "dev.de"), *languages])
