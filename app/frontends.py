@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.jobs.share import slots_for
 from app.settings import Settings
 from app.workers import (
     WorkerGroup,
@@ -121,7 +122,9 @@ class FrontEnd(multiprocessing.context.SpawnProcess):
                     os.environ[name] = value
 
 
-def run_frontend(settings: Settings, index: int, count: int, flags: Any, port: int, parent: int) -> None:
+def run_frontend(
+    settings: Settings, index: int, count: int, flags: Any, port: int, parent: int, activity: Any = None
+) -> None:
     """A front-end process: one HTTP server on its own SO_REUSEPORT socket, its models the engine process's."""
     die_with_parent()
     if os.getppid() != parent:
@@ -130,7 +133,7 @@ def run_frontend(settings: Settings, index: int, count: int, flags: Any, port: i
 
     configure_logging(settings)
     sock = listening_socket(settings.host, port)
-    sys.exit(serve(settings, sockets=[sock], group=WorkerGroup(index, count, flags)))
+    sys.exit(serve(settings, sockets=[sock], group=WorkerGroup(index, count, flags, activity)))
 
 
 def serve_frontends(settings: Settings) -> int:
@@ -148,12 +151,13 @@ def serve_frontends(settings: Settings) -> int:
     ctx = multiprocessing.get_context("spawn")
     flags = ctx.Array("b", n, lock=False)
     beat = ctx.Value("d", 0.0, lock=False)  # the engine's last heartbeat; 0 until it serves
+    activity = slots_for(ctx, n)  # translation requests in flight in each front-end, which file jobs give way to
     try:
         with holder, shared_jobs(settings.model_copy(update={"engine_address": address})) as front:
             engine = ctx.Process(target=run_engine, args=(settings, address, os.getpid(), beat),
                                  name="nmt-serve-engine")  # fmt: skip
             fronts = [
-                FrontEnd(target=run_frontend, args=(front, i, n, flags, port, os.getpid()),
+                FrontEnd(target=run_frontend, args=(front, i, n, flags, port, os.getpid(), activity),
                          name=f"nmt-serve-frontend-{i}", env={"PROMETHEUS_MULTIPROC_DIR": str(metrics)})
                 for i in range(n)
             ]  # fmt: skip

@@ -42,6 +42,8 @@ def serve(
 
     app = create_app(settings, on_load_failure=stop_on_load_failure)
     app.state.workers = group
+    if group is not None and group.activity is not None:  # the front-ends' jobs give way to any one's requests
+        app.state.jobs.activity.share_with(group.activity, group.index)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         timeout_graceful_shutdown=settings.shutdown_timeout_s + STOP_GRACE_S,

@@ -49,6 +49,7 @@ class WorkerGroup:
     index: int
     count: int
     flags: Any  # multiprocessing.Array("b", count), one per worker
+    activity: Any = None  # front-ends of one engine: their translation requests in flight (app/jobs/share.py)
 
     def loaded(self) -> None:
         self.flags[self.index] = 1

@@ -9,6 +9,7 @@ import math
 import time
 from collections import deque
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -17,13 +18,43 @@ BUSY_SHARE = 4  # the share while people are translating: 1 / this of the cap
 
 
 class Activity:
-    """Translation requests (not file jobs) in flight, and when the last one ended: told by the Interactive middleware."""
+    """Translation requests (not file jobs) in flight, and when the last one ended: told by the Interactive middleware.
+    The front-ends of one engine (NMT_FRONTENDS) share theirs (`share_with`): a job gives way to a request whichever
+    front-end it came to."""
 
     def __init__(self, clock=time.monotonic):
-        self.clock, self.in_flight, self.last = clock, 0, -math.inf
+        self.clock, self._slots, self._at = clock, [0.0, -math.inf], 0  # (in flight, last) of each process
+
+    def share_with(self, slots: Any, index: int) -> None:
+        """Keep the counts in `slots` (a shared array of doubles: two each process, `slots_for`), at `index`'s."""
+        self._slots, self._at = slots, 2 * index
+        slots[self._at], slots[self._at + 1] = 0.0, -math.inf
+
+    @property
+    def in_flight(self) -> int:
+        return int(self._slots[self._at])
+
+    @in_flight.setter
+    def in_flight(self, n: int) -> None:
+        self._slots[self._at] = n  # this process's own slot: no other writes it
+
+    @property
+    def last(self) -> float:
+        return self._slots[self._at + 1]
+
+    @last.setter
+    def last(self, when: float) -> None:
+        self._slots[self._at + 1] = when
 
     def busy(self) -> bool:
-        return self.in_flight > 0 or self.clock() - self.last < QUIET_S
+        counts, lasts = self._slots[0::2], self._slots[1::2]
+        return any(counts) or self.clock() - max(lasts) < QUIET_S
+
+
+def slots_for(ctx: Any, processes: int) -> Any:
+    """The array the processes' Activity shares: (in flight, last) of each, in shared memory (monotonic time is the
+    machine's, the same in each process)."""
+    return ctx.Array("d", [0.0, -math.inf] * processes, lock=False)
 
 
 class Interactive:

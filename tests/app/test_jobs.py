@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from app.engine import EngineFailure
 from app.files import Unit
 from app.jobs.segments import chunks, halve, segments
-from app.jobs.share import QUIET_S, Activity, Share
+from app.jobs.share import QUIET_S, Activity, Share, slots_for
 from app.jobs.store import Job, JobStore, JobStoreFailed, new_id
 from app.settings import Settings
 from model.checkpoint import read_metadata
@@ -297,6 +298,24 @@ async def test_the_share_gives_way_while_people_are_translating():
         now[0] += 2 * QUIET_S
     await waiting
     assert share.in_flight == 1
+
+
+def test_front_ends_jobs_give_way_to_a_request_that_came_to_another_front_end():
+    """NMT_FRONTENDS: each front-end runs the jobs uploaded to it, all on one engine; a front-end's jobs went on at
+    their full share while another front-end's clients were translating."""
+    slots, now = slots_for(multiprocessing.get_context("spawn"), 2), [100.0]
+    first, second = Activity(clock=lambda: now[0]), Activity(clock=lambda: now[0])
+    first.share_with(slots, 0)
+    second.share_with(slots, 1)
+    jobs = Share(8, first)
+    assert jobs.now == 8
+    second.in_flight = 1  # a request to the other front-end
+    assert jobs.now == 2 and first.in_flight == 0
+    second.in_flight, second.last = 0, now[0]
+    now[0] += QUIET_S / 2
+    assert jobs.now == 2
+    now[0] += QUIET_S
+    assert jobs.now == 8
 
 
 async def test_waiters_cancelled_together_leave_nothing_taken():
