@@ -3,6 +3,7 @@ of every text a sequence of its own in the running batch, and each text's transl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from app.protect import Protect
 
 Format = Literal["text", "html", "xml"]
+_WORD = re.compile(r"\S+")
 
 
 @dataclass(frozen=True)
@@ -227,21 +229,26 @@ def pages_back(texts: list[str], pages: list[HtmlDocument], parts: list[Translat
     return out
 
 
-def placing(unit: Translation, length: int) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
-    """A unit's alignment as app/html/place.py takes it, (target span, source span) pairs of its tokens, and for each
-    of its segments withheld under min_confidence the pair of an empty target span where its translation would have
-    been and its source: the tags in it come back empty there."""
+def placing(unit: Translation, source: str) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+    """A unit's alignment as app/html/place.py takes it, (target span, source span) pairs of its tokens; each word of
+    a segment kept as written (no letter in it: "<b>1.</b> A dog runs") paired with itself; and for each of its
+    segments withheld under min_confidence the pair of an empty target span where its translation would have been
+    and its source: the tags in it come back empty there."""
     if unit.alignment is None:
         return None
     pairs = [(a.target_span, a.source_span) for a in unit.alignment if a.target_span[0] < a.target_span[1]]
-    spans = unit.segments or [((0, length), (0, len(unit.text)))]  # a unit translated whole
+    spans = unit.segments or [((0, len(source)), (0, len(unit.text)))]  # a unit translated whole
+    qualities = unit.segment_qualities or [unit.quality]
+    for k, ((a, b), (t, _)) in enumerate(spans):
+        if qualities[k] is None and k not in unit.withheld:  # the model never saw it: it is as written
+            pairs += [((t + w.start(), t + w.end()), (a + w.start(), a + w.end())) for w in _WORD.finditer(source[a:b])]
     return pairs + [((spans[k][1][0],) * 2, spans[k][0]) for k in unit.withheld]
 
 
 def page_translation(text: str, page: HtmlDocument, units: list[Translation]) -> Translation:
     if not units:
         return Translation(text, "eos", [], 0.0, 0, 0, False, str)
-    alignments = [placing(u, len(unit.text)) for u, unit in zip(units, page.units, strict=True)]
+    alignments = [placing(u, unit.text) for u, unit in zip(units, page.units, strict=True)]
     steps = sum(u.output_tokens for u in units)
     out = Translation(
         text=page.render([u.text for u in units], alignments),

@@ -384,7 +384,8 @@ class Engine:
                 )
         return await inline_or_on_thread(
             size, translations, tokenizer, texts, srcs, truncated, dict(zip(live, hyps)),
-            alignments and dict(zip(live, alignments)), self.calibration, decoding.return_word_confidence,
+            dict(zip(live, alignments or ())) if decoding.return_alignment else None, self.calibration,
+            decoding.return_word_confidence,
             forced,
         )  # fmt: skip
 

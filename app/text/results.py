@@ -77,8 +77,10 @@ def translations(
     come back as written, blank ones as ""."""
     out, piece = [], tokenizer.id_to_token
     for i, src in enumerate(srcs):
-        if i not in hyps:  # not translated
-            out.append(Translation("" if blank(texts[i]) else texts[i], "eos", [], 0.0, 0, 0, i in truncated, piece))
+        if i not in hyps:  # not translated; an alignment and words asked for: none
+            t = Translation("" if blank(texts[i]) else texts[i], "eos", [], 0.0, 0, 0, i in truncated, piece)
+            t.alignment, t.words = ([] if alignments is not None else None), ([] if words else None)
+            out.append(t)
             continue
         n_best = []
         for j, h in enumerate(hyps[i]):

@@ -237,6 +237,17 @@ async def test_a_text_or_sentence_without_a_letter_comes_back_as_written_on_ever
             assert streamed[-1]["text"] == text
     page = (await client.post("/translate", json={"text": "<p>1,299.00 <b>€</b></p>", "format": "html"})).json()
     assert page["translations"][0]["text"] == "<p>1,299.00 <b>€</b></p>"
+    # its words stay where they were: a sentence kept as written took the alignment of its text's others with it, and
+    # the inline tags went anywhere ("<p><b>1. Ein Hund rennt.</b></p>")
+    page = (await client.post("/translate", json={"text": "<p><b>1.</b> A dog runs.</p>", "format": "html"})).json()
+    assert (
+        page["translations"][0]["text"].startswith("<p><b>1.</b> ")
+        and page["translations"][0]["text"].count("<b>") == 1
+    )
+    body = {"text": ["A dog runs. 42.", "42"], "return_alignment": True, "return_word_confidence": True}
+    aligned, kept = (await client.post("/translate", json=body)).json()["translations"]
+    assert aligned["alignment"] and all(a["source_span"][1] <= len("A dog runs.") for a in aligned["alignment"])
+    assert (kept["alignment"], kept["words"]) == ([], [])  # asked for, and none
 
 
 @pytest.mark.parametrize("protect", [False, True])
