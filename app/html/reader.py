@@ -131,6 +131,8 @@ class _Reader(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.page, self.pieces, self.units, self.stack, self.protect = page, [], [], [], protect
         self.rules = rules
+        if rules is XML:  # <script> and <style> are elements as any other: their content is markup, not raw text
+            self.CDATA_CONTENT_ELEMENTS = self.RCDATA_CONTENT_ELEMENTS = ()
         self.lines = [0] + [m.end() for m in re.finditer("\n", page)]
         self.pending: tuple | None = None  # the last event: (handler, its arguments, its offset)
         self.flow: list[tuple[str, object, int]] = []  # the current block's text, inline elements and leaves

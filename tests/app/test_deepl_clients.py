@@ -113,6 +113,11 @@ def test_the_python_client_translates_xml_whatever_its_elements_are_named(base, 
         "<p>A man is riding a <b>bike</b>.</p>", ours(base, "<p>A man is riding a <b>bike</b>.</p>", format="html")[0]
     )
     assert got == want
+    inside = "<root><script>A man is riding a <b>bike</b>.</script></root>"  # elements inside <script> too
+    got = translator.translate_text(inside, target_lang="DE", tag_handling="xml").text
+    assert got == "<root><script>" + ours(base, "<p>A man is riding a <b>bike</b>.</p>", format="html")[0][3:-4] + (
+        "</script></root>"
+    ), got
     unclosed = r"is not well-formed XML \(tag_handling \"xml\"\): </p> .* while <br> .* is still open"
     with pytest.raises(deepl.DeepLException, match=unclosed):
         translator.translate_text("<p>A dog.<br>A cat.</p>", target_lang="DE", tag_handling="xml")
