@@ -286,6 +286,9 @@ def _place_siblings(nodes: list[Node], lo: int, hi: int, pa: int, pb: int, tr: _
     for n in [n for n in nodes if n not in placed]:
         x = free.after(min(max(wanted[n][0], lo), hi) if wanted[n] else lo if n.a - pa <= pb - n.b else hi)
         placed[n] = (x, x)
+    for before, n in zip(nodes, nodes[1:]):  # a span that starts a line (after a <br>) stays on it, not on the last
+        if n.protect and before.name == "br" and not tr.src[before.b : n.a].strip() and placed[n] < placed[before]:
+            placed[n] = (placed[before][1],) * 2
 
 
 def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node, str]) -> list:

@@ -57,6 +57,9 @@ def _tags(text: str) -> list[tuple[str, bool]]:
     return out
 
 
+_CLOSING = re.compile(r"[.!?…。！？]+(?=\s|$)|[.!?…:;。！？]\Z")  # a sentence's end: after a group, before it
+
+
 @dataclass(frozen=True)
 class Cut:
     """A group of spans cut out of a text, kept aside and put back as written (app/html/)."""
@@ -68,17 +71,22 @@ class Cut:
 
 
 def cuts(text: str, spans: list[Span]) -> list[Cut]:
-    """Each group of spans with the whitespace before it (after it, when it goes in front of the next word or has
-    none before it), so that the text reads on without it."""
+    """Each group of spans with the whitespace before it (after it, when it goes in front of the next word), so that
+    the text reads on without it; one glued to the word before it takes none (the whitespace after it stays the
+    text's: "dog{x} runs" reads "dog runs", and "{x} " written back beside the translation's own space was two). A
+    group that stands as a sentence of its own after one ("runs. {x}. A cat") takes its closing punctuation with it:
+    left in the text, it read "runs.. A cat", and the model dropped one."""
     out, at = [], 0
     for a, b in groups(text, spans):
         ahead, start, end = forward(text, a, b), a, b
-        if ahead or not (a > at and text[a - 1].isspace()):
+        if ahead:
             while end < len(text) and text[end].isspace():
                 end += 1
-        else:
+        elif a > at and text[a - 1].isspace():
             while start > at and text[start - 1].isspace():
                 start -= 1
+            if (closing := _CLOSING.match(text, end)) and (start == 0 or _CLOSING.search(text[:start]) is not None):
+                end = closing.end()
         left, right = text[start - 1 : start], text[end : end + 1]
         out.append(Cut(start, end, " " if left and right and word_char(left) and word_char(right) else "", ahead))
         at = end

@@ -257,9 +257,18 @@ async def test_the_bundled_model_puts_spans_beside_the_translations_of_their_nei
     ]
     async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, device="cpu")) as (_, bundled):
         out = await translate(bundled, texts, protect=True)
-        plain = await translate(bundled, ["A man is riding a bike.", "Two dogs play in the snow.", "The dog runs."])
+        plain = await translate(
+            bundled,
+            ["A man is riding a bike.", "Two dogs play in the snow.", "The dog runs.", "A dog runs.", "A cat sleeps."],
+        )
         page = await translate(bundled, ["<p>A man {name} is riding a <b>bike</b>.</p>"], format="html", protect=True)
         events = sse(await bundled.post("/translate", json={"text": texts[4], "stream": True, "protect": True}))
+        pages = await translate(bundled, [
+            "<p>A dog%s runs in the snow.</p>",  # "%s " put back beside the translation's own space: two
+            "<p>A dog runs. {x}. A cat sleeps.</p>",  # the unit read "runs.. A cat", and the model dropped one
+            "<p>A dog runs. {x}! A cat sleeps.</p>",
+            "<p>A dog runs.<br>{x}<br>A cat sleeps.</p>",  # alone on its line: it went onto the one before
+        ], format="html", protect=True)  # fmt: skip
     assert "Mann {name} " in out[0]  # after the translation of "man"
     assert out[1].startswith("{count} Hunde")  # at the start
     assert '<g id="1">in ' in out[2] and "Kleid</g> " in out[2]  # around "in a red dress"
@@ -267,4 +276,7 @@ async def test_the_bundled_model_puts_spans_beside_the_translations_of_their_nei
     assert out[4] == f"{plain[0]} {{x}} {plain[1]} {{y}}"  # between the sentences, as written
     assert "{x}. " in out[5] and out[5].endswith(f"{{x}}. {plain[2]}")  # two sentences, the full stop kept
     assert "Mann {name} " in page[0] and "<b>" in page[0]
+    assert "Hund%s rennt" in pages[0] and "  " not in pages[0]
+    assert pages[1] == f"<p>{plain[3]} {{x}}. {plain[4]}</p>" and pages[2] == f"<p>{plain[3]} {{x}}! {plain[4]}</p>"
+    assert pages[3] == f"<p>{plain[3]}<br>{{x}}<br>{plain[4]}</p>"
     assert "".join(e["token"]["text"] for e in events[:-1]) == events[-1]["text"] == out[4]
