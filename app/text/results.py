@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -100,26 +101,29 @@ def translations(
     return out
 
 
+_VISIBLE = re.compile(r"\S+")
+
+
 def word_confidences(
     tokenizer: TextTokenizer, ids: list[int], logprobs: list[float], target: str
 ) -> list[tuple[tuple[int, int], float]]:
     """Each word of the translation (a run of characters between spaces, as its tokens add them) with its
     [start, end) characters and its probability as generated: the product of its tokens' probabilities. A token
-    that adds no text yet (part of a character's bytes) counts towards the word that shows it."""
+    that adds no text yet (part of a character's bytes) counts towards the word that shows it; where that word ends
+    before the next token's own word begins (a byte's "m", then "▁wur": "m wur" at once), the two stay two words."""
     detok, out, pending = IncrementalText(tokenizer, tokenizer.byte_ids), [], 0.0
     for token, logprob in zip(ids, logprobs):  # logprobs has one more, for </s>
-        start = len(detok.text)
+        start, held = len(detok.text), pending  # held: the tokens that showed nothing so far
         delta = detok.add(token)
         pending += logprob
-        if not delta.strip():  # nothing to show yet, or only spaces: carried to the next word
-            continue
-        first = start + len(delta) - len(delta.lstrip())  # its first visible character
-        end = min(start + len(delta.rstrip()), len(target))
-        if not out or first == 0 or detok.text[first - 1].isspace():  # a space before it (its own or the last's)
-            out.append([min(first, len(target)), end, pending])
-        else:
-            out[-1][1], out[-1][2] = end, out[-1][2] + pending
-        pending = 0.0
+        runs = [(start + m.start(), min(start + m.end(), len(target))) for m in _VISIBLE.finditer(delta)]
+        for k, (first, end) in enumerate(runs):  # none: nothing to show yet, or only spaces: carried to the next word
+            p = pending if len(runs) == 1 else held if k == 0 else logprob if k == len(runs) - 1 else 0.0
+            if not out or first == 0 or detok.text[first - 1].isspace():  # a space before it (its own or the last's)
+                out.append([min(first, len(target)), end, p])
+            else:
+                out[-1][1], out[-1][2] = end, out[-1][2] + p
+        pending = pending if not runs else 0.0
     return [((a, b), round(math.exp(lp), DIGITS)) for a, b, lp in out]
 
 

@@ -205,3 +205,17 @@ async def test_word_confidence_covers_each_word_of_a_document_where_it_stands(cl
     for body in ({"stream": True}, {"format": "html"}):
         r = await client.post("/translate", json={"text": GOOD, "return_word_confidence": True, **body})
         assert_error(r, 422, "validation_error", "return_word_confidence")
+
+
+def test_a_word_a_byte_ends_and_the_next_token_s_word_are_two_words():
+    """A byte token shows nothing until the next token comes ("<0x6D>" then "▁rennt" add "m rennt" at once): the
+    "m" ends the word before, "rennt" is a word of its own (they were one word, "Hundm rennt")."""
+    from app.text.results import word_confidences
+    from model.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(BUNDLED_MODEL_DIR)
+    piece = {tokenizer.id_to_token(i, "target"): i for i in range(tokenizer.vocab_size)}
+    ids = [piece["▁Hund"], piece["<0x6D>"], piece["▁rennt"]]
+    logprobs = [-0.1, -0.2, -0.4, -0.05]
+    words = word_confidences(tokenizer, ids, logprobs, "Hundm rennt")
+    assert words == [((0, 5), round(math.exp(-0.3), 3)), ((6, 11), round(math.exp(-0.4), 3))]
