@@ -122,6 +122,7 @@ def withhold(parts: list[Translation], min_confidence: float) -> list[Translatio
     for p in parts:
         if p.quality is not None and p.quality.confidence < min_confidence:
             p.text, p.token_ids, p.hypotheses, p.withheld = "", [], [], [0]
+            p.score, p.scored_steps = 0.0, 0  # the score of what it gives: nothing
             p.alignment = None if p.alignment is None else []  # asked for: the document's other pieces keep theirs
             p.words = None if p.words is None else []
             p.__dict__.pop("tokens", None)  # the cached pieces of the tokens it no longer has
@@ -190,8 +191,9 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
     out = Translation(
         text=joined, finish_reason="length" if any(p.finish_reason == "length" for p in parts) else "eos",
         token_ids=[i for p in parts for i in p.token_ids],
-        score=mean_score([(p.score, p.output_tokens) for p in parts if not p.withheld]),  # of what is given
+        score=mean_score([(p.score, p.given_steps) for p in parts]),  # of what is given
         input_tokens=sum(p.input_tokens for p in parts), output_tokens=steps,
+        scored_steps=sum(p.given_steps for p in parts),
         truncated=any(p.truncated for p in parts), piece=parts[0].piece, alignment=alignment,
         segments=[((s.start, s.end), span) for s, span in zip(segments, spans, strict=True)],
         quality=weakest([p.quality for p in parts]), segment_qualities=[p.quality for p in parts],
@@ -254,8 +256,9 @@ def page_translation(text: str, page: HtmlDocument, units: list[Translation]) ->
         text=page.render([u.text for u in units], alignments),
         finish_reason="length" if any(u.finish_reason == "length" for u in units) else "eos",
         token_ids=[i for u in units for i in u.token_ids],
-        score=sum(u.score * u.output_tokens for u in units) / steps if steps else 0.0,
+        score=mean_score([(u.score, u.given_steps) for u in units]),  # of what is given
         input_tokens=sum(u.input_tokens for u in units), output_tokens=steps,
+        scored_steps=sum(u.given_steps for u in units),
         truncated=any(u.truncated for u in units), piece=units[0].piece,
         quality=weakest([u.quality for u in units]),
     )  # fmt: skip

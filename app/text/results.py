@@ -48,6 +48,13 @@ class Translation:
     # with return_word_confidence: each word of the translation, its [start, end) characters and its probability
     words: list[tuple[tuple[int, int], float]] | None = None
     detected_source: str | None = None  # the source language detected for it (app/calls.py), where it was
+    # the decoder steps of what it gives, which its score is of (None: all of output_tokens; 0 when it is withheld)
+    scored_steps: int | None = None
+
+    @property
+    def given_steps(self) -> int:
+        """The weight of its score among others' (app/text/documents.py's mean_score)."""
+        return self.output_tokens if self.scored_steps is None else self.scored_steps
 
     @cached_property
     def tokens(self) -> list[str]:

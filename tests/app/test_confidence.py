@@ -14,7 +14,7 @@ import pytest
 from app.settings import BUNDLED_MODEL_DIR, Settings
 from model.confidence import CALIBRATION
 from tests.app.conftest import MODES, serve, serve_in
-from tests.app.helpers import assert_error
+from tests.app.helpers import assert_error, sse
 
 pytestmark = pytest.mark.anyio
 GOOD, BAD = "A man is riding a bike.", "Hello world"  # the second comes back as "Welt Welt Welt Welt."
@@ -100,6 +100,18 @@ async def test_min_confidence_withholds_exactly_the_sentences_below_it(client):
     assert all("Welt" not in h["text"] for h in got["hypotheses"])
     everything = (await translate(client, text=[GOOD, BAD], min_confidence=1, return_tokens=True))["translations"]
     assert [t["text"] for t in everything] == ["", ""] and all(t["token_ids"] == [] for t in everything)
+    # a text withheld whole, and an HTML page's unit, score as nothing given: as a stream's last event has it (they
+    # kept the withheld one's score)
+    (whole,) = (await translate(client, text=BAD, min_confidence=floor, return_scores=True))["translations"]
+    end = sse(await client.post("/translate", json={"text": BAD, "min_confidence": floor, "return_scores": True,
+                                                   "stream": True}))[-1]  # fmt: skip
+    assert whole["text"] == end["text"] == "" and whole["score"] == end["score"] == 0.0
+    page = f"<p>{BAD}</p><p>{GOOD}</p>"
+    (html,) = (await translate(client, text=page, format="html", min_confidence=floor, return_scores=True))[
+        "translations"
+    ]
+    (standing,) = (await translate(client, text=f"<p>{GOOD}</p>", format="html", return_scores=True))["translations"]
+    assert "Welt" not in html["text"] and html["score"] == pytest.approx(standing["score"], abs=2e-3)
 
 
 async def test_each_alternative_and_each_html_unit_is_judged(client):
