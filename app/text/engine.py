@@ -419,8 +419,9 @@ class Engine:
         decodes them together and sends their tokens one segment after another, the whitespace between two segments
         in the `text` of the next one's first token. With `protect`, a segment that had spans sends its tokens once
         it has ended and its spans are placed, each span in the text of the token it follows; the last segment's
-        last token carries the rest of the text, so the tokens' texts add up to the last event's. Closing the
-        iterator drops the sequences."""
+        last token carries the rest of the text, so the tokens' texts add up to the last event's; a text the model is
+        given nothing of (blank, no letter, spans alone) has the last event alone. Closing the iterator drops the
+        sequences."""
         decoding = self.directions.resolve(decoding)
         if decoding.return_word_confidence:
             raise InvalidRequest("return_word_confidence needs the whole translation: leave out stream to have it")
