@@ -311,6 +311,8 @@ def answer(out: list[Translation], one: bool, detected: dict[str, Any] | None, n
         "withheld": [t.withheld for t in out] if any(t.withheld for t in out) else None,
     }  # fmt: skip
     body |= {key: values[0] if one else values for key, values in judged.items() if values is not None}
+    if one and body["confidence"] is None:  # a text the model was given nothing of: no confidence, as /translate's
+        del body["confidence"]
     if detected:
         body["detectedLanguage"] = detected if one else [detected] * len(out)
     if n:

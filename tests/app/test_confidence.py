@@ -155,6 +155,10 @@ async def test_libretranslate_answers_carry_confidence_its_clients_ignore(client
         "/libretranslate/translate", data={"q": BAD, "source": "en", "target": "de", "min_confidence": "0.5"}
     )
     assert r.json()["translatedText"] == "" and r.json()["withheld"] == [0]
+    r = await client.post("/libretranslate/translate", json={"q": "42", "source": "en", "target": "de"})
+    assert r.json() == {"translatedText": "42", "flags": []}  # no model saw it: no confidence (it was null)
+    r = await client.post("/libretranslate/translate", json={"q": ["42", GOOD], "source": "en", "target": "de"})
+    assert r.json()["confidence"][0] is None  # a list keeps its places
     for bad in ("x", "2", "-0.1", "nan"):
         r = await client.post(
             "/libretranslate/translate", data={"q": BAD, "source": "en", "target": "de", "min_confidence": bad}
