@@ -144,8 +144,8 @@ def _plural_forms(header: str) -> tuple[int, dict[int, set[int]]]:
     shown = repr(header) if len(header) <= 200 else f"{header[:200]!r}… ({len(header)} characters)"
     if n and (len(n[1]) > 2 or int(n[1]) > MAX_PLURALS):
         raise FileError(
-            f"the header's Plural-Forms asks for nplurals={n[1][:20]}{'…' * (len(n[1]) > 20)}; languages have at most "
-            f"{MAX_PLURALS} plural forms"
+            f"the header's Plural-Forms asks for nplurals={n[1][:20]}{'…' * (len(n[1]) > 20)}; languages have at "
+            f"most {MAX_PLURALS} plural forms"
         )
     try:
         plural = gettext.c2py(expression[1].strip() if expression else "n != 1")

@@ -40,7 +40,7 @@ class Documents:
         return {"sentences": "sentence", "nonewlines": "sentence", "lines": "line"}.get(self.split, "segment")
 
     def names(self, labels: list[str]) -> list[str]:
-        """What an error calls each piece: "sentence 3 of text[1]", of the text's label (labels()); the label itself
+        """What an error calls each piece: "sentence 3 of text[1]", of the text's label (text_names()); the label itself
         when the text is one piece."""
         names = []
         for text, segs in zip(labels, self.segments, strict=True):
@@ -54,7 +54,7 @@ class Documents:
                    for text, segs in zip(self.texts, self.segments))  # fmt: skip
 
 
-def labels(n: int, single: bool, at: list[int] | None = None) -> list[str]:
+def text_names(n: int, single: bool, at: list[int] | None = None) -> list[str]:
     """What an error calls each of n texts: "text" when the request sent one, else "text[i]" by its place in the
     request (`at`: the places of these n, where they are some of its texts)."""
     return ["text"] if single else [f"text[{i}]" for i in (range(n) if at is None else at)]

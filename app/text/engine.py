@@ -20,11 +20,11 @@ from app.text.documents import (
     Documents,
     Format,
     check_chars,
-    labels,
     pages_back,
     parse_pages,
     put_back,
     split_texts,
+    text_names,
     withhold,
 )
 from app.text.glossary import Kept, Span, Terms, kept_at
@@ -214,16 +214,18 @@ class Engine:
             at.setdefault(language, []).append(i)
         if len(at) <= 1:
             how = replace(decoding, source=sources[0]) if at else decoding
+            names = text_names(len(texts), isinstance(text, str))
             return await self._translate_in(
-                texts, labels(len(texts), isinstance(text, str)), how, Allowance(self.max_request_sequences), max_new_tokens, truncate, split, format,
+                texts, names, how, Allowance(self.max_request_sequences), max_new_tokens, truncate, split, format,
                 min_confidence, protect, cut_long,
             )  # fmt: skip
         check_chars(texts, self.max_request_chars)  # the request's, which each language's part is within
         allowance = Allowance(self.max_request_sequences)
         parts = await all_at_once([
             self._translate_in(
-                [texts[i] for i in places], labels(len(places), False, places), replace(decoding, source=language),
-                allowance, max_new_tokens, truncate, split, format, min_confidence, protect, cut_long,
+                [texts[i] for i in places], text_names(len(places), False, places),
+                replace(decoding, source=language), allowance, max_new_tokens, truncate, split, format,
+                min_confidence, protect, cut_long,
             )
             for language, places in at.items()
         ])  # fmt: skip
@@ -316,8 +318,8 @@ class Engine:
             return [Translation(t, "eos", [], 0.0, 0, 0, False, str) for t in texts]
         kept = [[(t.start, t.end) for t in u.tags if t.kept and t.start < t.end] for page in pages for u in page.units]
         parts = await self._translate_texts(
-            units, labels(len(units), False), max_new_tokens, truncate, replace(decoding, return_alignment=tags), split,
-            min_confidence, allowance, protect, fits, kept if decoding.glossary and any(kept) else None,
+            units, text_names(len(units), False), max_new_tokens, truncate, replace(decoding, return_alignment=tags),
+            split, min_confidence, allowance, protect, fits, kept if decoding.glossary and any(kept) else None,
         )  # fmt: skip
         return await inline_or_on_thread(size, pages_back, texts, pages, parts)
 
