@@ -57,6 +57,19 @@ def occurrences(text: str, glossary: Glossary, ignore_case: bool = False) -> Fou
             .finditer(_composed(text)) if fold(m.group()) in by_source]  # fmt: skip
 
 
+def substituted(text: str, glossary: Glossary, ignore_case: bool = False) -> str:
+    """The text with each source term's occurrence replaced by its target term: a text no model sees (no letter in
+    it: "42" with the entry 42 -> zweiundvierzig) still gets its terms."""
+    found = occurrences(text, glossary, ignore_case)
+    if not found:
+        return text
+    composed, out, at = _composed(text), [], 0
+    for (_, target), start, end in found:
+        out += [composed[at:start], target]
+        at = end
+    return "".join(out) + composed[at:]
+
+
 def source_positions(text: str, tokens: list, found: Found) -> dict[str, frozenset[int]]:
     """Each target term's source positions: those of the tokens (model/token.py's, the encoder input's, with their
     character offsets into `text`) its source term's occurrences overlap. None for a text not composed (NFC), whose

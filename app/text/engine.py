@@ -27,7 +27,7 @@ from app.text.documents import (
     text_names,
     withhold,
 )
-from app.text.glossary import Kept, Span, Terms, kept_at
+from app.text.glossary import Kept, Span, Terms, kept_at, written
 from app.text.limits import GREEDY, Decoding, Fits, Limits, writable
 from app.text.offload import all_at_once, inline_or_on_thread
 from app.text.protected import protect_documents, restored
@@ -387,8 +387,7 @@ class Engine:
         return await inline_or_on_thread(
             size, translations, tokenizer, texts, srcs, truncated, dict(zip(live, hyps)),
             dict(zip(live, alignments or ())) if decoding.return_alignment else None, self.calibration,
-            decoding.return_word_confidence,
-            forced,
+            decoding.return_word_confidence, forced, written(texts, decoding) if decoding.glossary else None,
         )  # fmt: skip
 
     async def _options(

@@ -9,7 +9,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.engine.errors import InvalidRequest
-from app.terms import ends_sentence, entries, is_stop, occurrences, rendering_token, source_positions
+from app.segment import worded
+from app.terms import ends_sentence, entries, is_stop, occurrences, rendering_token, source_positions, substituted
 from app.text.limits import Decoding, Limits, writable
 from model.constraints import Phrase
 from model.options import DecodingOptions
@@ -137,3 +138,9 @@ class Terms:
             while len(cache) > RENDERINGS:
                 cache.popitem(last=False)
         return out
+
+
+def written(texts: list[str], decoding: Decoding) -> list[str]:
+    """Each text as it comes back where no model sees it (no letter in it: app/segment.py's worded()), the glossary's
+    terms in it ("42" with the entry 42 -> zweiundvierzig)."""
+    return [substituted(t, decoding.glossary, decoding.glossary_ignore_case) if not worded(t) else t for t in texts]

@@ -77,16 +77,17 @@ class Attention:
 def translations(
     tokenizer: TextTokenizer, texts: list[str], srcs: list[list[int]], truncated: set[int],
     hyps: dict[int, list[Hypothesis]], alignments: dict[int, list[list[int]]] | None,
-    calibration: Calibration | None = None, words: bool = False, forced: int = 0,
+    calibration: Calibration | None = None, words: bool = False, forced: int = 0, written: list[str] | None = None,
 ) -> list[Translation]:  # fmt: skip
     """One Translation per text from its hypotheses (best first), each with its quality (`calibration`'s
     confidence, else the raw one: the `forced` first tokens, a target prefix, are the caller's choice, not the
     model's, and their probabilities are left out); texts without hypotheses (no letter: app/segment.py's worded())
-    come back as written, blank ones as ""."""
+    come back as written (`written`: as each is written back, a glossary's terms in it), blank ones as ""."""
     out, piece = [], tokenizer.id_to_token
     for i, src in enumerate(srcs):
         if i not in hyps:  # not translated; an alignment and words asked for: none
-            t = Translation("" if blank(texts[i]) else texts[i], "eos", [], 0.0, 0, 0, i in truncated, piece)
+            back = "" if blank(texts[i]) else texts[i] if written is None else written[i]
+            t = Translation(back, "eos", [], 0.0, 0, 0, i in truncated, piece)
             t.alignment, t.words = ([] if alignments is not None else None), ([] if words else None)
             out.append(t)
             continue

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from app.detokenize import IncrementalText
 from app.segment import Segment, blank, worded
 from app.text.documents import mean_score
+from app.text.glossary import written
 from app.text.limits import Decoding
 from app.text.offload import inline_or_on_thread
 from app.text.results import aligned, as_decoded
@@ -74,7 +75,8 @@ async def stream_events(
             )  # fmt: skip
     if not any(map(worded, pieces)):  # a blank text, no letter, or protected spans alone: no model call
         yield None
-        yield Finished("" if blank(text) else text, "eos", 0, 0, False, engine.calibration is not None, 0.0)
+        back = text if masks is not None or not decoding.glossary else written([text], decoding)[0]
+        yield Finished("" if blank(text) else back, "eos", 0, 0, False, engine.calibration is not None, 0.0)
         return
     request = object()  # the segments take their turns to be admitted as one request
     streams = [engine.core.stream(src, budget, o, request) if worded(piece) else None  # as written
@@ -94,10 +96,11 @@ async def stream_events(
         for k, ((start, end), tokens) in enumerate(zip(gaps, streams)):
             pending += text[start:end]
             if tokens is None:  # no letter (or protected spans alone): as written, sent with the next token
-                written = pieces[k] if masks is None else masks[k].source
-                pending += written
+                kept = pieces[k] if masks is None else masks[k].source
+                kept = written([kept], decoding)[0] if masks is None and decoding.glossary else kept
+                pending += kept
                 hyps.append(None)
-                done.append((text[start:end], written))
+                done.append((text[start:end], kept))
                 model_texts.append("")
                 continue
             detok = IncrementalText(engine.tokenizer, engine.byte_ids)

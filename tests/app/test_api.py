@@ -248,6 +248,15 @@ async def test_a_text_or_sentence_without_a_letter_comes_back_as_written_on_ever
     aligned, kept = (await client.post("/translate", json=body)).json()["translations"]
     assert aligned["alignment"] and all(a["source_span"][1] <= len("A dog runs.") for a in aligned["alignment"])
     assert (kept["alignment"], kept["words"]) == ([], [])  # asked for, and none
+    # a glossary's term in it is still written in (it came back "42": no model sees it)
+    body = {"text": ["42", "A dog runs. 42.", "42 / 43"], "glossary": {"42": "zweiundvierzig"}}
+    termed = [t["text"] for t in (await client.post("/translate", json=body)).json()["translations"]]
+    assert (
+        termed[0] == "zweiundvierzig" and termed[1].endswith(" zweiundvierzig.") and termed[2] == "zweiundvierzig / 43"
+    )
+    for text in ("42", "A dog runs. 42."):
+        streamed = sse(await client.post("/translate", json={**body, "text": text, "stream": True}))
+        assert streamed[-1]["text"].endswith("zweiundvierzig" + "." * text.endswith(".")), streamed[-1]
 
 
 @pytest.mark.parametrize("protect", [False, True])
