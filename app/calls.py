@@ -18,13 +18,12 @@ async def run_translate(engine: Engine, body: s.TranslateRequest, stored: Glossa
     source language is detected, a list's texts each from its own (`Translation.detected_source`)."""
     if body.format == "html" and body.return_segments:
         raise InvalidRequest('return_segments works on plain text only; send it with "format": "text"')
-    how, kept = await decoding(body, engine, stored), protected(body)
-    sources = None
-    if detected(body, engine, stored):
-        sources = [how.source] if isinstance(body.text, str) else await detect_each(engine, body.text, body.format)
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    sources = await detect_each(engine, texts, body.format) if detected(body, engine, stored) else None
+    how, kept = await decoding(body, engine, stored, sources), protected(body)
     out = await engine.translate(
         body.text, body.max_new_tokens, body.truncate, how, body.split, body.format, body.min_confidence, kept,
-        sources=sources if sources and len(sources) > 1 else None,
+        sources=sources,
     )  # fmt: skip
     for t, source in zip(out, sources, strict=True) if sources else ():
         t.detected_source = source
@@ -37,9 +36,12 @@ def detected(body: s.TranslateRequest, engine: Engine, stored: Glossary | None =
     return bool(engine.codes) and body.source in (None, "auto") and stored is None
 
 
-async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | None = None) -> Decoding:
+async def decoding(
+    body: s.TranslateRequest, engine: Engine, stored: Glossary | None = None, sources: list[str] | None = None
+) -> Decoding:
     """The request's decoding fields, for the engine to check against the model and its limits; for a many-to-many
-    model a source left out or "auto" is detected among its languages (or is the stored glossary's). A stored
+    model a source left out or "auto" is detected among its languages (`sources`: detected already, each text's; the
+    first stands for them), or is the stored glossary's. A stored
     glossary must be of the languages the model translates the request between; its entries follow the inline ones."""
     source, target = body.source, body.target
     if stored is not None:
@@ -47,7 +49,7 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
         target = target or stored.target_lang
     if detected(body, engine, stored):
         texts = [body.text] if isinstance(body.text, str) else body.text
-        source = await detect_source(engine, read(texts, body.format))
+        source = sources[0] if sources else await detect_source(engine, read(texts, body.format))
     if stored is not None and not fits(stored, engine, source, target):
         if engine.codes and (lacking := engine.directions.why_not(source, target)):  # a language the model lacks
             raise InvalidRequest(
@@ -73,17 +75,24 @@ async def decoding(body: s.TranslateRequest, engine: Engine, stored: Glossary | 
 
 async def detect_source(engine: Engine, texts: list[str]) -> str:
     """The likeliest of a many-to-many model's languages that the detector knows (by their ISO 639-1 names)."""
-    names = tuple(sorted(set(engine.codes.names.values())))  # as detect_each's
-    if detect.identifier(names) is None or all(map(blank, texts)):
-        what = "the text is blank" if detect.identifier(names) else "the detector knows none of this model's languages"
-        raise InvalidRequest(f'name the source language: {what}, so "auto" cannot tell; {engine.codes.hint()}')
-    return (await detect.detect(texts, names))[0][0]
+    return (await detect.detect(texts, detectable(engine, texts)))[0][0]
 
 
 async def detect_each(engine: Engine, texts: list[str], format: str) -> list[str]:
-    """Each text's language as detect_source() tells the likeliest (app/detect.py's each(): a short text leans on the
-    others); called once detect_source() has found the texts not blank and the detector knowing the model's."""
-    return await detect.detect_each(read(texts, format), tuple(sorted(set(engine.codes.names.values()))))
+    """Each text's language, as detect_source() tells the likeliest of all of them (app/detect.py's each(): a short
+    text leans on the others)."""
+    words = read(texts, format)
+    return await detect.detect_each(words, detectable(engine, words))
+
+
+def detectable(engine: Engine, texts: list[str]) -> tuple[str, ...]:
+    """The model's languages by their ISO 639-1 names, which detection chooses among; a 422 asking for the source
+    where the texts are blank or the detector knows none of them."""
+    names = tuple(sorted(set(engine.codes.names.values())))
+    if detect.identifier(names) is None or all(map(blank, texts)):
+        what = "the text is blank" if detect.identifier(names) else "the detector knows none of this model's languages"
+        raise InvalidRequest(f'name the source language: {what}, so "auto" cannot tell; {engine.codes.hint()}')
+    return names
 
 
 def read(texts: list[str], format: str) -> list[str]:

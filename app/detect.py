@@ -6,12 +6,15 @@ import asyncio
 import copy
 import html
 import re
+from collections.abc import Callable
 from functools import cache
+from typing import TypeVar
 
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 from app.text import INLINE_CHARS
 
+T = TypeVar("T")
 TOP = 3  # candidates an answer lists, as LibreTranslate's /detect
 LEANING = 24  # characters: how much a text of a list leans on the whole list's language (each())
 _HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.DOTALL | re.IGNORECASE)
@@ -94,14 +97,17 @@ def each(texts: list[str], languages: tuple[str, ...]) -> list[str]:
 
 
 async def detect(texts: list[str], languages: tuple[str, ...]) -> list[tuple[str, float]]:
-    """ranked(), on the event loop for short texts once the model is loaded, else on a thread."""
-    if languages in restricted and sum(map(len, texts)) <= INLINE_CHARS:
-        return ranked(texts, languages)
-    return await asyncio.to_thread(ranked, texts, languages)
+    """ranked(), off the event loop where it is long (_run)."""
+    return await _run(ranked, texts, languages)
 
 
 async def detect_each(texts: list[str], languages: tuple[str, ...]) -> list[str]:
-    """each(), on the event loop for short texts once the model is loaded, else on a thread."""
+    """each(), off the event loop where it is long (_run)."""
+    return await _run(each, texts, languages)
+
+
+async def _run(fn: Callable[[list[str], tuple[str, ...]], T], texts: list[str], languages: tuple[str, ...]) -> T:
+    """fn(texts, languages) on the event loop for short texts once the model is loaded, else on a thread."""
     if languages in restricted and sum(map(len, texts)) <= INLINE_CHARS:
-        return each(texts, languages)
-    return await asyncio.to_thread(each, texts, languages)
+        return fn(texts, languages)
+    return await asyncio.to_thread(fn, texts, languages)

@@ -7,6 +7,7 @@ import asyncio
 import hmac
 import math
 import secrets
+from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -39,9 +40,10 @@ from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
 from app.models import Models
 from app.protect.spans import ADDRESSES
+from app.text import Engine, Translation
 from app.text.documents import parse_pages
 from app.text.limits import GREEDY
-from app.text.offload import all_at_once
+from app.text.offload import each_group
 
 CHARACTER_LIMIT = 10**12  # what /v2/usage reports: no quota here
 
@@ -92,28 +94,23 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     texts, kind = [t for t, _ in marked], "xml" if a.xml else "html" if a.html else "text"
     languages = [a.source] * len(texts) if a.source else await detected(a, models)
     glossary = await glossary_terms(request, a.glossary_ids, a.source, a.target) if a.glossary_ids else ()
-    by_model: dict[str, list[int]] = {}  # each model's texts: of one language, or of many for a many-to-many model
-    for i, source in enumerate(languages):
-        by_model.setdefault(engine_for(models, source, a.target)[0].name, []).append(i)
+    chosen = {source: engine_for(models, source, a.target) for source in dict.fromkeys(languages)}
     how = {"split": a.split, "format": kind, "cut_long": True, "protect": ADDRESSES}
-    parts = []
-    for places in by_model.values():
-        engine, into = engine_for(models, languages[places[0]], a.target)
+
+    def part(engine: Engine, places: list[int]) -> Awaitable[list[Translation]]:
+        """Its texts (of one language, or of many for a many-to-many model), each from its own language."""
+        into = chosen[languages[places[0]]][1]
         decoding = replace(GREEDY, glossary=glossary, source=base(languages[places[0]]), target=into)
-        sources = [base(languages[i]) for i in places] if len({languages[i] for i in places}) > 1 else None
         # min_confidence 0: DeepL's answer has no place to say a sentence was withheld
-        parts.append(engine.translate([texts[i] for i in places], decoding=decoding, min_confidence=0.0,
-                                      sources=sources, **how))  # fmt: skip
-    try:
-        done = await unless_disconnected(request.receive, all_at_once(parts))
+        return engine.translate([texts[i] for i in places], decoding=decoding, min_confidence=0.0,
+                                sources=[base(languages[i]) for i in places], **how)  # fmt: skip
+
+    try:  # each text to the model of its language
+        out = await unless_disconnected(request.receive, each_group([chosen[s][0] for s in languages], part))
     except InvalidRequest:
         if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them
             await asyncio.to_thread(parse_pages, a.texts, None, a.xml)
         raise
-    out = [None] * len(texts)
-    for places, part in zip(by_model.values(), done, strict=True):
-        for i, t in zip(places, part, strict=True):
-            out[i] = t
     request.app.state.metrics.deepl_characters.inc(sum(map(len, a.texts)))
     results = []
     for text, (_, marker), t, source in zip(a.texts, marked, out, languages, strict=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +29,7 @@ from app.text.documents import (
 )
 from app.text.glossary import Kept, Span, Terms, kept_at, written
 from app.text.limits import GREEDY, Decoding, Fits, Limits, writable
-from app.text.offload import all_at_once, inline_or_on_thread
+from app.text.offload import each_group, inline_or_on_thread
 from app.text.protected import protect_documents, restored
 from app.text.results import Translation, as_decoded, translations
 from app.text.streaming import Finished, Token, stream_events
@@ -209,31 +209,24 @@ class Engine:
         texts = self.limits.texts(text, "text")
         if sources is not None and len(sources) != len(texts):
             raise ValueError(f"{len(sources)} source languages for {len(texts)} texts")
-        at: dict[str, list[int]] = {}  # each language's texts
-        for i, language in enumerate(sources or ()):
-            at.setdefault(language, []).append(i)
-        if len(at) <= 1:
-            how = replace(decoding, source=sources[0]) if at else decoding
+        allowance = Allowance(self.max_request_sequences)
+        if sources is None or len(set(sources)) == 1:
+            how = replace(decoding, source=sources[0]) if sources else decoding
             names = text_names(len(texts), isinstance(text, str))
             return await self._translate_in(
-                texts, names, how, Allowance(self.max_request_sequences), max_new_tokens, truncate, split, format,
-                min_confidence, protect, cut_long,
+                texts, names, how, allowance, max_new_tokens, truncate, split, format, min_confidence, protect,
+                cut_long,
             )  # fmt: skip
         check_chars(texts, self.max_request_chars)  # the request's, which each language's part is within
-        allowance = Allowance(self.max_request_sequences)
-        parts = await all_at_once([
-            self._translate_in(
+
+        def part(language: str, places: list[int]) -> Awaitable[list[Translation]]:
+            return self._translate_in(
                 [texts[i] for i in places], text_names(len(places), False, places),
                 replace(decoding, source=language), allowance, max_new_tokens, truncate, split, format,
                 min_confidence, protect, cut_long,
-            )
-            for language, places in at.items()
-        ])  # fmt: skip
-        out: list[Translation] = [None] * len(texts)  # type: ignore[list-item]
-        for places, part in zip(at.values(), parts, strict=True):
-            for i, t in zip(places, part, strict=True):
-                out[i] = t
-        return out
+            )  # fmt: skip
+
+        return await each_group(sources, part)
 
     async def _translate_in(
         self, texts: list[str], names: list[str], decoding: Decoding, allowance: Allowance,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 # Requests whose texts have at most this many characters in all are tokenized and detokenized on the event loop:
 # that takes tens of microseconds, less than a hop to a thread and back, which also passes the GIL to and fro
 # while the batcher's worker needs it. Longer requests are tokenized on a thread.
@@ -29,3 +30,17 @@ async def all_at_once(parts: list[Awaitable[T]]) -> list[T]:
     except ExceptionGroup as failed:
         raise failed.exceptions[0] from None
     return [t.result() for t in tasks]
+
+
+async def each_group(keys: Sequence[K], run: Callable[[K, list[int]], Awaitable[list[T]]]) -> list[T]:
+    """run(key, places) for each key and the places it has in `keys` (each language's texts, each model's), all at
+    once (all_at_once), and each result back at its place."""
+    groups: dict[K, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    parts = await all_at_once([run(key, places) for key, places in groups.items()])
+    out: list[T] = [None] * len(keys)  # type: ignore[list-item]
+    for places, part in zip(groups.values(), parts, strict=True):
+        for i, item in zip(places, part, strict=True):
+            out[i] = item
+    return out
