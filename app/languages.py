@@ -1,11 +1,13 @@
 """Language codes of a many-to-many model: what a request may call a language, and the model's code it means.
 
 A request may name a language by the model's own code (`deu_Latn`, `de`, `__de__` as M2M100 writes its tokens), by
-ISO 639-1 or 639-3 (`de`, `deu`), or by a BCP 47-like tag with a script or a region (`zh-Hant`, `sr_Cyrl`, `pt-BR`,
-the region ignored). Every spelling goes through one table of ISO 639-1 codes and their 639-3 equivalents,
-macrolanguages with the individual language that NLLB-200 uses for them (`ar`: `ara` and `arb`, `ms`: `msa` and `zsm`).
-A name that fits none of the model's codes, or several without a usual default (Chinese: Simplified), is refused
-with the codes that the model does have.
+ISO 639-1 or 639-3 (`de`, `deu`), or by a BCP 47-like tag with a script or a region (`zh-Hant`, `sr_Cyrl`, `pt-BR`).
+Every spelling goes through one table of ISO 639-1 codes and their 639-3 equivalents, macrolanguages with the
+individual languages that NLLB-200 uses for them (`ar`: `ara` and `arb`, `fa`: `fas`, `pes` and `prs`).
+A region counts where it names a script (`zh-TW`, `pa-PK`: Shahmukhi, not Gurmukhi) or a language of its own (`fa-AF`:
+Dari, `az-IR`: South Azerbaijani); otherwise it is ignored (`pt-BR`). Where a name fits several of the model's codes,
+the one CLDR's likely subtags mean by it is taken (`az`: North Azerbaijani, `ks`: Kashmiri in Arabic script, `zh`:
+Simplified); a name that fits none, or several with no such default, is refused with the codes the model does have.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ ISO_639_1 = {
     "af": "afr", "ak": "aka", "am": "amh", "ar": "ara arb", "as": "asm", "ay": "aym ayr", "az": "aze azj azb",
     "ba": "bak", "be": "bel", "bg": "bul", "bm": "bam", "bn": "ben", "bo": "bod", "br": "bre", "bs": "bos",
     "ca": "cat", "cs": "ces", "cy": "cym", "da": "dan", "de": "deu", "dz": "dzo", "ee": "ewe", "el": "ell",
-    "en": "eng", "eo": "epo", "es": "spa", "et": "est ekk", "eu": "eus", "fa": "fas pes", "ff": "ful fuv",
+    "en": "eng", "eo": "epo", "es": "spa", "et": "est ekk", "eu": "eus", "fa": "fas pes prs", "ff": "ful fuv",
     "fi": "fin", "fj": "fij", "fo": "fao", "fr": "fra", "fy": "fry", "ga": "gle", "gd": "gla", "gl": "glg",
     "gn": "grn gug", "gu": "guj", "ha": "hau", "he": "heb", "hi": "hin", "hr": "hrv", "ht": "hat", "hu": "hun",
     "hy": "hye", "id": "ind", "ig": "ibo", "is": "isl", "it": "ita", "ja": "jpn", "jv": "jav", "ka": "kat",
@@ -38,8 +40,15 @@ ISO_639_1 = {
 }  # fmt: skip
 # M2M100's Northern Sotho; old ISO 639-1 codes; Filipino, which mBART-50's tl_XX and Google's `tl` mean
 ALIASES = {"ns": "nso", "iw": "he", "in": "id", "ji": "yi", "jw": "jv", "fil": "tl"}
-DEFAULT_SCRIPT = {"zho": "Hans"}  # where a language has several scripts and one is meant without saying
-REGION_SCRIPT = {"TW": "Hant", "HK": "Hant", "MO": "Hant", "CN": "Hans", "SG": "Hans"}  # zh-TW: Traditional
+# Where a language has several scripts in a model, the one meant without saying (CLDR's likely subtags)
+DEFAULT_SCRIPT = {"zho": "Hans", "kas": "Arab", "knc": "Latn", "ace": "Latn", "bjn": "Latn", "min": "Latn", "taq": "Latn"}  # fmt: skip
+# Where an ISO 639-1 code covers several individual languages of a model, the one meant without a region
+DEFAULT_LANGUAGE = {"az": "azj", "fa": "pes"}
+# A region that means a script (a tag's script) or a language of its own: zh-TW is Traditional, fa-AF is Dari
+REGIONAL = {
+    ("zh", "TW"): "Hant", ("zh", "HK"): "Hant", ("zh", "MO"): "Hant", ("zh", "CN"): "Hans", ("zh", "SG"): "Hans",
+    ("pa", "PK"): "Arab", ("az", "IR"): "azb", ("fa", "AF"): "prs",
+}  # fmt: skip
 TAG = re.compile(r"^_*([A-Za-z]{2,3})(?:[-_]([A-Za-z]{4}))?(?:[-_]([A-Za-z]{2}|\d{3}))?_*$")
 
 
@@ -76,14 +85,19 @@ def equivalents(language: str) -> frozenset[str]:
 
 
 def parse(code: str) -> tuple[str, str | None] | None:
-    """(language, script) of a model code or tag (`deu_Latn`, `__de__`, `zh-Hant`, `pt-BR`), else None."""
+    """(language, script) of a model code or tag (`deu_Latn`, `__de__`, `zh-Hant`, `pt-BR`), else None; a region
+    that means a script or a language of its own (REGIONAL) gives that script or language (`fa-AF`: `prs`)."""
     m = TAG.match(code.strip())
     if not m:
         return None
-    script = m.group(2) and m.group(2).title()
-    if script is None and m.group(3) and "zh" in equivalents(m.group(1)):
-        script = REGION_SCRIPT.get(m.group(3).upper())
-    return m.group(1).lower(), script
+    language, script, region = m.group(1).lower(), m.group(2) and m.group(2).title(), m.group(3)
+    two = sorted(c for c in equivalents(language) if len(c) == 2)
+    meant = next((REGIONAL[t, region.upper()] for t in two if region and (t, region.upper()) in REGIONAL), None)
+    if meant and len(meant) == 4:
+        script = script or meant
+    elif meant:
+        language = meant
+    return language, script
 
 
 class Languages:
@@ -106,14 +120,31 @@ class Languages:
         fits = [
             c for c, p in self._parsed.items() if same & self._same[c] and (script is None or p[1] in (None, script))
         ]
-        if len(fits) > 1 and script is None:
-            preferred = [c for c in fits if self._parsed[c][1] == DEFAULT_SCRIPT.get(self._parsed[c][0])]
-            fits = preferred if len(preferred) == 1 else fits
+        if len(fits) > 1:
+            fits = self._usual(fits, language, script)
         if len(fits) == 1:
             return fits[0]
         if fits:
-            raise UnknownLanguage(f"{what} {short(name)} is ambiguous here: it may be {', '.join(fits)}; send one of them")
+            raise UnknownLanguage(
+                f"{what} {short(name)} is ambiguous here: it may be {', '.join(fits)}; send one of them"
+            )
+        if script is not None and (other := [c for c in self._parsed if same & self._same[c]]):
+            raise UnknownLanguage(
+                f"this model does not write {what} {short(name)} in the {script} script; it has {', '.join(other)}"
+            )
         raise UnknownLanguage(f"this model does not translate {what} {short(name)}; {self.hint()}")
+
+    def _usual(self, fits: list[str], language: str, script: str | None) -> list[str]:
+        """Of several codes a name fits, the one it means where there is one: the language itself where the model has
+        it (`prs`), a macrolanguage's usual one (`az`: `azj`), in its usual script unless the name gave one (`ks`)."""
+        two = sorted(c for c in equivalents(language) if len(c) == 2)
+        for meant in (language, *(DEFAULT_LANGUAGE[t] for t in two if t in DEFAULT_LANGUAGE)):
+            if narrowed := [c for c in fits if self._parsed[c][0] == meant]:
+                fits = narrowed
+                break
+        if script is None and len(fits) > 1:
+            fits = [c for c in fits if self._parsed[c][1] == DEFAULT_SCRIPT.get(self._parsed[c][0])] or fits
+        return fits
 
     def hint(self) -> str:
         shown = ", ".join(self.codes[:20]) + (", ..." if len(self.codes) > 20 else "")

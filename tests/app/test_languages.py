@@ -9,8 +9,9 @@ from app.languages import Languages, UnknownLanguage
 from model.multilingual_tokenizer import M2M100_LANGUAGES, MBART50_LANGUAGES
 
 NLLB = [
-    "arb_Arab", "ary_Arab", "deu_Latn", "eng_Latn", "fra_Latn", "heb_Hebr", "por_Latn", "srp_Cyrl", "tgl_Latn",
-    "yue_Hant", "zho_Hans", "zho_Hant", "zsm_Latn",
+    "arb_Arab", "ary_Arab", "azb_Arab", "azj_Latn", "deu_Latn", "eng_Latn", "fra_Latn", "heb_Hebr", "kas_Arab",
+    "kas_Deva", "pan_Guru", "pes_Arab", "por_Latn", "prs_Arab", "srp_Cyrl", "tgl_Latn", "yue_Hant", "zho_Hans",
+    "zho_Hant", "zsm_Latn",
 ]  # fmt: skip
 FAMILIES = {
     "nllb": Languages(NLLB),
@@ -35,6 +36,17 @@ CASES = [  # name: what each family's model takes it for (None: a 422)
     ("fil", {"nllb": "tgl_Latn", "m2m100": "tl", "mbart50": "tl_XX"}),
     ("ms", {"nllb": "zsm_Latn", "m2m100": "ms", "mbart50": None}),
     ("sr", {"nllb": "srp_Cyrl", "m2m100": "sr", "mbart50": None}),
+    # where several of a model's languages fit: the one CLDR's likely subtags mean, or the region's own
+    ("az", {"nllb": "azj_Latn", "m2m100": "az", "mbart50": "az_AZ"}),  # North Azerbaijani, not South
+    ("az-IR", {"nllb": "azb_Arab", "m2m100": "az", "mbart50": "az_AZ"}),
+    ("az-Arab", {"nllb": "azb_Arab", "m2m100": "az", "mbart50": "az_AZ"}),  # their codes say no script
+    ("fa", {"nllb": "pes_Arab", "m2m100": "fa", "mbart50": "fa_IR"}),  # Iranian Persian
+    ("fa-AF", {"nllb": "prs_Arab", "m2m100": "fa", "mbart50": "fa_IR"}),  # Dari
+    ("prs", {"nllb": "prs_Arab", "m2m100": "fa", "mbart50": "fa_IR"}),
+    ("ks", {"nllb": "kas_Arab", "m2m100": None, "mbart50": None}),  # Kashmiri is written in Arabic script
+    ("ks-Deva", {"nllb": "kas_Deva", "m2m100": None, "mbart50": None}),
+    ("pa", {"nllb": "pan_Guru", "m2m100": "pa", "mbart50": None}),
+    ("pa-PK", {"nllb": None, "m2m100": "pa", "mbart50": None}),  # Shahmukhi, which NLLB-200 does not write
     ("xx", {"nllb": None, "m2m100": None, "mbart50": None}),
 ]
 
@@ -44,7 +56,8 @@ CASES = [  # name: what each family's model takes it for (None: a 422)
 def test_a_name_resolves_to_the_families_code_or_is_refused_with_what_the_model_has(family, name, expected):
     languages = FAMILIES[family]
     if expected[family] is None:
-        with pytest.raises(UnknownLanguage, match=r"does not translate language .* it has \d+ languages"):
+        refusal = r"does not translate language .* it has \d+ languages|does not write language .* in the \w{4} script"
+        with pytest.raises(UnknownLanguage, match=refusal):
             languages.resolve(name)
     else:
         assert languages.resolve(name) == expected[family]

@@ -216,7 +216,7 @@ async def test_a_list_in_several_languages_is_one_request_within_its_limits(dirs
         ({"source": "de"}, 422, "name the target"),
         ({"source": "de", "target": "xx"}, 422, "does not translate target 'xx'; it has 20[0-9] languages"),
         ({"source": "q!", "target": "fr"}, 422, "source 'q!' is not a language code"),
-        ({"source": "de", "target": "az"}, 422, "target 'az' is ambiguous here: it may be azb_Arab, azj_Latn"),
+        ({"source": "de", "target": "pa-PK"}, 422, "does not write target 'pa-PK' in the Arab script; it has pan_Guru"),
         ({"source": "auto", "text": "   ", "target": "fr"}, 422, "the text is blank"),
         ({"model": "nope", "target": "fr"}, 422, "there is no model 'nope'"),
     ],
@@ -232,7 +232,7 @@ async def test_a_language_it_does_not_have_is_a_422_that_lists_what_it_has(clien
 @pytest.mark.parametrize(
     "fields, message",
     [({"source": "de"}, "name the target"), ({"target": "xx"}, "does not translate target 'xx'"),
-     ({"model": "nllb", "source": "de", "target": "az"}, "target 'az' is ambiguous"),
+     ({"model": "nllb", "source": "de", "target": "sr-Latn"}, "does not write target 'sr-Latn' in the Latn script"),
      ({"model": "nllb", "source": "xx", "target": "fr"}, "source 'xx'")],
 )  # fmt: skip
 async def test_a_file_upload_naming_no_target_or_one_the_model_lacks_is_a_422_before_any_job(client, fields, message):
@@ -278,20 +278,24 @@ async def test_languages_the_detector_names_otherwise_are_detected_as_the_models
 
 
 async def test_deepl_lists_only_the_languages_its_translate_takes(client):
-    """DeepL's codes have no script: NLLB's Azerbaijani (`azb_Arab`, `azj_Latn`) and the other languages it has in two
-    scripts or kinds are no DeepL code, and were listed although /v2/translate refused them."""
+    """DeepL's codes have no script: a language NLLB has in two scripts or kinds is listed once, as the one its code
+    means (`AZ`: North Azerbaijani, `KS`: Kashmiri in Arabic script); they were listed, and refused by /v2/translate
+    as ambiguous, then left out."""
     listed = {}
     for kind in ("source", "target"):
         r = await client.get("/deepl/v2/languages", params={"type": kind})
         listed[kind] = [x["language"] for x in r.json()]
-        assert not {"AZ", "ACE", "BJN", "KR", "KS", "TAQ"} & set(listed[kind]), listed[kind]
-        assert listed[kind] == sorted(listed[kind])  # by code, as DeepL lists them
+        assert {"AZ", "ACE", "BJN", "KR", "KS", "TAQ"} <= set(listed[kind]), listed[kind]
+        assert listed[kind] == sorted(listed[kind]) and len(set(listed[kind])) == len(listed[kind])  # by code, once
     assert {"DE", "FR", "EN"} <= set(listed["source"]) and len(listed["source"]) > 150
     pairs = (await client.get("/deepl/v2/glossary-language-pairs")).json()["supported_languages"]
-    assert not any("az" in (p["source_lang"], p["target_lang"]) for p in pairs)
+    assert {"source_lang": "az", "target_lang": "fr"} in pairs
     glossary = {"name": "g", "source_lang": "az", "target_lang": "fr", "entries": "it\tchien", "entries_format": "tsv"}
-    r = await client.post("/deepl/v2/glossaries", data=glossary)  # stored, it could never be used
-    assert r.status_code == 400 and "Unsupported glossary language pair az->fr" in r.text, r.text
+    r = await client.post("/deepl/v2/glossaries", data=glossary)
+    assert r.status_code == 201, r.text
+    r = await client.post("/deepl/v2/translate", json={"text": ["Bir it."], "source_lang": "AZ", "target_lang": "FR",
+                                                      "glossary_id": r.json()["glossary_id"]})  # fmt: skip
+    assert r.status_code == 200 and "chien" in r.json()["translations"][0]["text"], r.text
     for code in [c for c in listed["target"][::20] if c != "DE"]:
         r = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "source_lang": "DE",
                                                           "target_lang": code})  # fmt: skip
@@ -370,6 +374,17 @@ async def test_attention_decodes_in_the_requested_target_language_as_translate_d
     assert english["decoder_tokens"] != french["decoder_tokens"]
 
 
+async def test_a_name_of_several_of_the_model_s_languages_means_the_usual_one_or_its_region_s(client):
+    """`az` fitted North and South Azerbaijani (a 422 saying it was ambiguous), `ks` two scripts of Kashmiri; `fa-AF`
+    (Dari) and `pa-PK` (Punjabi in Shahmukhi) were taken for Iranian Persian and Punjabi in Gurmukhi."""
+    for name, code in (("az", "azj_Latn"), ("az-IR", "azb_Arab"), ("fa", "pes_Arab"), ("fa-AF", "prs_Arab"),
+                       ("ks", "kas_Arab"), ("ks-Deva", "kas_Deva"), ("kr", "knc_Latn"), ("zh-HK", "zho_Hant")):  # fmt: skip
+        r = await client.post("/tokenize", json={"text": "Hallo.", "side": "target", "language": name})
+        assert r.status_code == 200 and r.json()["results"][0]["tokens"][0]["text"] == code, (name, r.text)
+    r = await client.post("/translate", json={"text": "Ein Hund.", "source": "de", "target": "pa-PK"})
+    assert r.status_code == 422 and "it has pan_Guru" in r.json()["error"], r.text
+
+
 async def test_tokenize_puts_the_requested_language_s_code_where_transformers_does(client, dirs):
     text = "Un chien court dans le parc."
     for side, language, code in (("source", "fr", "fra_Latn"), ("target", "de-DE", "deu_Latn"),
@@ -391,13 +406,13 @@ async def test_tokenize_puts_the_requested_language_s_code_where_transformers_do
     [
         ("/attention", {"target_language": "xx"}, "does not translate target 'xx'; it has 20[0-9] languages"),
         ("/attention", {"source_language": "q!"}, "source 'q!' is not a language code"),
-        ("/attention", {"source_language": "de", "target_language": "az"}, "target 'az' is ambiguous here"),
+        ("/attention", {"source_language": "de", "target_language": "ks-Latn"}, "target 'ks-Latn' in the Latn"),
         ("/attention", {"source_language": "auto", "text": "   "}, "the text is blank"),
         ("/attention", {"target_language": "auto"}, "target 'auto' is not a language code"),
         ("/attention", {"target_language": ""}, "name the target"),
         ("/attention", {"model": "nope", "target_language": "fr"}, "there is no model 'nope'"),
         ("/tokenize", {"language": "xx"}, "does not translate source 'xx'"),
-        ("/tokenize", {"language": "az", "side": "target"}, "target 'az' is ambiguous here"),
+        ("/tokenize", {"language": "pa-Arab", "side": "target"}, "does not write target 'pa-Arab' in the Arab"),
         ("/tokenize", {"language": "auto", "side": "target"}, "target 'auto' is not a language code"),
         ("/tokenize", {"language": "auto", "text": ["", " "]}, "the text is blank"),
     ],
@@ -468,7 +483,7 @@ async def test_a_stored_glossary_of_a_language_the_model_lacks_is_a_422_naming_i
         body = {"text": "一隻狗。", "glossary_id": stored.json()["glossary_id"], "model": "mbart"}
         r = await client.post("/translate", json=body)
         assert r.status_code == 422, r.text  # it said "is zh-Hant->pt-BR, but this request is zh-Hant->pt-BR"
-        assert "is zh-Hant->pt-BR, and this model does not translate source 'zh-Hant'" in r.json()["error"], r.text
+        assert "is zh-Hant->pt-BR, and this model does not write source 'zh-Hant' in the Hant" in r.json()["error"]
 
 
 async def test_a_long_language_name_is_cut_in_the_error_of_every_api(client):
