@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from functools import cached_property
+from functools import cache, cached_property
 
 # ISO 639-1 -> its ISO 639-3 codes (terminology codes; a macrolanguage first, then the individual languages that
 # NLLB-200's codes use for it)
@@ -64,6 +64,19 @@ def short(text: str) -> str:
 def cut(text: str) -> str:
     """The text, or its first 37 characters and "..." when it has more than 40."""
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+@cache
+def english_name(code: str) -> str:
+    """A language code's English name, as CLDR and the IANA registry give it (`de`: German, `zh-Hant`: Chinese
+    (Traditional), `ace_Arab`: Acehnese (Arabic), `hne`: Chhattisgarhi); the code itself where they have none."""
+    import langcodes  # its names (~30 MB) load when a list of languages is first asked for, not with the server
+
+    try:
+        name = langcodes.Language.get(code.strip().replace("_", "-")).display_name()
+    except ValueError:
+        return code
+    return code if name.startswith("Unknown language") else name
 
 
 def same(a: str, b: str) -> bool:

@@ -24,6 +24,7 @@ from app.files_api import translated_file
 from app.jobs import JobError, JobNotDone, UnknownJob
 from app.jobs.intake import extensions, job_for, read
 from app.jobs.store import ID
+from app.languages import english_name
 from app.models import Models
 from app.protect.spans import ADDRESSES
 from app.schemas import ErrorResponse, scrub
@@ -31,7 +32,7 @@ from app.text import Engine, Translation
 from app.text.directions import MULTILINGUAL
 from app.text.limits import GREEDY, MAX_BEAM, Decoding
 
-# English names of ISO 639-1 codes: LibreTranslate's languages and a few more; another code is named by itself.
+# LibreTranslate's own names of its languages and a few more; another code is named by CLDR (english_name).
 NAMES = dict(
     item.split("=") for item in (
         "ar=Arabic az=Azerbaijani bg=Bulgarian bn=Bengali ca=Catalan cs=Czech cy=Welsh da=Danish de=German "
@@ -265,7 +266,7 @@ def pick(models: Models, source: str, target: str) -> Engine:
 
 
 def name(code: str) -> str:
-    return NAMES.get(code, code)
+    return NAMES.get(code) or english_name(code)
 
 
 def others(translation: str, hypotheses: list[str]) -> list[str]:

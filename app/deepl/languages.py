@@ -6,7 +6,7 @@ import re
 
 from app.deepl.errors import DeepLError
 from app.engine import EngineUnavailable
-from app.languages import UnknownLanguage, cut
+from app.languages import UnknownLanguage, cut, english_name
 from app.libretranslate import NAMES, many, targets
 from app.models import Models, UnknownModel
 from app.text import Engine
@@ -31,7 +31,7 @@ def deepl_code(code: str) -> str:
 
 
 def name(code: str) -> str:
-    return NAMES.get(base(code), code)
+    return NAMES.get(base(code)) or english_name(code)
 
 
 def sources(models: Models) -> list[str]:

@@ -46,6 +46,11 @@ def test_libretranslatepy_translates_between_any_two_languages_and_lists_them(ba
     languages = {x["code"]: x for x in client.languages()}
     assert len(languages) == 202 and {"de", "fr", "en", "ja", "zh", "zh-Hant"} <= set(languages)
     assert languages["de"]["name"] == "German" and len(languages["de"]["targets"]) == 201
+    # every language by its name, as LibreTranslate's clients show them (they were named by code: "hne", "af")
+    assert (languages["af"]["name"], languages["hne"]["name"], languages["zh-Hant"]["name"]) == (
+        "Afrikaans", "Chhattisgarhi", "Chinese (Traditional)")  # fmt: skip
+    assert languages["ace_Arab"]["name"] == "Acehnese (Arabic)" and languages["ace"]["name"] == "Acehnese"
+    assert not [x for x in languages.values() if x["name"] == x["code"]]
     assert "de" not in languages["de"]["targets"] and "fr" in languages["de"]["targets"]
     settings = httpx.get(f"{base}/libretranslate/frontend/settings", timeout=10).json()
     assert settings["language"]["target"] == {"code": "fr", "name": "French"}  # the model's saved target language

@@ -285,6 +285,9 @@ async def test_deepl_lists_only_the_languages_its_translate_takes(client):
     for kind in ("source", "target"):
         r = await client.get("/deepl/v2/languages", params={"type": kind})
         listed[kind] = [x["language"] for x in r.json()]
+        named = {x["language"]: x["name"] for x in r.json()}
+        assert named["AF"] == "Afrikaans" and named["HNE"] == "Chhattisgarhi"  # each by its name, not its code
+        assert not [code for code, name in named.items() if name in (code, code.lower())]
         assert {"AZ", "ACE", "BJN", "KR", "KS", "TAQ"} <= set(listed[kind]), listed[kind]
         assert listed[kind] == sorted(listed[kind]) and len(set(listed[kind])) == len(listed[kind])  # by code, once
     assert {"DE", "FR", "EN"} <= set(listed["source"]) and len(listed["source"]) > 150
