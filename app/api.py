@@ -28,14 +28,14 @@ open_routes = APIRouter()
 router = APIRouter(responses=ERRORS)  # behind require_api_key when a key is set
 
 
-@open_routes.get("/health", response_model=s.StatusResponse)
+@open_routes.api_route("/health", methods=["GET", "HEAD"], response_model=s.StatusResponse)  # HEAD: some probes
 async def health() -> s.StatusResponse:
     """Liveness: 200 while the process runs, even before the model is loaded."""
     return s.StatusResponse(status="ok")
 
 
-@open_routes.get(
-    "/ready", response_model=s.ReadyResponse, response_model_exclude_none=True,
+@open_routes.api_route(
+    "/ready", methods=["GET", "HEAD"], response_model=s.ReadyResponse, response_model_exclude_none=True,
     responses={503: {"model": s.ErrorResponse}},
 )  # fmt: skip
 async def ready(models: ModelsDep, request: Request):

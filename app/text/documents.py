@@ -141,8 +141,9 @@ def weakest(qualities: list[Quality | None]) -> Quality | None:
 
 def alternatives(parts: list[Translation]) -> int:
     """How many hypotheses the n-best lists of a text's parts make together: as many as the shortest list of a part
-    not withheld (a part withheld under min_confidence has none, and stands as itself in each)."""
-    return min((len(p.hypotheses) for p in parts if p.hypotheses or not p.withheld), default=0)
+    the model gave (a part withheld under min_confidence, or kept as written, has none and stands as itself in
+    each)."""
+    return min((len(p.hypotheses) for p in parts if p.hypotheses or not (p.withheld or p.kept)), default=0)
 
 
 def ith(part: Translation, i: int) -> Translation:

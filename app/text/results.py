@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from app.detokenize import IncrementalText
+from app.detokenize import settled
 from app.segment import blank
 from model.confidence import DIGITS, Calibration, Quality, judge
 from model.hypothesis import Hypothesis
@@ -50,6 +50,7 @@ class Translation:
     detected_source: str | None = None  # the source language detected for it (app/calls.py), where it was
     # the decoder steps of what it gives, which its score is of (None: all of output_tokens; 0 when it is withheld)
     scored_steps: int | None = None
+    kept: bool = False  # come back as written, no model's (no letter: app/segment.py's worded()); in every n-best
 
     @property
     def given_steps(self) -> int:
@@ -87,7 +88,7 @@ def translations(
     for i, src in enumerate(srcs):
         if i not in hyps:  # not translated; an alignment and words asked for: none
             back = "" if blank(texts[i]) else texts[i] if written is None else written[i]
-            t = Translation(back, "eos", [], 0.0, 0, 0, i in truncated, piece)
+            t = Translation(back, "eos", [], 0.0, 0, 0, i in truncated, piece, kept=True)
             t.alignment, t.words = ([] if alignments is not None else None), ([] if words else None)
             out.append(t)
             continue
@@ -119,15 +120,15 @@ def word_confidences(
     [start, end) characters and its probability as generated: the product of its tokens' probabilities. A token
     that adds no text yet (part of a character's bytes) counts towards the word that shows it; where that word ends
     before the next token's own word begins (a byte's "m", then "▁wur": "m wur" at once), the two stay two words."""
-    detok, out, pending = IncrementalText(tokenizer, tokenizer.byte_ids), [], 0.0
-    for token, logprob in zip(ids, logprobs):  # logprobs has one more, for </s>
-        start, held = len(detok.text), pending  # held: the tokens that showed nothing so far
-        delta = detok.add(token)
+    out, pending, shown = [], 0.0, ""
+    for (_, delta, _), logprob in zip(settled(tokenizer, tokenizer.byte_ids, ids), logprobs):  # one more, for </s>
+        start, held = len(shown), pending  # held: the tokens that showed nothing so far
+        shown += delta
         pending += logprob
         runs = [(start + m.start(), min(start + m.end(), len(target))) for m in _VISIBLE.finditer(delta)]
         for k, (first, end) in enumerate(runs):  # none: nothing to show yet, or only spaces: carried to the next word
             p = pending if len(runs) == 1 else held if k == 0 else logprob if k == len(runs) - 1 else 0.0
-            if not out or first == 0 or detok.text[first - 1].isspace():  # a space before it (its own or the last's)
+            if not out or first == 0 or shown[first - 1].isspace():  # a space before it (its own or the last's)
                 out.append([min(first, len(target)), end, p])
             else:
                 out[-1][1], out[-1][2] = end, out[-1][2] + p
@@ -142,12 +143,10 @@ def aligned(tokenizer: TextTokenizer, source: str, target: str, ids: list[int], 
     for i in reversed(range(len(src) - 1)):  # "▁" alone (a vocabulary without "▁Ü" splits "Über" so): the word's
         if src[i][0] == src[i][1]:
             src[i] = src[i + 1]
-    detok, spans = IncrementalText(tokenizer, tokenizer.byte_ids), []
-    for token in ids:
-        start = len(detok.text)
-        delta = detok.add(token)
-        start += len(delta) - len(delta.lstrip())
-        spans.append((min(start, len(target)), min(len(detok.text), len(target))))
+    spans = []
+    for _, delta, end in settled(tokenizer, tokenizer.byte_ids, ids):
+        start = end - len(delta.lstrip())
+        spans.append((min(start, len(target)), min(end, len(target))))
     return [Aligned(t, s, spans[t], src[s] if s < len(src) else (0, 0)) for t, s in enumerate(to_source)]
 
 

@@ -112,13 +112,14 @@ async def stream_events(
                     token = await anext(tokens, None)
                 if token is None:
                     break
-                waiting.append((token, detok.add(token), len(detok.text)))
+                waiting += detok.add(token)  # a byte run's tokens wait for the run to close
                 while not spans and len(waiting) > bool(tail):  # with a tail, each sent when the next comes
                     sent, delta, _ = waiting.pop(0)
                     delta = pending + delta
                     shown, pending = shown + delta, ""
                     yield Token(index, sent, delta, shown)
                     index += 1
+            waiting += detok.close()  # a byte run the translation ends with
             hyps.append(await tokens.result())
             model_texts.append(engine.tokenizer.decode(hyps[-1].tokens))
             translated, deltas = model_texts[-1], [delta for _, delta, _ in waiting]

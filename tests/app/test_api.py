@@ -27,6 +27,9 @@ served = pytest.fixture(scope="module", params=MODES, name="served")(served_in) 
 async def test_health_and_ready(app, client):
     assert (await client.get("/health")).json() == {"status": "ok"}
     assert (await client.get("/ready")).json() == {"status": "ready", "models": {app.state.engine.name: "ready"}}
+    for path in ("/health", "/ready"):  # as load balancers' probes may ask (it was a 405)
+        r = await client.head(path)
+        assert r.status_code == 200 and r.content == b"", (path, r.status_code)
 
 
 async def test_info_describes_model_device_and_limits(client, settings, tiny_model):
@@ -195,6 +198,24 @@ async def test_a_stream_sends_each_token_then_the_plain_translation_byte_pieces_
     assert any(p.startswith("<0x") for p in pieces)  # the random model emits byte-fallback pieces
 
 
+async def test_a_character_of_bytes_that_ends_the_translation_is_streamed_and_aligned_with_its_last_byte(client):
+    """It came only in the final event (the tokens' texts added up to "Ein " for "Ein ❤"), and no token's span held it."""
+    for seed in range(100):  # a draw that the budget ends on a byte-fallback piece
+        body = {"text": "A heart.", "max_new_tokens": 6, "sampling_topk": 0, "seed": seed}
+        plain = (await client.post("/translate", json={**body, "return_tokens": True})).json()["translations"][0]
+        if plain["tokens"][-1].startswith("<0x") and not plain["tokens"][-2].startswith("<0x"):
+            break
+    else:
+        pytest.fail("no draw ended on a byte")
+    events, plain = await stream_and_plain(client, body)
+    assert_stream_matches(events, plain)
+    text = plain["translations"][0]["text"]
+    assert events[-2]["text_so_far"] == events[-1]["text"] == text and events[-2]["token"]["text"] != ""
+    aligned = await client.post("/translate", json={**body, "return_alignment": True})
+    spans = [a["target_span"] for a in aligned.json()["translations"][0]["alignment"]]
+    assert spans[-1][1] == len(text) > spans[-1][0] and spans[-2][1] < len(text)  # its character: the byte's own
+
+
 async def test_a_stream_on_a_trained_model_ends_at_eos_with_the_plain_translation(trained_checkpoint, pairs):
     async with serve(Settings(model_dir=trained_checkpoint, max_new_tokens=60)) as (_, client):
         finishes = []
@@ -244,6 +265,12 @@ async def test_a_text_or_sentence_without_a_letter_comes_back_as_written_on_ever
         page["translations"][0]["text"].startswith("<p><b>1.</b> ")
         and page["translations"][0]["text"].count("<b>") == 1
     )
+    # an n-best list: each of its hypotheses has the sentence as written (a text with one had no list at all)
+    for decoding in ({"beam_size": 3}, {"sampling_topk": 0, "seed": 1}):
+        body = {"text": ["A dog runs. 42.", "A dog runs.\n--\nA cat."], "num_hypotheses": 3, **decoding}
+        for t in (await client.post("/translate", json=body)).json()["translations"]:
+            assert len(t["hypotheses"]) == 3 and t["hypotheses"][0]["text"] == t["text"], (decoding, t)
+            assert all(h["text"].endswith(" 42.") or "\n--\n" in h["text"] for h in t["hypotheses"]), t
     body = {"text": ["A dog runs. 42.", "42"], "return_alignment": True, "return_word_confidence": True}
     aligned, kept = (await client.post("/translate", json=body)).json()["translations"]
     assert aligned["alignment"] and all(a["source_span"][1] <= len("A dog runs.") for a in aligned["alignment"])
