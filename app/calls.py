@@ -7,6 +7,7 @@ from app import detect
 from app import schemas as s
 from app.engine import InvalidRequest
 from app.glossaries import Glossary, fits, terms
+from app.languages import cut
 from app.protect.spans import Protect, protection
 from app.segment import blank
 from app.text import Attention, Engine, Translation, inspection
@@ -101,8 +102,16 @@ def read(texts: list[str], format: str) -> list[str]:
 
 
 def protected(body: s.TranslateRequest) -> Protect | None:
-    """The request's protected spans, checked against their limits (app/protect/); None when it protects none."""
-    return protection(body.protect, body.protect_terms, body.protect_patterns)
+    """The request's protected spans, checked against their limits (app/protect/); None when it protects none. A
+    target prefix holding one is refused: the span would come twice, the prefix's read by the model as words."""
+    protect = protection(body.protect, body.protect_terms, body.protect_patterns)
+    if protect is not None and body.target_prefix and (spans := protect.spans(body.target_prefix)):
+        a, b = spans[0]
+        raise InvalidRequest(
+            f"target_prefix holds {cut(body.target_prefix[a:b])!r}, a span this request protects, which the server "
+            "puts back itself where the words around it go: send the prefix without it"
+        )
+    return protect
 
 
 async def run_attention(engine: Engine, body: s.AttentionRequest) -> Attention:

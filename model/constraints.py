@@ -45,6 +45,9 @@ class Phrase:
     tokens: tuple[int, ...]
     instead_of: frozenset[int] = frozenset()
     source_at: frozenset[int] = frozenset()  # the source positions of the term it translates (encoder input's)
+    # the source positions of its source term where it is kept as written (an HTML element with translate="no"): a
+    # step that translates one is no place for the term, which would take the kept element's place
+    kept_at: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +67,16 @@ class Constraints:
     def __init__(self, phrases: tuple[Phrase, ...], stops: frozenset[int] = frozenset()):
         merged: dict[tuple[int, ...], frozenset[int]] = {}
         sources: dict[tuple[int, ...], frozenset[int]] = {}
+        kept: dict[tuple[int, ...], frozenset[int]] = {}
         for p in phrases:
             if p.tokens:
                 merged[p.tokens] = merged.get(p.tokens, frozenset()) | p.instead_of
                 sources[p.tokens] = sources.get(p.tokens, frozenset()) | p.source_at
+                kept[p.tokens] = kept.get(p.tokens, frozenset()) | p.kept_at
         self.phrases = tuple(merged)
         self.stops = sorted(stops)  # the target tokens that end a sentence, where the source ends one
         self.translating: dict[int, list[int]] = {}  # a source position -> the constraints whose term is there
+        self.away: dict[int, set[int]] = {}  # a source position -> the constraints whose term is kept as written there
         self.firsts: dict[int, list[int]] = {}  # first token -> the constraints that begin with it
         self.instead: dict[int, list[int]] = {}  # a rendering's token -> the constraints that begin in its place
         self.replaced = [sorted(merged[phrase]) for phrase in self.phrases]  # each constraint's renderings
@@ -80,6 +86,8 @@ class Constraints:
                 self.instead.setdefault(t, []).append(i)
             for at in sources[phrase]:
                 self.translating.setdefault(at, []).append(i)
+            for at in kept[phrase] - sources[phrase]:
+                self.away.setdefault(at, set()).add(i)
         self.total = sum(map(len, self.phrases))
 
     def forced(self, p: Progress) -> int | None:
@@ -117,28 +125,39 @@ class Constraints:
                 return Progress(p.met, i, 1, p.closing)
         return Progress(p.met, closing=p.closing) if p.ended >= 0 else p
 
-    def instead_of(self, p: Progress, token: int) -> int | None:
-        """The first token of an unmet constraint that begins in place of `token`, or None."""
-        return next((self.phrases[i][0] for i in self.instead.get(token, ()) if i not in p.met), None)
+    def instead_of(self, p: Progress, token: int, away: set[int] | tuple = ()) -> int | None:
+        """The first token of an unmet constraint that begins in place of `token`, or None (`away`: constraints that
+        may not begin here)."""
+        return next((self.phrases[i][0] for i in self.instead.get(token, ()) if i not in p.met and i not in away), None)
 
     def aligned(self, p: Progress, at: int | None) -> list[int]:
         """The unmet constraints whose source term is at `at`, the source position a step's new token aligns to."""
         return [i for i in self.translating.get(at, ()) if i not in p.met and i != p.current] if at is not None else []
 
-    def pick(self, p: Progress, row, choice: int, left: int, margin: float, at: int | None = None) -> int:
+    def pick(
+        self, p: Progress, row, choice: int, left: int, margin: float, at: int | None = None, spaced: bool = False
+    ) -> int:
         """One row's next token: `choice` is what it would pick from its step `row` (model/batch.py's StepRow) with
         </s> barred; `left`: the tokens it may still take, this one and </s> included; `at`: the source position the
-        step's new token aligns to, where the step said (None)."""
+        step's new token aligns to, where the step said (None); `spaced`: the last token was a space alone, after
+        which no constraint begins (its first token's own space would make two) unless the budget leaves no choice."""
         if (token := self.forced(p)) is not None:
             return token
         unmet = self.unmet(p)
         if not unmet:
             return choice
-        if (token := self.instead_of(p, choice)) is not None:
+        away = self.away.get(at, ()) if at is not None else ()  # the step translates a word kept as written
+        if spaced:
+            away = set(unmet)
+        if (token := self.instead_of(p, choice, away)) is not None:
             return token
         firsts = [self.phrases[i][0] for i in unmet]
         if choice in firsts:
             return choice
+        if away and not p.closing and left - 1 > self.needed(p):
+            if not (unmet := [i for i in unmet if i not in away]):
+                return choice
+            firsts = [self.phrases[i][0] for i in unmet]
         if there := self.aligned(p, at):  # the step translates a term's source term: the term in its place
             if len(there) == 1:
                 return self.phrases[there[0]][0]

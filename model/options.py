@@ -29,6 +29,7 @@ class DecodingOptions:
     constraints: tuple[Phrase, ...] = ()
     constraint_margin: float = 5.0  # one row: a phrase begins where its first token is this close to the pick (nats)
     stops: frozenset[int] = frozenset()  # the target tokens that end a sentence (.!?), where the source ends one
+    spaces: frozenset[int] = frozenset()  # the target tokens that are a space alone ("▁"): no phrase begins after one
     # (V,) True for tokens that continue a word: none may follow a phrase. The engine's searches get a tensor on its
     # device; a front-end makes it without torch, as an array, which the engine process turns into one
     glued: torch.Tensor | np.ndarray | None = None

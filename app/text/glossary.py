@@ -51,6 +51,7 @@ class Terms:
         self.multilingual = multilingual  # the source terms are encoded in the request's source language
         self._glued: torch.Tensor | np.ndarray | None = None  # the core's word_continuations()
         self._stops: frozenset[int] | None = None
+        self._spaces: frozenset[int] | None = None
         self._vocabulary: list[str] | None = None  # _pieces()
         self._renderings: OrderedDict[tuple[str | None, str | None, str], int | None] = OrderedDict()
 
@@ -63,7 +64,9 @@ class Terms:
         tokens up to NMT_MAX_NEW_TOKENS unless the request `fixed` it, and a 422 says where the budget leaves no room
         for them."""
         places = [occurrences(t, decoding.glossary, decoding.glossary_ignore_case) for t in texts]
+        away = [[] for _ in texts]  # each text's occurrences kept as written
         if kept:
+            away = [[p for p in found if inside(p[1], p[2])] for found, inside in zip(places, kept, strict=True)]
             places = [[p for p in found if not inside(p[1], p[2])] for found, inside in zip(places, kept, strict=True)]
         found = [entries(p) for p in places]
         glued = await self.glued() if any(found) else None
@@ -76,24 +79,40 @@ class Terms:
             if not terms:
                 out.append(options)
                 continue
-            need = sum(len(targets[t]) for t in dict.fromkeys(t for _, t in terms)) + len(options.prefix)
+            mine = self._completing(options, decoding.target_prefix, [t for _, t in terms])
+            need = sum(len(targets[t]) for t in dict.fromkeys(t for _, t in terms)) + len(mine.prefix)
             if not fixed:  # the default budget has room for the prefix already
                 budgets[i] = min(self.max_new_tokens, budgets[i] + need - len(options.prefix))
             if need >= budgets[i]:
                 raise InvalidRequest(
                     f"the glossary's terms found in {names[i]} need {need} tokens"
-                    + (" with target_prefix's" if options.prefix else "")
+                    + (" with target_prefix's" if mine.prefix else "")
                     + f", and max_new_tokens leaves room for {budgets[i] - 1} besides </s>; raise max_new_tokens (at "
                     f"most {self.max_new_tokens}) or use fewer terms"
                 )
-            at = source_positions(texts[i], self._source_tokens(texts[i], decoding), places[i])
+            tokens = self._source_tokens(texts[i], decoding)
+            at, held = source_positions(texts[i], tokens, places[i]), source_positions(texts[i], tokens, away[i])
+            renders = {s: frozenset() if instead[s] is None else frozenset({instead[s]}) for s, _ in terms}
             phrases = tuple(
-                Phrase(targets[t], frozenset() if instead[s] is None else {instead[s]}, at.get(t, frozenset()))
-                for s, t in terms
+                Phrase(targets[t], renders[s], at.get(t, frozenset()), held.get(t, frozenset())) for s, t in terms
             )
             stops = self.stops() if ends_sentence(texts[i]) else frozenset()
-            out.append(replace(options, constraints=phrases, glued=glued, stops=stops))
+            out.append(replace(mine, constraints=phrases, glued=glued, stops=stops, spaces=self.spaces()))
         return out
+
+    def _completing(self, options: DecodingOptions, prefix: str | None, terms: list[str]) -> DecodingOptions:
+        """`options`, with a target prefix that ends in the first part of a term ("Ein Köt", for "Köter") made to end
+        with the whole term: the term is then met in the prefix, where it was forced again after it ("Ein Köter läuft
+        ... Köter"). The translation still starts with the prefix as written."""
+        if not options.prefix or not prefix or prefix[-1].isspace():
+            return options
+        starts = [k for k in range(len(prefix)) if k == 0 or prefix[k - 1].isspace()]
+        for k in starts:  # the longest part first
+            for term in terms:
+                if term != prefix[k:] and term.startswith(prefix[k:]):
+                    ids = self.tokenizer.encode(prefix[:k] + term, "target", False)
+                    return replace(options, prefix=tuple(ids))
+        return options
 
     def _source_tokens(self, text: str, decoding: Decoding) -> list:
         """The text's source tokens with their offsets, as the encoder reads them (none where the limit cuts it)."""
@@ -106,6 +125,12 @@ class Terms:
         if self._stops is None:
             self._stops = frozenset(i for i, p in enumerate(self._pieces()) if is_stop(p))
         return self._stops
+
+    def spaces(self) -> frozenset[int]:
+        """The target tokens that are a space alone ("▁"), found once."""
+        if self._spaces is None:
+            self._spaces = frozenset(i for i, p in enumerate(self._pieces()) if p == "▁")
+        return self._spaces
 
     def _pieces(self) -> list[str]:
         """The target vocabulary's tokens as strings, by id (read once: glued() and stops() both look at them)."""

@@ -247,3 +247,46 @@ async def test_beam_search_with_terms_finds_a_translation_at_least_as_likely_as_
             found = await best(text="A bike.", glossary=glossary, beam_size=beam, return_tokens=True)
             after = found["tokens"][found["tokens"].index("o") + 1]
             assert after.startswith("▁") or not (after[:1].isalnum() or after[:1] == "-"), found
+
+
+@pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
+async def test_a_term_goes_where_its_source_term_is_translated_not_where_it_is_kept_or_after_a_lone_space(tmp_path):
+    """Kept as written (translate="no", <code>, DeepL's ignore_tags), a source term is no place for its term: the term
+    took the place of that word's translation, the kept element then took the term's place, and the term was lost
+    ("Ein <span translate="no">dog</span> rennt mit einem Hund."). A term after a space the model wrote alone
+    ("▁") brought a space of its own: "und  Begriff9997"."""
+    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, compile=False, glossary_dir=tmp_path)) as (_, client):
+        for kept in ('<span translate="no">dog</span>', "<code>dog</code>"):
+            page = f"<p>A {kept} runs with a dog.</p>"
+            r = await client.post("/translate", json={"text": page, "format": "html", "glossary": {"dog": "Köter"}})
+            out = r.json()["translations"][0]["text"]
+            assert kept in out and "Köter" in out, out
+        body = {"text": ["A <x>dog</x> runs with a dog."], "target_lang": "DE", "tag_handling": "xml",
+                "ignore_tags": ["x"], "glossary_id": (await create(client, entries={"dog": "Köter"}))["glossary_id"],
+                "source_lang": "EN"}  # fmt: skip
+        r = await client.post("/deepl/v2/translate", json=body)
+        assert "<x>dog</x>" in r.json()["translations"][0]["text"] and "Köter" in r.text, r.text
+        text = "A dog runs in the snow with term5 and term9997."
+        for glossary in ({"term9997": "Begriff9997"}, {f"term{i}": f"Begriff{i}" for i in range(9990, 10000)}):
+            r = await client.post("/translate", json={"text": text, "glossary": glossary, "return_tokens": True})
+            out = r.json()["translations"][0]
+            assert "Begriff9997" in out["text"] and "  " not in out["text"], out
+
+
+@pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
+async def test_a_target_prefix_ending_in_part_of_a_term_ends_in_the_term_which_comes_once(tmp_path):
+    """As a user types: "Ein Köt" is the start of "Köter", which the prefix then holds; it was forced again after it
+    ("Ein Köter läuft auf dem Gras Köter.", "... einem Ve-Rad Velo.")."""
+    from tests.app.helpers import sse
+
+    cases = [("A dog runs on the grass.", {"dog": "Köter"}, "Ein Köt", "Köter"),
+             ("A man is riding a bike.", {"bike": "Velo"}, "Ein Mann fährt auf einem Ve", "Velo"),
+             ("A man is riding a red bike.", {"red bike": "rotes Velo"}, "Ein Mann fährt ein rotes V", "rotes Velo")]  # fmt: skip
+    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, compile=False, glossary_dir=tmp_path)) as (_, client):
+        for text, glossary, prefix, term in cases:
+            body = {"text": text, "glossary": glossary, "target_prefix": prefix}
+            for more in ({}, {"beam_size": 3}):
+                out = (await client.post("/translate", json={**body, **more})).json()["translations"][0]["text"]
+                assert out.startswith(prefix) and out.count(term) == 1 and term in out[: len(prefix) + 4], (more, out)
+            streamed = sse(await client.post("/translate", json={**body, "stream": True}))[-1]["text"]
+            assert streamed.count(term) == 1 and streamed.startswith(prefix), streamed
