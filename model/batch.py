@@ -27,7 +27,7 @@ def new_search(
     elif options.sampling_topk != 1 or options.prefix or options.num_hypotheses > 1 or options.constraints:
         search = Sampling(options, budget, config, device)
     else:
-        search = Greedy(budget, config)
+        search = Greedy(budget, config, options.length_penalty)
     search.start = options.start
     search.restart = partial(new_search, options, budget, config, device)
     return search

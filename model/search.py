@@ -79,9 +79,9 @@ class Greedy(Search):
 
     greedy = True
 
-    def __init__(self, budget: int, config: TransformerConfig):
+    def __init__(self, budget: int, config: TransformerConfig, length_penalty: float = 1.0):
         super().__init__(budget, config)
-        self.hyp = Hypothesis()
+        self.hyp = Hypothesis(length_penalty=length_penalty)  # which scores it, as a beam's
 
     def take(self, slot: int, token: int, logprob: float, facts: tuple[float, float] | None = None) -> bool:
         """The row's next token, its log-probability and its step's attention facts; True when the search is done."""
@@ -100,7 +100,7 @@ class Sampling(Search):
         super().__init__(budget, config)
         self.rows, self.prefix, self.options = options.num_hypotheses, options.prefix, options
         self.topk, self.temperature = options.sampling_topk, options.sampling_temperature
-        self.hyps = [Hypothesis() for _ in range(self.rows)]
+        self.hyps = [Hypothesis(length_penalty=options.length_penalty) for _ in range(self.rows)]  # scored, ranked
         self.live = self.rows
         self.generator = None
         if self.topk != 1:
@@ -148,7 +148,8 @@ class Sampling(Search):
             else:
                 # the source term the step translates begins its term where a word begins
                 at = None if self.glued is not None and self._glued()[choice] else row.aligned
-                token = k.pick(p, row, choice, self.steps - t, self.margin, at)
+                spaced = t > 0 and self.hyps[slot].tokens[-1] in self.options.spaces  # a term would add a second
+                token = k.pick(p, row, choice, self.steps - t, self.margin, at, spaced)
         after = self.progress[slot] = k.after(p, token)
         if after.current >= 0 or len(after.met) > len(p.met):
             self.hyps[slot].terms.add(t)  # a term's token: the caller's choice, not the model's

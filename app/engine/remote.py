@@ -356,7 +356,8 @@ class RemoteCore:
         if self.load + n > self.max_queue:
             raise QueueFull(
                 f"the server is busy: {self.load} sequences are waiting or decoding and this request adds {n}; "
-                f"the limit is {self.max_queue}. Retry in a moment"
+                f"the limit is {self.max_queue} (this front-end's share of NMT_MAX_QUEUE, {self.queue_size}, among "
+                f"{self.frontends}). Retry in a moment"
             )
 
     async def align(

@@ -79,7 +79,21 @@ def _entries(v: Any) -> dict[str, str] | str:
     return {scrub(k): scrub(t) for k, t in v.items()}
 
 
+PROTECTABLE = ("placeholders", "tags", "urls", "emails", "code")  # the built-in kinds of protected spans
+
+
+def _protect(v: Any) -> bool | list[str]:
+    if isinstance(v, bool) or isinstance(v, list) and all(k in PROTECTABLE for k in v):
+        return v
+    got = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
+    raise ValueError(f"must be true, false or a list of kinds of spans ({', '.join(PROTECTABLE)}), got {got}")
+
+
 Text = Annotated[str, AfterValidator(scrub)]  # every string field of a request: no lone surrogates past here
+Protect = Annotated[
+    bool | list[Literal[PROTECTABLE]],
+    PlainValidator(_protect, json_schema_input_type=bool | list[Literal[PROTECTABLE]]),
+]
 Glossary = Annotated[dict[str, str] | None, AfterValidator(_glossary)]
 Entries = Annotated[dict[str, str] | str, PlainValidator(_entries, json_schema_input_type=dict[str, str] | str)]
 Texts = Annotated[

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from app.schemas.fields import Glossary, Request, Text, Texts
+from app.schemas.fields import Glossary, Protect, Request, Text, Texts
 
 
 class TranslateRequest(Request):
@@ -112,7 +112,7 @@ class TranslateRequest(Request):
         "request naming no model or languages goes to the model of the glossary's languages)",
     )
     glossary_ignore_case: bool = Field(False, description="source terms match in any case")
-    protect: bool | list[Literal["placeholders", "tags", "urls", "emails", "code"]] = Field(
+    protect: Protect = Field(
         False,
         description="keep spans verbatim: `true` for every built-in kind, or a list of kinds (`placeholders` such as "
         '`{name}`, `%s`, `{{ x }}`; inline `tags` such as `<x id="1"/>`; `urls`; `emails`; `code` in backticks). '

@@ -143,11 +143,18 @@ class Limits:
             raise InvalidRequest(
                 f"sampling_topk must be between 0 (the whole vocabulary) and {self.vocab_size}, got {d.sampling_topk}"
             )
-        if stream and (d.beam_size > 1 or d.num_hypotheses > 1 or d.return_alignment or d.return_word_confidence):
-            raise InvalidRequest(
-                "stream needs beam_size 1, num_hypotheses 1 and no return_alignment or return_word_confidence: a beam "
-                "search knows its best hypothesis only when it ends. Leave out stream, or decode greedily or by sampling"
-            )
+        if stream:
+            why = [
+                ("beam_size", d.beam_size > 1, "a beam search knows its best hypothesis only at its end"),
+                ("num_hypotheses", d.num_hypotheses > 1, "a stream carries one translation"),
+                ("return_alignment", d.return_alignment, "a stream's events carry tokens and text, not alignments"),
+                ("return_word_confidence", d.return_word_confidence, "a stream's events carry no word confidence"),
+            ]  # fmt: skip
+            if asked := [f"{name} ({reason})" for name, wrong, reason in why if wrong]:
+                raise InvalidRequest(
+                    "stream needs beam_size 1, num_hypotheses 1 and no return_alignment or return_word_confidence, "
+                    f"and got {'; '.join(asked)}. Leave out stream, or those"
+                )
         seed = 0 if not sampling else random.randrange(2**63) if d.seed is None else d.seed  # only sampling draws
         return DecodingOptions(
             beam_size=d.beam_size, num_hypotheses=d.num_hypotheses, length_penalty=d.length_penalty,

@@ -42,6 +42,19 @@ async def test_beam_size_1_is_the_greedy_answer(client):
     assert all("hypotheses" not in t for t in greedy)
 
 
+async def test_length_penalty_scores_greedy_and_sampled_translations_as_beams(client):
+    """The score is the summed log-probabilities over length ** length_penalty however it was decoded (greedy and
+    sampling left it out: their scores were always the mean)."""
+    for kind in ({}, {"sampling_topk": 0, "seed": 4, "num_hypotheses": 2}, {"target_prefix": "Ein"}):
+        body = {"text": SENTENCES[0], "return_scores": True, "max_new_tokens": 8, **kind}
+        mean, summed, halved = [(await post(client, **body, length_penalty=p))[0] for p in (1.0, 0.0, 0.5)]
+        n = (await post(client, **body, return_tokens=True))[0]
+        steps = len(n["token_ids"]) + (n["finish_reason"] == "eos")
+        assert summed["text"] == mean["text"] == halved["text"], kind
+        assert summed["score"] == pytest.approx(mean["score"] * steps, abs=1e-3), kind
+        assert halved["score"] == pytest.approx(mean["score"] * steps**0.5, abs=1e-3), kind
+
+
 async def test_sampling_at_the_smallest_temperature_is_the_greedy_answer(client):
     """5e-324, the smallest positive float (found by the fuzzer): the scores do not overflow into a NaN, and the
     sample is the most likely token each step."""
@@ -116,7 +129,9 @@ async def test_a_seed_gives_the_same_sample_and_a_stream_streams_it(client):
         ({"seed": -3}, "seed: input should be greater than or equal to 0"),
         ({"sampling_topk": 5, "beam_size": 2}, "sampling_topk other than 1 needs beam_size 1"),
         ({"beam_size": 2, "stream": True}, "stream needs beam_size 1"),
-        ({"return_alignment": True, "stream": True}, "stream needs beam_size 1, num_hypotheses 1 and no return_alignment"),
+        ({"return_alignment": True, "stream": True}, "got return_alignment (a stream's events carry tokens and text"),
+        # sampling several: no beam search to blame (it said a beam search knows its best hypothesis only at its end)
+        ({"num_hypotheses": 2, "sampling_topk": 0, "stream": True}, "got num_hypotheses (a stream carries one"),
         ({"target_prefix": "Ein Hund " * 20, "max_new_tokens": 5}, "target_prefix has"),
     ],
 )  # fmt: skip

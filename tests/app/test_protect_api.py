@@ -208,8 +208,9 @@ async def test_a_term_matches_only_whole_words_and_no_character_around_a_span_is
         ({"protect_patterns": ["a"] * 17}, 422, ["the limit is 16"]),
         ({"protect_terms": ["x" * 201]}, 413, ["the limit is 200"]),
         ({"protect_terms": ["x"] * 257}, 422, ["the limit is 256"]),
-        ({"protect": ["nope"]}, 422, ["'placeholders', 'tags', 'urls', 'emails' or 'code'"]),
-        ({"protect": "true"}, 422, ["protect"]),
+        # one sentence, not pydantic's for each member of the union ("protect.bool: input should be a valid boolean")
+        ({"protect": ["url"]}, 422, ["protect must be true, false or a list of kinds of spans", "got ['url']"]),
+        ({"protect": "true"}, 422, ["protect must be true, false or a list", "got 'true'"]),
         ({"protect_terms": "nmt-serve"}, 422, ["protect_terms"]),
     ],
 )
@@ -280,3 +281,23 @@ async def test_the_bundled_model_puts_spans_beside_the_translations_of_their_nei
     assert pages[1] == f"<p>{plain[3]} {{x}}. {plain[4]}</p>" and pages[2] == f"<p>{plain[3]} {{x}}! {plain[4]}</p>"
     assert pages[3] == f"<p>{plain[3]}<br>{{x}}<br>{plain[4]}</p>"
     assert "".join(e["token"]["text"] for e in events[:-1]) == events[-1]["text"] == out[4]
+
+
+@pytest.mark.parametrize(
+    ("body", "span"),
+    [
+        ({"text": "A man {name} is riding a bike.", "protect": True, "target_prefix": "Ein Mann {name}"}, "'{name}'"),
+        ({"text": "A man <b>is riding</b> a bike.", "protect": ["tags"], "target_prefix": "Ein Mann <b>"}, "'<b>'"),
+        ({"text": "A man rides a bike.", "protect_terms": ["bike"], "target_prefix": "Ein Mann fährt bike"}, "'bike'"),
+    ],
+)
+@pytest.mark.parametrize("how", [{}, {"stream": True}])
+async def test_a_target_prefix_holding_a_protected_span_is_refused_as_the_span_would_come_twice(
+    client, body, span, how
+):
+    """The span came back twice ("Ein Mann {name} {name}."), or broken ("Ein Mann <b><b</b> >."): the server puts each
+    protected span back itself, and the prefix's went to the model as words."""
+    r = await client.post("/translate", json={**body, **how})
+    assert_error(r, 422, "validation_error", f"target_prefix holds {span}, a span this request protects")
+    r = await client.post("/translate", json={**body, **how, "target_prefix": "Ein Mann"})  # without it: as asked
+    assert r.status_code == 200, r.text

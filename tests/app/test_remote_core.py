@@ -215,8 +215,8 @@ async def test_queue_full_from_the_front_end_share_or_from_the_engine(remote, co
     gate = StepGate(tiny_model, monkeypatch)
     gate.hold(lambda sizes: True)  # nothing finishes while the queue fills
     two = RemoteCore(remote.connection, "tiny", frontends=2)  # one of two front-ends: a share of 2
-    with pytest.raises(QueueFull, match="the limit is 2"):
-        two.check_capacity(3)
+    with pytest.raises(QueueFull, match=r"the limit is 2 \(this front-end's share of NMT_MAX_QUEUE, 4, among 2\)"):
+        two.check_capacity(3)  # the share said so, not as if it were the server's limit
     held = [two.stream(src, BUDGET) for src in srcs[:2]]  # 2 of the engine's 4 places
     with pytest.raises(QueueFull, match="2 sequences are waiting or decoding and this request adds 1"):
         two.stream(srcs[2], BUDGET)  # refused here, at once
