@@ -11,6 +11,7 @@ from starlette.exceptions import HTTPException
 
 from app import glossaries as g
 from app.deepl.errors import DeepLError
+from app.html import Rules, xml_rules
 from app.libretranslate import scrubbed
 from app.schemas import scrub
 
@@ -162,6 +163,7 @@ class Asked:
     billed: bool  # add billed_characters
     context: str | None
     ignored: set[str]  # ignore_tags
+    tags: Rules | None  # tag_handling xml: the XML rules with non_splitting_tags and splitting_tags
     glossary_ids: list[str]
     model_type: str | None  # model_type_used, where model_type was sent
 
@@ -183,9 +185,14 @@ def asked(request: Request, values: dict[str, Any]) -> Asked:
         if values.get(unsupported):
             raise DeepLError(400, f"{unsupported}: style rules and translation memories are not available here")
     ignored = {t.lower() for t in strings(values, "ignore_tags")} if html else set()
+    rules = None
+    if tags == "xml":  # as the parser names elements: lower case
+        rules = xml_rules({t.lower() for t in strings(values, "non_splitting_tags")},
+                          {t.lower() for t in strings(values, "splitting_tags")})  # fmt: skip
     out = Asked(
         items, source, target, html, tags == "xml", split, flag(values, "show_billed_characters"), string(values, "context"),
-        ignored, glossary_ids(values, source), MODEL_TYPES.get(choice(values, "model_type", set(MODEL_TYPES)) or ""),
+        ignored, rules, glossary_ids(values, source),
+        MODEL_TYPES.get(choice(values, "model_type", set(MODEL_TYPES)) or ""),
     )  # fmt: skip
     within_limits(request, items)
     return out

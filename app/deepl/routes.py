@@ -35,7 +35,7 @@ from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable, InvalidRequest
 from app.files_api import translated_file
-from app.html import ignoring
+from app.html import HTML, ignoring
 from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
 from app.models import Models
@@ -77,6 +77,7 @@ TRANSLATE_FIELDS = {
     "split_sentences": {"type": "string", "enum": list(SPLIT)}, "preserve_formatting": {"type": ["boolean", "string"]},
     "formality": {"type": "string", "enum": sorted(FORMALITY)}, "glossary_id": STRING, "glossary_ids": STRINGS,
     "tag_handling": {"type": "string", "enum": ["html", "xml"]}, "ignore_tags": {"oneOf": [STRINGS, STRING]},
+    "non_splitting_tags": {"oneOf": [STRINGS, STRING]}, "splitting_tags": {"oneOf": [STRINGS, STRING]},
     "show_billed_characters": {"type": ["boolean", "string"]},
     "model_type": {"type": "string", "enum": sorted(MODEL_TYPES)},
 }  # fmt: skip
@@ -95,7 +96,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     languages = [a.source] * len(texts) if a.source else await detected(a, models)
     glossary = await glossary_terms(request, a.glossary_ids, a.source, a.target) if a.glossary_ids else ()
     chosen = {source: engine_for(models, source, a.target) for source in dict.fromkeys(languages)}
-    how = {"split": a.split, "format": kind, "cut_long": True, "protect": ADDRESSES}
+    how = {"split": a.split, "format": kind, "cut_long": True, "protect": ADDRESSES, "tags": a.tags}
 
     def part(engine: Engine, places: list[int]) -> Awaitable[list[Translation]]:
         """Its texts (of one language, or of many for a many-to-many model), each from its own language."""
@@ -109,7 +110,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
         out = await unless_disconnected(request.receive, each_group([chosen[s][0] for s in languages], part))
     except InvalidRequest:
         if a.ignored and a.html:  # where the texts as sent are not well-formed: the marks moved what follows them
-            await asyncio.to_thread(parse_pages, a.texts, None, a.xml)
+            await asyncio.to_thread(parse_pages, a.texts, None, a.tags or HTML)
         raise
     request.app.state.metrics.deepl_characters.inc(sum(map(len, a.texts)))
     results = []

@@ -14,9 +14,9 @@ translation, and a tag aligned to target words far apart looks at each stretch b
 
 from app.html.document import Alignment, HtmlDocument, InlineTag, Part, Unit
 from app.html.ignore import ignoring
-from app.html.reader import HTML, XML, MalformedHtml, Rules, parse
+from app.html.reader import HTML, XML, MalformedHtml, Rules, parse, xml_rules
 
 __all__ = [
     "HTML", "XML", "Alignment", "HtmlDocument", "InlineTag", "MalformedHtml", "Part", "Rules", "Unit", "ignoring",
-    "parse",
+    "parse", "xml_rules",
 ]  # fmt: skip

@@ -3,7 +3,8 @@ the source token it aligns to): a tag wraps the target tokens aligned to the tex
 It stays inside the tag it was in and off its siblings: crossing a sibling, it keeps its longest part no sibling
 holds; with no aligned token, or no alignment at all, it takes the stretch of its parent no sibling holds nearest its
 place (so a lone tag wraps the whole translation), else it is empty at the nearer end. An empty element follows the
-word aligned to the one before it, or goes to the nearer end. A kept element replaces its text where the translation
+word aligned to the one before it (and the space after that word, where its source had whitespace before it), or goes
+to the nearer end. A kept element replaces its text where the translation
 has that text (the same occurrence), else the target aligned to it alone (not the punctuation its source has right
 outside it); else it goes in before that target, or with none, after the word aligned to the one before it, or with no
 alignment at the nearer end. Put in, it is spaced as app/protect/ spaces a span: a space on a side where its source had
@@ -150,9 +151,11 @@ class _Translation:
         return False
 
     def after_word_before(self, a: int) -> tuple[int, int]:
-        """The position after the translation of the source's word that ends last at or before a (else the start)."""
+        """The position after the translation of the source's word that ends last at or before a (else the start),
+        and after the space that follows it where the source has whitespace before a ("einem <img> Fahrrad")."""
         i = bisect_right(self.end_at, a)
         x = self.snap(self.ends[i - 1][1], self.ends[i - 1][1])[1] if i else 0
+        x += x > 0 and self.src[a - 1 : a].isspace() and self.tgt[x : x + 1].isspace()
         return x, x
 
     def wanted(self, n: Node) -> tuple[int, int] | None:
@@ -310,6 +313,14 @@ def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node,
         stack.append((nodes, i + 1, hi, end))
         if not n.kept:
             lead, trail = _spacing(n, edges[n], src, last, tgt[x : x + 2]) if x == y and edges[n] else ("", "")
+            if (
+                x == y
+                and not edges[n]
+                and last.isspace()
+                and src[n.b : n.b + 1].isspace()
+                and word_char(tgt[x : x + 1])
+            ):
+                trail = " "  # showing nothing, between two words as its source was: "einem <img> Fahrrad"
             out += [lead, *n.start]
             last, at = lead or last, x
             stack.append((n.children, 0, y, n.end + trail))

@@ -26,7 +26,9 @@ written once as it was. A span that markup or an entity's characters cut is left
 
 XML (the XML rules: DeepL's tag_handling "xml") is read the same way but for the element names HTML gives a meaning:
 none is void, kept or closed by another's start tag, so every element is closed (or written <x/>) and translated;
-those named as HTML's inline elements (and <br>) run in the text, any other is a block.
+those named as HTML's inline elements (and <br>) run in the text, and so does an empty element written <x/> (an
+inline placeholder, as XLIFF's <x id="1"/>); any other is a block. DeepL's non_splitting_tags run in the text too, and
+its splitting_tags are blocks, whatever their names (xml_rules()).
 
 MalformedHtml says what and where (line:column, from 1): an end tag closing nothing open, or closing an element
 while another inside it is open (crossing tags); an element never closed; an unterminated tag or comment; a
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser, attrfind_tolerant, tagfind_tolerant
 from typing import TYPE_CHECKING
 
@@ -90,6 +92,12 @@ class Rules:
     never: frozenset[str]  # elements never translated, whatever their translate attribute
     closed_by: dict[str, set[str]]  # elements whose end tag may be left out, and the start tags that close them
     optional_end: frozenset[str]  # elements that may be left open at the end, or inside another's end tag
+    empty_in_flow: bool = False  # an element written <x/> runs within a block's text
+    splitting: frozenset[str] = frozenset()  # elements that are blocks whatever else says (DeepL's splitting_tags)
+
+    def flows(self, name: str, empty: bool) -> bool:
+        """Whether an element (`empty`: written <x/>) runs within a block's text, rather than being a block."""
+        return name not in self.splitting and (name in self.in_flow or empty and self.empty_in_flow)
 
 
 HTML = Rules(
@@ -98,7 +106,14 @@ HTML = Rules(
 )  # fmt: skip
 # XML (DeepL's tag_handling "xml"): every element is closed (or written <x/>) and translated whatever its name; those
 # named as HTML's inline ones (and <br>, a line break) run in the text, any other is a block
-XML = Rules(frozenset(), frozenset(_INLINE | {"br"}), frozenset(), frozenset(), frozenset(), {}, frozenset())
+XML = Rules(frozenset(), frozenset(_INLINE | {"br"}), frozenset(), frozenset(), frozenset(), {}, frozenset(), True)
+
+
+def xml_rules(non_splitting: set[str], splitting: set[str]) -> Rules:
+    """The XML rules with DeepL's non_splitting_tags running in the text and its splitting_tags as blocks."""
+    if not non_splitting and not splitting:
+        return XML
+    return replace(XML, in_flow=XML.in_flow | frozenset(non_splitting), splitting=frozenset(splitting))
 
 
 def parse(page: str, protect: Protect | None = None, rules: Rules = HTML) -> HtmlDocument:
@@ -208,14 +223,15 @@ class _Reader(HTMLParser):
             self.leaf.start.append(raw)
             self.stack += [] if void else [_Open(name, at, False)]
             return
-        if name not in rules.in_flow:
+        flows = rules.flows(name, empty)
+        if not flows:
             self.end_flow()
             while self.stack and name in rules.closed_by.get(self.stack[-1].name, ()):
                 self.stack.pop()
         zone = self.zone
         own = _translates(name, dict(attrs), zone, rules)
         start = self.attributes(raw, at) if own else [raw]
-        if not (zone and name in rules.in_flow):
+        if not (zone and flows):
             self.pieces += start
             self.stack += [] if void else [_Open(name, at, own)]
         elif name != "br" and own and not void:

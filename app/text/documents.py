@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from app.engine.errors import InputTooLong, InvalidRequest
-from app.html import HTML, XML, HtmlDocument, MalformedHtml, parse
+from app.html import HTML, HtmlDocument, MalformedHtml, Rules, parse
 from app.segment import Segment, Split, assemble, cut_to_fit, segment, unwrapped
 from app.text.results import Aligned, Translation
 from model.confidence import FLAGS, Quality
@@ -207,13 +207,14 @@ def combined(text: str, segments: list[Segment], parts: list[Translation]) -> Tr
     return out
 
 
-def parse_pages(texts: list[str], protect: Protect | None = None, xml: bool = False) -> list[HtmlDocument]:
-    """Each text read as HTML (or XML), `protect`'s spans in its text kept aside; InvalidRequest (422) saying where
-    one is not well-formed."""
+def parse_pages(texts: list[str], protect: Protect | None = None, rules: Rules = HTML) -> list[HtmlDocument]:
+    """Each text read as HTML (or, with XML's rules, XML), `protect`'s spans in its text kept aside; InvalidRequest
+    (422) saying where one is not well-formed."""
+    xml = rules is not HTML
     pages, kind, field = [], "XML" if xml else "HTML", 'tag_handling "xml"' if xml else 'format "html"'
     for i, text in enumerate(texts):
         try:
-            pages.append(parse(text, protect, XML if xml else HTML))
+            pages.append(parse(text, protect, rules))
         except MalformedHtml as e:
             where = "text" if len(texts) == 1 else f"text[{i}]"
             raise InvalidRequest(f"{where} is not well-formed {kind} ({field}): {e}") from None

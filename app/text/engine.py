@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine.errors import InvalidRequest, RequestTimeout
 from app.engine.metrics import EngineMetrics, Metrics
+from app.html import HTML, XML, Rules
 from app.segment import Split, worded
 from app.text.directions import Directions, start_tokens
 from app.text.documents import (
@@ -194,7 +195,7 @@ class Engine:
         self, text: str | list[str], max_new_tokens: int | None = None, truncate: bool = False,
         decoding: Decoding = GREEDY, split: Split = "sentences", format: Format = "text",
         min_confidence: float | None = None, protect: Protect | None = None, cut_long: bool = False,
-        sources: list[str] | None = None,
+        sources: list[str] | None = None, tags: Rules | None = None,
     ) -> list[Translation]:  # fmt: skip
         """Translations in input order, greedy unless `decoding` asks otherwise. Each text is split into segments
         (`split`: sentences, lines or none) that decode together in the batch and are put back between the text's own
@@ -203,7 +204,8 @@ class Engine:
         `min_confidence` (default: the engine's) are withheld: left out of the text, listed in `withheld`. `protect`'s
         spans are kept out of the model's sight and put back as written (app/protect/). A segment over the model's
         max_input_tokens is a 413, or with `truncate` cut to the limit, or with `cut_long` cut into segments that fit
-        (as DeepL translates a sentence of any length: the file and compatible APIs). `sources`: a many-to-many
+        (as DeepL translates a sentence of any length: the file and compatible APIs). `tags`: the XML rules of the
+        request (app/html/reader.py's xml_rules: DeepL's non_splitting_tags). `sources`: a many-to-many
         model's texts each in its own source language (detected text by text), in place of `decoding.source`: each
         language's texts translate together, all of them at once, within the one request's limits."""
         texts = self.limits.texts(text, "text")
@@ -215,7 +217,7 @@ class Engine:
             names = text_names(len(texts), isinstance(text, str))
             return await self._translate_in(
                 texts, names, how, allowance, max_new_tokens, truncate, split, format, min_confidence, protect,
-                cut_long,
+                cut_long, tags,
             )  # fmt: skip
         check_chars(texts, self.max_request_chars)  # the request's, which each language's part is within
 
@@ -223,7 +225,7 @@ class Engine:
             return self._translate_in(
                 [texts[i] for i in places], text_names(len(places), False, places),
                 replace(decoding, source=language), allowance, max_new_tokens, truncate, split, format,
-                min_confidence, protect, cut_long,
+                min_confidence, protect, cut_long, tags,
             )  # fmt: skip
 
         return await each_group(sources, part)
@@ -231,7 +233,7 @@ class Engine:
     async def _translate_in(
         self, texts: list[str], names: list[str], decoding: Decoding, allowance: Allowance,
         max_new_tokens: int | None, truncate: bool, split: Split, format: Format, min_confidence: float | None,
-        protect: Protect | None, cut_long: bool,
+        protect: Protect | None, cut_long: bool, tags: Rules | None = None,
     ) -> list[Translation]:  # fmt: skip
         """translate()'s texts of one source language (`names`: what its errors call each)."""
         decoding = self.directions.resolve(decoding)
@@ -239,8 +241,9 @@ class Engine:
         fits = self.limits.fits(self.tokenizer, decoding.source) if cut_long else None
         truncate = truncate or cut_long  # what no cut makes fit (a single character): cut to the limit
         if format in ("html", "xml"):
+            rules = HTML if format == "html" else tags or XML
             out = await self._translate_pages(
-                texts, max_new_tokens, truncate, decoding, split, floor, allowance, protect, fits, format == "xml"
+                texts, max_new_tokens, truncate, decoding, split, floor, allowance, protect, fits, rules
             )
         else:
             out = await self._translate_texts(
@@ -295,7 +298,7 @@ class Engine:
     async def _translate_pages(
         self, texts: list[str], max_new_tokens: int | None, truncate: bool, decoding: Decoding, split: Split,
         min_confidence: float, allowance: Allowance, protect: Protect | None = None, fits: Fits | None = None,
-        xml: bool = False,
+        rules: Rules = HTML,
     ) -> list[Translation]:  # fmt: skip
         """HTML (or XML) pages: the text of each page's units translated as documents (with the alignment that puts the
         inline tags back), and each page rendered with the translations. Protected spans in the text between tags
@@ -304,7 +307,7 @@ class Engine:
             if getattr(decoding, what):
                 raise InvalidRequest(f'{what} works on plain text only; send it with "format": "text"')
         size = check_chars(texts, self.max_request_chars)  # the markup counts too
-        pages = await inline_or_on_thread(size, parse_pages, texts, protect, xml)
+        pages = await inline_or_on_thread(size, parse_pages, texts, protect, rules)
         units = [u.text for page in pages for u in page.units]
         tags = any(u.tags for page in pages for u in page.units)
         if not units:  # markup only

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -121,6 +122,28 @@ def test_the_python_client_translates_xml_whatever_its_elements_are_named(base, 
     unclosed = r"is not well-formed XML \(tag_handling \"xml\"\): </p> .* while <br> .* is still open"
     with pytest.raises(deepl.DeepLException, match=unclosed):
         translator.translate_text("<p>A dog.<br>A cat.</p>", target_lang="DE", tag_handling="xml")
+
+
+def test_the_python_client_s_xml_placeholders_and_non_splitting_tags_keep_a_sentence_whole(base, translator):
+    """As CAT tools send XLIFF's inline tags: an empty element (`<x id="1"/>`) and an element named in
+    non_splitting_tags run in the sentence; each split it in two ("Ein Mann fährt auf einem Mann. <x id="1"/> Ein
+    Fahrrad im Schnee."). splitting_tags split it, whatever the element."""
+    text = 'A man rides a <x id="1"/> bike in the snow.'
+    whole = ours(base, "A man rides a bike in the snow.")[0]
+    got = translator.translate_text(text, target_lang="DE", tag_handling="xml").text
+    assert got.count('<x id="1"/>') == 1 and got.replace('<x id="1"/> ', "") == whole, got
+    assert ' <x id="1"/> ' in got  # between two words, as it was: a space on each side
+    text = 'A man rides a <g id="1">red bike</g> in the snow.'
+    got = translator.translate_text(text, target_lang="DE", tag_handling="xml", non_splitting_tags=["g"]).text
+    untagged = re.sub("</?g[^>]*>", "", got)
+    assert got.count('<g id="1">') == 1 and untagged == ours(base, re.sub("</?g[^>]*>", "", text))[0], got
+    split = translator.translate_text(text, target_lang="DE", tag_handling="xml").text  # g is not HTML's: a block
+    assert split != got and split.startswith(ours(base, "A man rides a")[0]), split
+    split = translator.translate_text(text, target_lang="DE", tag_handling="xml", splitting_tags="g,b").text
+    assert split.startswith(ours(base, "A man rides a")[0]), split
+    text = "A man rides a <b>red bike</b> in the snow."  # an inline name of HTML's, named as splitting
+    got = translator.translate_text(text, target_lang="DE", tag_handling="xml", splitting_tags=["b"]).text
+    assert got.startswith(ours(base, "A man rides a")[0]), got
 
 
 def test_the_python_client_makes_lists_uses_and_deletes_glossaries(base, translator):

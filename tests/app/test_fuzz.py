@@ -71,6 +71,8 @@ FIELDS = {  # near-valid values for each field, so generated bodies also get pas
         "text": texts, "target_lang": languages, "source_lang": languages, "context": st.text(max_size=20),
         "tag_handling": st.sampled_from(["html", "xml", "md"]), "split_sentences": st.sampled_from(["0", "1", "nonewlines", 2]),
         "ignore_tags": st.lists(st.sampled_from(["b", "x", ""]), max_size=3) | st.text(max_size=8),
+        "non_splitting_tags": st.lists(st.sampled_from(["g", "x", "p", ""]), max_size=3) | st.text(max_size=8),
+        "splitting_tags": st.lists(st.sampled_from(["b", "x", ""]), max_size=3) | st.text(max_size=8),
         "formality": st.sampled_from(["default", "less", "prefer_less", "x"]), "glossary_id": st.text(max_size=40),
         "glossary_ids": st.lists(st.text(max_size=8), max_size=6), "show_billed_characters": st.booleans(),
         "preserve_formatting": st.booleans() | st.sampled_from(["0", "1", "x"]),

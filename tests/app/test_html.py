@@ -303,9 +303,12 @@ def test_empty_elements_survive_and_follow_the_word_before_them():
     # "eine Katze und ein Hund" for "a dog and a cat"
     alignment = [((0, 4), (10, 11)), ((5, 10), (12, 15)), ((11, 14), (6, 9)), ((15, 18), (0, 1)), ((19, 23), (2, 5))]
     assert doc.render(["eine Katze und ein Hund"], [alignment]) == (
-        '<p>eine Katze und<a name="x"></a> ein Hund<img src="d.png"></p>'
-    )
+        '<p>eine Katze und <a name="x"></a>ein Hund<img src="d.png"></p>'
+    )  # the anchor after the space, as it was: "und<a name="x"></a> ein Hund" glued it to the word before
     assert doc.render(["eine Katze und ein Hund"]) == '<p><img src="d.png">eine Katze und ein Hund<a name="x"></a></p>'
+    doc = parse('<p>a dog <img src="d.png"> and a cat</p>')  # between two words: a space on each side, as there
+    alignment = [((0, 3), (0, 1)), ((4, 8), (2, 5)), ((9, 12), (7, 10)), ((13, 17), (11, 12)), ((18, 23), (13, 16))]
+    assert doc.render(["ein Hund und eine Katze"], [alignment]) == '<p>ein Hund <img src="d.png"> und eine Katze</p>'
 
 
 def test_kept_elements_replace_their_text_in_the_translation():

@@ -443,18 +443,26 @@ IGNORED = st.lists(st.sampled_from([*INLINES, *BLOCKS[:4], "x-widget", "B", "cod
 
 @STRUCTURE
 @given(
-    page=pages(), ignored=IGNORED, split=st.sampled_from(["0", "1", "nonewlines"]), tags=st.sampled_from(sorted(TAGS))
+    page=pages(),
+    ignored=IGNORED,
+    split=st.sampled_from(["0", "1", "nonewlines"]),
+    tags=st.sampled_from(sorted(TAGS)),
+    flowing=IGNORED,
+    splitting=IGNORED,
 )
-@example(page="<p>A dog. <![<br><br>CDATA[x < y]]> A man.</p>", ignored=["b"], split="nonewlines", tags="html")
+@example(page="<p>A dog. <![<br><br>CDATA[x < y]]> A man.</p>", ignored=["b"], split="nonewlines", tags="html",
+         flowing=[], splitting=[])  # fmt: skip
 async def test_deepl_html_and_xml_with_ignored_tags_come_back_with_their_elements_as_written(
-    client, after, page, ignored, split, tags
-):  # the example: found once
+    client, after, page, ignored, split, tags, flowing, splitting
+):  # the example: found once; XML's blocks run in the text (non_splitting_tags) and inline ones split it too
     body = {
         "text": [page],
         "target_lang": "DE",
         "tag_handling": tags,
         "ignore_tags": ignored,
         "split_sentences": split,
+        "non_splitting_tags": flowing,
+        "splitting_tags": splitting,
     }
     r = await client.post(DEEPL, json=body)
     answer = assert_documented(r, DEEPL_STATUSES, "message")
@@ -476,6 +484,8 @@ DEEPL_FIELDS = {  # mostly what DeepL takes, so that requests get through to a t
     "tag_handling": st.sampled_from(["html", "xml", "HTML", ""]),
     "split_sentences": st.sampled_from(["0", "1", "nonewlines"] * 3 + ["2"]),
     "ignore_tags": st.sampled_from(["b", "b,i", "", ","]),
+    "non_splitting_tags": st.sampled_from(["p", "b,x", "", ","]),
+    "splitting_tags": st.sampled_from(["b", "i,p", "", ","]),
     "formality": st.sampled_from(["default", "prefer_more"] * 3 + ["more", "x"]),
     "glossary_id": st.sampled_from([""] * 6 + ["0b7e3b1e-0000-4000-8000-000000000000", "x"]),
     "show_billed_characters": st.sampled_from(["1", "0", "true"] * 3 + ["x"]),
