@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import time
+import unicodedata
 import uuid
 from collections.abc import Iterable
 from contextlib import suppress
@@ -115,10 +116,10 @@ def parse(text: str, format: Format, source_lang: str, target_lang: str) -> list
             source, target = line.split("\t")
             out.append((f"line {n}", source, target))
         return out
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    reader, read = csv.reader(io.StringIO(text, newline=""), strict=True), 0
     try:
         for row in reader:
-            n = reader.line_num
+            n, read = read + 1, reader.line_num  # where the row begins (a quoted term may hold line breaks)
             if not row or not "".join(row).strip():
                 continue
             if len(row) not in (2, 4):
@@ -142,15 +143,17 @@ def checked(entries: Iterable[tuple[str, str, str]]) -> tuple[tuple[str, str], .
     empty term, no control character or line break in one, at most MAX_TERM_BYTES bytes a term, no source term twice,
     and at most MAX_ENTRIES."""
     out: dict[str, str] = {}
-    where_of: dict[str, str] = {}
+    where_of: dict[str, tuple[str, str]] = {}  # a source term as it matches (app/terms.py): its entry and as written
     for where, source, target in entries:
         source, target = term(where, "source", source), term(where, "target", target)
-        if source in out:
+        if (same := " ".join(unicodedata.normalize("NFC", source).split())) in where_of:
+            first, written = where_of[same]
+            also = "" if written == source else f" ({source!r}: the same words in another Unicode form or spacing)"
             raise InvalidGlossary(
-                f"{where} repeats the source term {source!r} of {where_of[source]}; each source term may have one "
+                f"{where} repeats the source term {written!r} of {first}{also}; each source term may have one "
                 "target term"
             )
-        out[source], where_of[source] = target, where
+        out[source], where_of[same] = target, (where, source)
         if len(out) > MAX_ENTRIES:
             raise GlossaryTooLarge(f"the glossary has more than {MAX_ENTRIES} entries; the limit is {MAX_ENTRIES}")
     if not out:

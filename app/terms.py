@@ -1,7 +1,8 @@
 """A glossary's terms in a text, and the constraints that force their translations (model/constraints.py).
 
 Matching: a source term matches whole words only (not inside a longer word), the longest term first where terms
-overlap, optionally in any case; a term found several times is one constraint. The target term is forced as the
+overlap, optionally in any case, its words apart by any whitespace ("red bike" matches "red  bike", a line break or
+a no-break space between them); a term found several times is one constraint. The target term is forced as the
 tokens it has on its own, which begin a word.
 
 Each constraint also names the token it takes the place of: the model's own rendering of the source term, decoded
@@ -27,7 +28,7 @@ CLOSERS = "\"'»«“”‘’)]}」』"  # what may follow its end
 def _matcher(sources: tuple[str, ...], ignore_case: bool) -> re.Pattern:
     """One alternation of the source terms, longest first, each bounded by non-word characters."""
     ordered = sorted(set(sources), key=len, reverse=True)
-    body = "|".join(re.escape(t) for t in ordered)
+    body = "|".join(r"\s+".join(map(re.escape, t.split())) for t in ordered)
     return re.compile(rf"(?<!\w)(?:{body})(?!\w)", re.IGNORECASE if ignore_case else 0)
 
 
@@ -48,7 +49,11 @@ def occurrences(text: str, glossary: Glossary, ignore_case: bool = False) -> Fou
     entries = [(s, t) for s, t in glossary if s.strip() and t.strip()]
     if not entries or not text.strip():
         return []
-    fold = (lambda x: unicodedata.normalize("NFC", x).casefold()) if ignore_case else _composed
+
+    def fold(term: str) -> str:  # what a term and a match of it have in common: its words, in any case if asked
+        words = " ".join(_composed(term).split())
+        return words.casefold() if ignore_case else words
+
     by_source: dict[str, tuple[str, str]] = {}
     for s, t in entries:
         by_source.setdefault(fold(s), (s, t))

@@ -31,7 +31,7 @@ def answer(status: int, message: str, kind: str, headers: dict[str, str] | None 
 
 def speaks(path: str) -> bool:
     """Whether a path is the DeepL API's, whose errors are DeepL's shape (the 404s and 405s of unknown paths too)."""
-    return path.startswith(("/deepl/", "/v2/"))
+    return path.startswith(("/deepl/", "/v2/", "/v3/"))
 
 
 class DeepLRoute(APIRoute):

@@ -84,11 +84,16 @@ class Terms:
             if not fixed:  # the default budget has room for the prefix already
                 budgets[i] = min(self.max_new_tokens, budgets[i] + need - len(options.prefix))
             if need >= budgets[i]:
+                how = (
+                    f"; raise max_new_tokens (at most {self.max_new_tokens}) or use fewer terms"
+                    if need < self.max_new_tokens
+                    else f"; no translation here may have more (NMT_MAX_NEW_TOKENS is {self.max_new_tokens}): use "
+                    "shorter or fewer terms"
+                )
                 raise InvalidRequest(
                     f"the glossary's terms found in {names[i]} need {need} tokens"
                     + (" with target_prefix's" if mine.prefix else "")
-                    + f", and max_new_tokens leaves room for {budgets[i] - 1} besides </s>; raise max_new_tokens (at "
-                    f"most {self.max_new_tokens}) or use fewer terms"
+                    + f", and max_new_tokens leaves room for {budgets[i] - 1} besides </s>{how}"
                 )
             tokens = self._source_tokens(texts[i], decoding)
             at, held = source_positions(texts[i], tokens, places[i]), source_positions(texts[i], tokens, away[i])

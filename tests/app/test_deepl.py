@@ -180,6 +180,9 @@ async def test_glossaries_are_shared_with_our_api_and_used_in_order(served, clie
     assert (await client.get(f"/glossaries/{one}")).status_code == 404
     r = await client.get(f"/deepl/v2/glossaries/{one}/entries")
     assert (r.status_code, r.json()) == (404, {"message": f"there is no glossary {one}", "type": "not_found"})
+    for path in ("/v3/glossaries", "/deepl/v3/glossaries"):  # not here, said as DeepL's clients read it (`message`)
+        r = await client.get(path)
+        assert r.status_code == 404 and "message" in r.json(), (path, r.text)
 
 
 @pytest.mark.parametrize(

@@ -88,6 +88,11 @@ async def test_a_glossary_from_an_object_tsv_or_csv_is_stored_listed_read_and_de
         ({"entries": {"a": "b"}, "source_lang": "auto"}, 422, "source_lang 'auto' is not a language code"),
         ({"entries": {"a": 1}}, 422, "entries must be an object of source term -> target term (strings), or TSV"),
         ({"entries": {f"t{i}": "x" for i in range(MAX_ENTRIES + 1)}}, 413, "more than 10000 entries; the limit is"),
+        # the same term as matching reads it: composed or decomposed, however its words are spaced (stored as two)
+        ({"entries": {"caf\u00e9": "a", "cafe\u0301": "b"}}, 422, "the same words in another Unicode form or spacing"),
+        ({"entries": "red bike\tVelo\nred  bike\tRad"}, 422, "line 2 repeats the source term 'red bike' of line 1"),
+        # a quoted term's line break: the entry's line is where it begins (it said line 2)
+        ({"entries": '"a\nb",c\nd,e,f', "entries_format": "csv"}, 422, "line 3 has 3 fields"),
     ],
 )
 async def test_a_glossary_the_rules_refuse_gets_a_4xx_that_says_why(client, body, status, message):
@@ -137,6 +142,7 @@ async def test_a_stored_glossary_goes_to_the_model_of_its_languages_and_must_mat
         ({"bi\tke": "Rad"}, "glossary entry 'bi\\tke''s source term 'bi\\tke' holds the control character U+0009"),
         ({"a": "b", " a": "c"}, "glossary entry ' a' repeats the source term 'a' of entry 'a'"),
         ({"bike": ["Rad"]}, "glossary.bike: input should be a valid string"),
+        ({"bike": "Velo " * 200}, "no translation here may have more (NMT_MAX_NEW_TOKENS is"),  # not "raise it"
         ({f"t{i}": "x" for i in range(MAX_ENTRIES + 1)}, "glossary has 10001 entries; the limit is 10000"),
         ("bike\tRad", "glossary: input should be a valid dictionary"),
     ],
@@ -271,6 +277,10 @@ async def test_a_term_goes_where_its_source_term_is_translated_not_where_it_is_k
             r = await client.post("/translate", json={"text": text, "glossary": glossary, "return_tokens": True})
             out = r.json()["translations"][0]
             assert "Begriff9997" in out["text"] and "  " not in out["text"], out
+        for text in ("A man rides a red  bike.", "A man rides a red\u00a0bike.", "<p>A man rides a red&nbsp;bike.</p>"):
+            body = {"text": text, "glossary": {"red bike": "Rotrad"}, "format": "html" if "<p>" in text else "text"}
+            r = await client.post("/translate", json=body)  # its words apart by other whitespace: the term still
+            assert "Rotrad" in r.json()["translations"][0]["text"], r.text
 
 
 @pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")

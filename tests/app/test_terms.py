@@ -25,6 +25,10 @@ def test_the_longest_term_wins_where_terms_overlap():
 def test_multi_word_terms_and_punctuation_in_terms():
     assert find("She flew to New York today.", GLOSSARY) == [("New York", "New York City")]
     assert find("She codes in C++ daily.", GLOSSARY) == [("C++", "C++")]
+    # its words apart by any whitespace, as text wraps: two spaces, a line break, a no-break space (HTML's &nbsp;)
+    for text in ("She flew to New  York.", "She flew to New\nYork.", "She flew to New\u00a0York."):
+        assert find(text, GLOSSARY) == [("New York", "New York City")], text
+    assert find("She flew to New York.", (("New   York", "NYC"),)) == [("New   York", "NYC")]
 
 
 def test_case_is_kept_unless_the_request_ignores_it():
