@@ -88,7 +88,17 @@ class Constraints:
                 self.translating.setdefault(at, []).append(i)
             for at in kept[phrase] - sources[phrase]:
                 self.away.setdefault(at, set()).add(i)
+        # each constraint's source term's occurrences: runs of consecutive source positions
+        self.runs = [_runs(sorted(sources[phrase])) for phrase in self.phrases]
         self.total = sum(map(len, self.phrases))
+
+    def source_of(self, i: int, j: int, near: int | None) -> int | None:
+        """The source position the j-th token of constraint i translates: of its source term's occurrence at (or
+        nearest) `near`, the token as far into it as j is into the constraint; None where its term's are not known."""
+        if not (runs := self.runs[i]):
+            return None
+        run = runs[0] if near is None else min(runs, key=lambda r: 0 if r[0] <= near <= r[-1] else abs(r[0] - near))
+        return run[min(len(run) - 1, j * len(run) // len(self.phrases[i]))]
 
     def forced(self, p: Progress) -> int | None:
         """The next token of the constraint begun, or None."""
@@ -173,3 +183,14 @@ class Constraints:
     def closing(self, p: Progress) -> Progress:
         """The row would have ended with constraints unmet: they follow one another from here."""
         return Progress(p.met, p.current, p.at, True, p.ended)
+
+
+def _runs(positions: list[int]) -> list[list[int]]:
+    """Sorted positions as runs of consecutive ones: [1, 2, 5] -> [[1, 2], [5]]."""
+    out: list[list[int]] = []
+    for at in positions:
+        if out and at == out[-1][-1] + 1:
+            out[-1].append(at)
+        else:
+            out.append([at])
+    return out

@@ -110,6 +110,7 @@ class Sampling(Search):
         if options.constraints:
             self.constraints = Constraints(options.constraints, options.stops)
             self.progress = [Progress()] * self.rows
+            self.term_at: list[int | None] = [None] * self.rows  # the source position a term's token translates
             self.per_row = True
 
     def next_token(self, slot: int, logprobs: torch.Tensor, argmax: int) -> int:
@@ -153,6 +154,13 @@ class Sampling(Search):
         after = self.progress[slot] = k.after(p, token)
         if after.current >= 0 or len(after.met) > len(p.met):
             self.hyps[slot].terms.add(t)  # a term's token: the caller's choice, not the model's
+            i, j = (
+                (after.current, after.at - 1) if after.current >= 0 else (after.ended, len(k.phrases[after.ended]) - 1)
+            )
+            # aligned to its source term (the step's attention wanders over forced tokens): where the tags go in HTML
+            self.term_at[slot] = k.source_of(i, j, self.term_at[slot] if j else row.aligned)
+        else:
+            self.term_at[slot] = None
         return token
 
     def _glued(self) -> np.ndarray:
@@ -174,6 +182,8 @@ class Sampling(Search):
     def take(self, slot: int, token: int, logprob: float, facts: tuple[float, float] | None = None) -> bool:
         """The row's token, its log-probability under the model and its step's attention facts; True when that row
         is finished."""
+        if self.constraints is not None and facts is not None and (at := self.term_at[slot]) is not None:
+            facts = (facts[0], at)
         finished = self._take(self.hyps[slot], token, logprob, facts)
         if finished:
             self.live -= 1

@@ -277,6 +277,17 @@ async def test_a_term_goes_where_its_source_term_is_translated_not_where_it_is_k
             r = await client.post("/translate", json={"text": text, "glossary": glossary, "return_tokens": True})
             out = r.json()["translations"][0]
             assert "Begriff9997" in out["text"] and "  " not in out["text"], out
+        # a term's tokens align to its source term (they aligned where the step's attention wandered: "rad" to ".")
+        body = {"text": "A man rides a red bike.", "glossary": {"red bike": "Rotrad"}, "return_alignment": True}
+        out = (await client.post("/translate", json=body)).json()["translations"][0]
+        term = out["text"].index("Rotrad")
+        on_term = [a["source_span"] for a in out["alignment"] if term <= a["target_span"][0] < term + len("Rotrad")]
+        assert on_term == [[14, 17], [18, 22]], out["alignment"]  # "Rot" red, "rad" bike
+        # so an inline tag around part of a source term wraps the term (it wrapped the whole sentence)
+        for page, want in (("<p>A man rides a red <b>bike</b>.</p>", "<b>Rotrad</b>."),
+                           ("<p>A man rides a <b>red</b> bike.</p>", "<b>Rotrad</b>.")):  # fmt: skip
+            r = await client.post("/translate", json={"text": page, "format": "html", "glossary": {"red bike": "Rotrad"}})
+            assert r.json()["translations"][0]["text"].endswith(f"einem {want}</p>"), r.text
         for text in ("A man rides a red  bike.", "A man rides a red\u00a0bike.", "<p>A man rides a red&nbsp;bike.</p>"):
             body = {"text": text, "glossary": {"red bike": "Rotrad"}, "format": "html" if "<p>" in text else "text"}
             r = await client.post("/translate", json=body)  # its words apart by other whitespace: the term still
