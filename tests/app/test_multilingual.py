@@ -277,6 +277,23 @@ async def test_languages_the_detector_names_otherwise_are_detected_as_the_models
         assert r.json()["results"][0]["tokens"][0]["text"] == code, r.text
 
 
+async def test_auto_detects_the_script_a_language_is_written_in_where_the_model_has_several(client):
+    """The detector tells languages apart, not scripts: Traditional Chinese was read as Simplified (`zho_Hans`). And
+    a Chinese sentence in a list leans on the list no more than a sentence of letters (it was read as German: its 16
+    characters counted as 16 letters)."""
+    traditional, simplified = "我們今天去公園散步，天氣非常好。", "我们今天去公园散步，天气非常好。"
+    for text, code, name in ((traditional, "zho_Hant", "zh-Hant"), (simplified, "zho_Hans", "zh")):
+        r = await client.post("/tokenize", json={"text": text, "language": "auto"})
+        assert r.json()["results"][0]["tokens"][0]["text"] == code, r.text
+        r = await client.post("/translate", json={"text": [text, "Zwei junge Männer spielen auf einer Wiese Fußball."],
+                                                  "target": "fr"})  # fmt: skip
+        assert [t["detected_source"] for t in r.json()["translations"]] == [name, "de"], r.text
+        r = await client.post("/libretranslate/detect", data={"q": text})
+        assert r.json()[0]["language"] == name, r.text
+    r = await client.post("/translate", json={"text": ["42", "1,299.00"], "target": "fr"})  # no letter: no language
+    assert [t["detected_source"] for t in r.json()["translations"]] == ["en", "en"], r.text  # it said Serbian
+
+
 async def test_deepl_lists_only_the_languages_its_translate_takes(client):
     """DeepL's codes have no script: a language NLLB has in two scripts or kinds is listed once, as the one its code
     means (`AZ`: North Azerbaijani, `KS`: Kashmiri in Arabic script); they were listed, and refused by /v2/translate
