@@ -5,7 +5,9 @@ ISO 639-1 or 639-3 (`de`, `deu`), or by a BCP 47-like tag with a script or a reg
 Every spelling goes through one table of ISO 639-1 codes and their 639-3 equivalents, macrolanguages with the
 individual languages that NLLB-200 uses for them (`ar`: `ara` and `arb`, `fa`: `fas`, `pes` and `prs`).
 A region counts where it names a script (`zh-TW`, `pa-PK`: Shahmukhi, not Gurmukhi) or a language of its own (`fa-AF`:
-Dari, `az-IR`: South Azerbaijani); otherwise it is ignored (`pt-BR`). Where a name fits several of the model's codes,
+Dari, `az-IR`: South Azerbaijani); otherwise it is ignored (`pt-BR`). A model's code that names no script (M2M100's
+`zh`, mBART-50's `ru_RU`) is in its language's usual script (CLDR's likely subtags), so that `zh-TW` is not
+given Simplified Chinese in its place. Where a name fits several of the model's codes,
 the one CLDR's likely subtags mean by it is taken (`az`: North Azerbaijani, `ks`: Kashmiri in Arabic script, `zh`:
 Simplified); a name that fits none, or several with no such default, is refused with the codes the model does have.
 """
@@ -44,10 +46,12 @@ ALIASES = {"ns": "nso", "iw": "he", "in": "id", "ji": "yi", "jw": "jv", "fil": "
 DEFAULT_SCRIPT = {"zho": "Hans", "kas": "Arab", "knc": "Latn", "ace": "Latn", "bjn": "Latn", "min": "Latn", "taq": "Latn"}  # fmt: skip
 # Where an ISO 639-1 code covers several individual languages of a model, the one meant without a region
 DEFAULT_LANGUAGE = {"az": "azj", "fa": "pes"}
-# A region that means a script (a tag's script) or a language of its own: zh-TW is Traditional, fa-AF is Dari
+# A region that means a script or a language of its own (or both): zh-TW is Traditional, fa-AF is Dari, az-IR is
+# South Azerbaijani in Arabic script
 REGIONAL = {
-    ("zh", "TW"): "Hant", ("zh", "HK"): "Hant", ("zh", "MO"): "Hant", ("zh", "CN"): "Hans", ("zh", "SG"): "Hans",
-    ("pa", "PK"): "Arab", ("az", "IR"): "azb", ("fa", "AF"): "prs",
+    ("zh", "TW"): (None, "Hant"), ("zh", "HK"): (None, "Hant"), ("zh", "MO"): (None, "Hant"),
+    ("zh", "CN"): (None, "Hans"), ("zh", "SG"): (None, "Hans"), ("pa", "PK"): (None, "Arab"),
+    ("az", "IR"): ("azb", "Arab"), ("fa", "AF"): ("prs", None),
 }  # fmt: skip
 TAG = re.compile(r"^_*([A-Za-z]{2,3})(?:[-_]([A-Za-z]{4}))?(?:[-_]([A-Za-z]{2}|\d{3}))?_*$")
 
@@ -105,12 +109,20 @@ def parse(code: str) -> tuple[str, str | None] | None:
         return None
     language, script, region = m.group(1).lower(), m.group(2) and m.group(2).title(), m.group(3)
     two = sorted(c for c in equivalents(language) if len(c) == 2)
-    meant = next((REGIONAL[t, region.upper()] for t in two if region and (t, region.upper()) in REGIONAL), None)
-    if meant and len(meant) == 4:
-        script = script or meant
-    elif meant:
-        language = meant
-    return language, script
+    meant, implied = next((REGIONAL[t, region.upper()] for t in two if region and (t, region.upper()) in REGIONAL),
+                          (None, None))  # fmt: skip
+    return meant or language, script or implied
+
+
+def likely_script(language: str) -> str | None:
+    """The script a language is written in where a code does not say (CLDR's likely subtags: `sr` Cyrillic, `zh`
+    Simplified, `pa` Gurmukhi), None where CLDR does not know the language."""
+    import langcodes  # its likely subtags: small, read where a many-to-many model's codes are
+
+    try:
+        return langcodes.Language.get(language).maximize().script
+    except ValueError:
+        return None
 
 
 class Languages:
@@ -119,6 +131,9 @@ class Languages:
     def __init__(self, codes: Iterable[str]):
         self.codes = sorted(codes)
         self._parsed = {c: parse(c) for c in self.codes}
+        for c, p in self._parsed.items():  # a code without its script (M2M100's `zh`): the language's usual one
+            if p is not None and p[1] is None:
+                self._parsed[c] = (p[0], likely_script(p[0]))
         self._same = {c: equivalents(p[0]) if p else frozenset() for c, p in self._parsed.items()}
 
     def resolve(self, name: str, what: str = "language") -> str:

@@ -31,22 +31,22 @@ CASES = [  # name: what each family's model takes it for (None: a 422)
     ("zh", {"nllb": "zho_Hans", "m2m100": "zh", "mbart50": "zh_CN"}),
     ("zh-CN", {"nllb": "zho_Hans", "m2m100": "zh", "mbart50": "zh_CN"}),
     ("zh-Hans", {"nllb": "zho_Hans", "m2m100": "zh", "mbart50": "zh_CN"}),
-    ("zh-TW", {"nllb": "zho_Hant", "m2m100": "zh", "mbart50": None}),  # mBART-50's Chinese is Simplified
-    ("zh-Hant", {"nllb": "zho_Hant", "m2m100": "zh", "mbart50": None}),
+    ("zh-TW", {"nllb": "zho_Hant", "m2m100": None, "mbart50": None}),  # theirs is Simplified (CLDR's `zh`)
+    ("zh-Hant", {"nllb": "zho_Hant", "m2m100": None, "mbart50": None}),
     ("fil", {"nllb": "tgl_Latn", "m2m100": "tl", "mbart50": "tl_XX"}),
     ("ms", {"nllb": "zsm_Latn", "m2m100": "ms", "mbart50": None}),
     ("sr", {"nllb": "srp_Cyrl", "m2m100": "sr", "mbart50": None}),
     # where several of a model's languages fit: the one CLDR's likely subtags mean, or the region's own
     ("az", {"nllb": "azj_Latn", "m2m100": "az", "mbart50": "az_AZ"}),  # North Azerbaijani, not South
-    ("az-IR", {"nllb": "azb_Arab", "m2m100": "az", "mbart50": "az_AZ"}),
-    ("az-Arab", {"nllb": "azb_Arab", "m2m100": "az", "mbart50": "az_AZ"}),  # their codes say no script
+    ("az-IR", {"nllb": "azb_Arab", "m2m100": None, "mbart50": None}),  # South Azerbaijani: Arabic script
+    ("az-Arab", {"nllb": "azb_Arab", "m2m100": None, "mbart50": None}),  # their `az` is in Latin script
     ("fa", {"nllb": "pes_Arab", "m2m100": "fa", "mbart50": "fa_IR"}),  # Iranian Persian
     ("fa-AF", {"nllb": "prs_Arab", "m2m100": "fa", "mbart50": "fa_IR"}),  # Dari
     ("prs", {"nllb": "prs_Arab", "m2m100": "fa", "mbart50": "fa_IR"}),
     ("ks", {"nllb": "kas_Arab", "m2m100": None, "mbart50": None}),  # Kashmiri is written in Arabic script
     ("ks-Deva", {"nllb": "kas_Deva", "m2m100": None, "mbart50": None}),
     ("pa", {"nllb": "pan_Guru", "m2m100": "pa", "mbart50": None}),
-    ("pa-PK", {"nllb": None, "m2m100": "pa", "mbart50": None}),  # Shahmukhi, which NLLB-200 does not write
+    ("pa-PK", {"nllb": None, "m2m100": None, "mbart50": None}),  # Shahmukhi, which none of them writes
     ("xx", {"nllb": None, "m2m100": None, "mbart50": None}),
 ]
 

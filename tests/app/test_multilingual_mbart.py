@@ -69,6 +69,9 @@ async def test_models_lists_mbarts_languages_and_a_code_it_lacks_is_a_422(client
     r = await client.post("/translate", json={"text": "Hallo", "source": "de", "target": "zh-TW", "model": "mbart"})
     assert r.status_code == 422 and "does not write target 'zh-TW' in the Hant script" in r.text
     assert "it has zh_CN" in r.text  # the Chinese it has
+    for name, script in (("az-IR", "Arab"), ("mn-Mong", "Mong")):  # its az_AZ, mn_MN: Latin, Cyrillic (CLDR)
+        r = await client.post("/translate", json={"text": "Hallo", "source": "de", "target": name, "model": "mbart"})
+        assert r.status_code == 422 and f"does not write target {name!r} in the {script} script" in r.text, r.text
     r = await client.post("/translate", json={"text": "Hallo", "source": "de", "target": "ms", "model": "mbart"})
     assert r.status_code == 422
 
