@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from app import schemas as s
-from app.calls import detect_source, run_attention, run_translate
+from app.calls import detect_source, engine_by_detection, run_attention, run_translate
 from app.deps import EngineDep, GlossariesDep, ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable
@@ -116,6 +116,8 @@ async def translate(body: s.TranslateRequest, models: ModelsDep, request: Reques
     stored = await request.app.state.glossaries.get(body.glossary_id) if body.glossary_id else None
     if stored is not None and body.model is None and not (body.source or body.target):
         engine = models.pick(None, stored.source_lang, stored.target_lang)  # the model of the glossary's languages
+    elif body.model is None and body.source in (None, "auto") and (among := models.sources_into(body.target)):
+        engine = await engine_by_detection(models, body, among)  # several models translate into the target
     else:
         engine = models.pick(body.model, body.source, body.target)
     if body.stream:

@@ -8,6 +8,7 @@ from app import schemas as s
 from app.engine import InvalidRequest
 from app.glossaries import Glossary, fits, terms
 from app.languages import cut
+from app.models import Models
 from app.protect.spans import Protect, protection
 from app.segment import blank
 from app.text import Attention, Engine, Translation, inspection
@@ -72,6 +73,18 @@ async def decoding(
         return_word_confidence=body.return_word_confidence, glossary=glossary,
         glossary_ignore_case=body.glossary_ignore_case, source=source, target=target,
     )  # fmt: skip
+
+
+async def engine_by_detection(models: Models, body: s.TranslateRequest, among: tuple[str, ...]) -> Engine:
+    """The engine for a request whose source is left out or "auto" where several models translate into its target
+    (`among`: the languages they translate from): the first to translate from the texts' language, as detected among
+    those (LibreTranslate's and DeepL's routes choose so too); the first into the target where none is detected."""
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    words = read(texts, body.format)
+    if detect.identifier(among) is None or all(map(blank, words)):
+        return models.pick(None, body.source, body.target)
+    language = (await detect.detect(words, among))[0][0]
+    return models.find(None, language, body.target) or models.pick(None, body.source, body.target)
 
 
 async def detect_source(engine: Engine, texts: list[str]) -> str:

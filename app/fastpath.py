@@ -47,8 +47,11 @@ class FastTranslate:
         messages, body = await _read_body(receive)
         request = _parse(body) if body is not None else None
         engine = None
+        models = self.service.state.models
         if request is not None and not request.stream and request.glossary_id is None:  # the route reads glossaries
-            engine = self.service.state.models.find(request.model, request.source, request.target)
+            engine = models.find(request.model, request.source, request.target)
+            if request.model is None and request.source in (None, "auto") and models.sources_into(request.target):
+                engine = None  # several models translate into its target: the route detects which one is its
         if engine is None:  # the full app answers, or says what is wrong
             return await self.app(scope, _replay(messages, receive), send)
         await self.translate(scope, receive, send, request, engine)

@@ -206,6 +206,20 @@ class Models:
             f"no model here translates {wanted}; this server has {self.listing()} (GET /models){reasons}"
         )
 
+    def sources_into(self, target: str | None) -> tuple[str, ...]:
+        """The languages the loaded models translate into `target` from (a pair model's source, a many-to-many
+        model's languages by their short names), where more than one model does: what "auto" chooses the model
+        among. Empty where one model or none does (or no target is named): that one is the request's."""
+        if not target:
+            return ()
+        into = [e for name in self.names if (e := self.engines.get(name)) is not None and e.ready
+                and e.directions.serves(None, target)]  # fmt: skip
+        if len(into) < 2:
+            return ()
+        return tuple(dict.fromkeys(
+            code for e in into for code in (e.codes.names.values() if e.codes else [e.languages["source"]])
+        ))  # fmt: skip
+
     def find(self, model: str | None, source: str | None, target: str | None) -> Engine | None:
         """pick()'s engine, or None where pick() would raise."""
         try:

@@ -10,6 +10,7 @@ import pytest
 
 from app.settings import Settings
 from tests.app.conftest import MODES, core_of, serve_in
+from tests.app.helpers import sse
 from tests.app.multilingual import BUDGET, PER_DIRECTION, generate
 from tests.importers.marian_fixture import held_out_sentences
 from tests.importers.multilingual_fixture import import_all, model_directories
@@ -88,3 +89,21 @@ async def test_libretranslate_translates_with_mbart_between_two_of_its_languages
         for m in ("mbart", "nllb")
     }  # fmt: skip
     assert r.json()["translatedText"] in served_by  # one of the two many-to-many models answered, whole
+
+
+async def test_auto_goes_to_the_first_model_that_translates_from_the_detected_language(client):
+    """Several models translating into the target: "auto" (or no source) picks among them by the detected language,
+    as LibreTranslate's and DeepL's routes do; it went to the first into the target, which read Norwegian (a language
+    mBART-50 lacks) as one of its own."""
+    norwegian = "Norge er et land i Nord-Europa. Hovedstaden heter Oslo, og landet har omtrent fem millioner innbyggere."
+    german = "Zwei junge Männer spielen auf einer Wiese Fußball."
+    for source in ({}, {"source": "auto"}):
+        for text, model, detected in ((norwegian, "nllb", "nb"), (german, "mbart", "de")):
+            for stream in (False, True):
+                body = {"text": text, "target": "fr", "stream": stream, **source}
+                r = await client.post("/translate", json=body)
+                assert r.status_code == 200, r.text
+                if stream:
+                    assert sse(r)[-1]["detected_source"] == detected, r.text
+                else:
+                    assert (r.json()["model"], r.json()["translations"][0]["detected_source"]) == (model, detected)
