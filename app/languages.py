@@ -76,8 +76,9 @@ def english_name(code: str) -> str:
     (Traditional), `ace_Arab`: Acehnese (Arabic), `hne`: Chhattisgarhi); the code itself where they have none."""
     import langcodes  # its names (~30 MB) load when a list of languages is first asked for, not with the server
 
+    base, *rest = re.split("[-_]", code.strip())
     try:
-        name = langcodes.Language.get(code.strip().replace("_", "-")).display_name()
+        name = langcodes.Language.get("-".join([ALIASES.get(base.lower(), base), *rest])).display_name()  # M2M's `ns`
     except ValueError:
         return code
     return code if name.startswith("Unknown language") else name

@@ -24,7 +24,7 @@ from app.files_api import translated_file
 from app.jobs import JobError, JobNotDone, UnknownJob
 from app.jobs.intake import extensions, job_for, read
 from app.jobs.store import ID
-from app.languages import english_name
+from app.languages import cut, english_name
 from app.models import Models
 from app.protect.spans import ADDRESSES
 from app.schemas import ErrorResponse, scrub
@@ -259,7 +259,7 @@ def pick(models: Models, source: str, target: str) -> Engine:
         raise EngineUnavailable(f"no model loaded so far translates {source}->{target}; others are still loading")
     for code in (source, target):
         if code not in codes(models):
-            raise LibreError(400, f"{code} is not supported")
+            raise LibreError(400, f"{cut(code)} is not supported")  # as LibreTranslate says, a long name cut
     raise LibreError(
         400, f"{name(target)} ({target}) is not available as a target language from {name(source)} ({source})"
     )
@@ -289,7 +289,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
         source, detected = language, {"confidence": confidence, "language": language}
     engine = pick(models, source, target)
     if fmt not in ("text", "html"):
-        raise LibreError(400, f"{fmt} format is not supported")
+        raise LibreError(400, f"{cut(fmt)} format is not supported")
     n = alternatives(values, engine)
     decoding = Decoding(beam_size=n + 1, num_hypotheses=n + 1) if n and fmt == "text" else GREEDY  # html: none, as LT
     decoding = replace(decoding, source=source, target=target)  # a many-to-many model's direction

@@ -222,7 +222,7 @@ class Settings(BaseSettings):
     )
     api_key: SecretStr | None = Field(
         None,
-        description="when set, every endpoint except `/health`, `/ready`, `/docs`, `/openapi.json` and the "
+        description="when set, every endpoint except `/health`, `/ready`, `/docs`, `/redoc`, `/openapi.json` and the "
         "viewer page needs `Authorization: Bearer <key>`; LibreTranslate's and DeepL's APIs take it as their clients "
         "send it (`api_key`, `Authorization: DeepL-Auth-Key <key>`)",
     )

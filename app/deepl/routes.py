@@ -38,6 +38,7 @@ from app.files_api import translated_file
 from app.html import HTML, ignoring
 from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
+from app.languages import cut
 from app.models import Models
 from app.protect.spans import ADDRESSES
 from app.text import Engine, Translation
@@ -174,8 +175,12 @@ async def create_glossary(request: Request, models: ModelsDep) -> dict[str, Any]
     if (source, target) not in pairs(models):
         if "loading" in models.states().values():
             raise EngineUnavailable("the models are still loading; create the glossary once they are ready")
-        listed = ", ".join(f"{s}->{t}" for s, t in pairs(models)) or "none"
-        raise DeepLError(400, f"Unsupported glossary language pair {source}->{target}: the pairs served are {listed}")
+        served = pairs(models)
+        listed = ", ".join(f"{s}->{t}" for s, t in served[:20]) + (", ..." if len(served) > 20 else "") or "none"
+        raise DeepLError(
+            400, f"Unsupported glossary language pair {cut(source)}->{cut(target)}: {len(served)} pairs are served "
+            f"({listed}; GET /v2/glossary-language-pairs lists them all)",
+        )  # fmt: skip
     store: g.GlossaryStore = request.app.state.glossaries
     glossary = await store.create(name_, source, target, g.parse(entries, entries_format, source, target))
     return glossary.info()

@@ -94,11 +94,12 @@ class Limits:
     def sources(
         self, tokenizer: TextTokenizer, texts: list[str], truncate: bool, single: bool,
         names: list[str] | None = None, language: str | None = None, skip_unworded: bool = False,
+        truncatable: bool = True,
     ) -> tuple[list[list[int]], set[int]]:  # fmt: skip
         """Source ids of each text; over max_input_tokens a 413, or with `truncate` cut to the limit. `names`: what
         the error calls each text (default "text", or "text[i]" when not `single`); `language`: a many-to-many
         model's source language code; `skip_unworded`: texts without a letter (app/segment.py's worded(), which
-        are not translated) get no ids, however long."""
+        are not translated) get no ids, however long; `truncatable`: whether the request may ask for `truncate`."""
         more = {} if language is None else {"language": language}
         todo = [i for i, t in enumerate(texts) if not skip_unworded or worded(t)]
         srcs: list[list[int]] = [[] for _ in texts]
@@ -110,8 +111,8 @@ class Limits:
                 if not truncate:
                     name = names[i] if names else "text" if single else f"text[{i}]"
                     raise InputTooLong(
-                        f"{name} has {len(ids)} tokens; the limit is {limit}. "
-                        'Shorten or split it, or send "truncate": true to cut it to the limit'
+                        f"{name} has {len(ids)} tokens; the limit is {limit}. Shorten or split it"
+                        + (', or send "truncate": true to cut it to the limit' if truncatable else "")
                     )
                 keep = getattr(tokenizer, "trailing_specials", 1)  # </s>, and a language code after it
                 srcs[i] = ids[: limit - keep] + ids[-keep:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.languages import Languages, UnknownLanguage
+from app.languages import Languages, UnknownLanguage, english_name
 from model.multilingual_tokenizer import M2M100_LANGUAGES, MBART50_LANGUAGES
 
 NLLB = [
@@ -78,3 +78,12 @@ def test_a_name_that_fits_several_codes_is_ambiguous():
     assert Languages(["arb_Arab", "ary_Arab"]).resolve("ar") == "arb_Arab"  # Moroccan Arabic is not `ar`
     with pytest.raises(UnknownLanguage, match="is not a language code"):
         FAMILIES["nllb"].resolve("de; DROP TABLE")
+
+
+def test_every_code_of_each_family_has_an_english_name():
+    """As LibreTranslate's and DeepL's lists give them; M2M100's `ns` (Northern Sotho) was named by its code."""
+    for family, languages in FAMILIES.items():
+        for code, name in languages.names.items():
+            assert english_name(name) not in (name, code), (family, code, name)
+    assert english_name("ns") == "Northern Sotho" and english_name("zh-Hant") == "Chinese (Traditional)"
+    assert english_name("xx") == "xx" and english_name("not a code") == "not a code"

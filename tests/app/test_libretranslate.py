@@ -230,6 +230,7 @@ OK = {"q": ENGLISH, "source": "en", "target": "de"}
         ({**OK, "q": ["a", None]}, "Invalid request: q parameter must be a string or a list of strings"),
         ({**OK, "source": 7}, "Invalid request: source parameter must be a string"),
         ({**OK, "target": "xx"}, "xx is not supported"),
+        ({**OK, "target": "x" * 100_000}, "x" * 37 + "... is not supported"),  # not the 100 KB name echoed
         ({**OK, "source": "xx"}, "xx is not supported"),
         ({**OK, "source": "de", "target": "fr"}, "French (fr) is not available as a target language from German (de)"),
         ({**OK, "format": "xml"}, "xml format is not supported"),
