@@ -116,10 +116,15 @@ class Allowance:
 
 def withhold(parts: list[Translation], min_confidence: float) -> list[Translation]:
     """Each translation whose confidence is below `min_confidence` loses its text, tokens, alignment and
-    alternatives and says it was withheld; its quality stays, to say why. In place; returns `parts`."""
+    alternatives and says it was withheld; its quality stays, to say why. Each other loses the alternatives below
+    it. In place; returns `parts`."""
     if min_confidence <= 0:
         return parts
     for p in parts:
+        if p.hypotheses:  # its alternatives below the floor go too (the first is itself)
+            p.hypotheses = [p.hypotheses[0]] + [
+                h for h in p.hypotheses[1:] if h.quality is None or h.quality.confidence >= min_confidence
+            ]
         if p.quality is not None and p.quality.confidence < min_confidence:
             p.text, p.token_ids, p.hypotheses, p.withheld = "", [], [], [0]
             p.score, p.scored_steps = 0.0, 0  # the score of what it gives: nothing

@@ -392,3 +392,15 @@ async def test_model_work_runs_on_the_configured_number_of_threads(settings):
     async with serve(settings.model_copy(update={"threads": 2})) as (app, client):
         assert (await client.get("/info")).json()["threads"] == 2
         assert await app.state.engine.core.batcher.call(torch.get_num_threads) == 2
+
+
+async def test_min_confidence_leaves_out_the_alternatives_below_it(client):
+    """They stayed in `hypotheses` (and LibreTranslate's `alternatives`) whatever their confidence."""
+    body = {"text": "A man is riding a bike.", "beam_size": 4, "num_hypotheses": 4}
+    (t,) = (await client.post("/translate", json=body)).json()["translations"]
+    others = sorted(h["confidence"] for h in t["hypotheses"][1:])
+    assert len(others) == 3 and others[0] < others[-1] and t["confidence"] > others[0], t  # something to leave out
+    floor = (others[0] + min(others[1], t["confidence"])) / 2
+    (kept,) = (await client.post("/translate", json={**body, "min_confidence": floor})).json()["translations"]
+    assert kept["text"] == t["text"] and "withheld" not in kept, kept
+    assert [h["text"] for h in kept["hypotheses"]] == [h["text"] for h in t["hypotheses"] if h["confidence"] >= floor]

@@ -89,15 +89,17 @@ async def test_min_confidence_withholds_exactly_the_sentences_below_it(client):
     assert scored["score"] == pytest.approx(alone["translations"][0]["score"], abs=2e-3)
     nothing = (await translate(client, text=text, min_confidence=0))["translations"][0]
     assert nothing["text"] == full["text"]
-    # the sentences that stand keep their alignment and their alternatives
+    # the sentences that stand keep their alignment, and their alternatives at or above the floor
     asked = {"return_alignment": True, "beam_size": 2, "num_hypotheses": 2}
     want = (await translate(client, text=text, **asked))["translations"][0]
     got = (await translate(client, text=text, min_confidence=floor, **asked))["translations"][0]
     a, b = withheld["source_span"]
     standing = [s["source_span"] for s in want["alignment"] if not a <= s["source_span"][0] < b]
     assert [s["source_span"] for s in got["alignment"]] == standing and standing
-    assert [h["text"] for h in got["hypotheses"]][:1] == [got["text"]] and len(got["hypotheses"]) == 2
-    assert all("Welt" not in h["text"] for h in got["hypotheses"])
+    pieces = (await translate(client, text=[GOOD, "Two dogs play in the snow."], **asked))["translations"]
+    enough = all(h["confidence"] >= floor for t in pieces for h in t["hypotheses"])
+    assert len(got.get("hypotheses", [])) == (2 if enough else 0), (got, pieces)
+    assert all("Welt" not in h["text"] for h in got.get("hypotheses", []))
     everything = (await translate(client, text=[GOOD, BAD], min_confidence=1, return_tokens=True))["translations"]
     assert [t["text"] for t in everything] == ["", ""] and all(t["token_ids"] == [] for t in everything)
     # a text withheld whole, and an HTML page's unit, score as nothing given: as a stream's last event has it (they
