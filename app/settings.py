@@ -312,6 +312,21 @@ class Settings(BaseSettings):
                 f"max_batch_texts={self.max_batch_texts}, so max_queue must be at least "
                 f"{self.frontends * self.max_batch_texts} (or unset: the engine then sizes it)"
             )
+        # what the engine checks of these again, said here as the settings they are (not as a model that failed)
+        if self.max_queue is not None and self.max_queue < self.max_batch_texts:
+            raise ValueError(
+                f"max_queue={self.max_queue} is below max_batch_texts={self.max_batch_texts}: a request with that many "
+                "texts could never be admitted"
+            )
+        most = self.max_queue if self.max_queue is not None else None
+        if self.max_request_sequences is not None and not (
+            self.max_batch_texts <= self.max_request_sequences <= (most or self.max_request_sequences)
+        ):
+            raise ValueError(
+                f"max_request_sequences={self.max_request_sequences} must be at least max_batch_texts="
+                f"{self.max_batch_texts} (a request may send that many texts)"
+                + (f" and at most max_queue={most}" if most is not None else "")
+            )
         return self
 
     def model_dirs(self) -> dict[str, Path]:

@@ -33,11 +33,11 @@ def test_environment_variables_with_the_nmt_prefix(monkeypatch):
     monkeypatch.setenv("NMT_MAX_NEW_TOKENS", "12")
     monkeypatch.setenv("NMT_API_KEY", "s3cret-key")
     monkeypatch.setenv("NMT_MODEL_DIR", "/models/x")
-    monkeypatch.setenv("NMT_MAX_QUEUE", "8")
+    monkeypatch.setenv("NMT_MAX_QUEUE", "80")
     monkeypatch.setenv("NMT_REQUEST_TIMEOUT_S", "2.5")
     s = Settings()
     assert (s.max_new_tokens, s.api_key.get_secret_value(), s.model_dir) == (12, "s3cret-key", Path("/models/x"))
-    assert (s.max_queue, s.request_timeout_s) == (8, 2.5)
+    assert (s.max_queue, s.request_timeout_s) == (80, 2.5)
     assert "s3cret" not in repr(s)  # the key is never printed
     monkeypatch.setenv("NMT_API_KEY", "")
     assert Settings().api_key is None
@@ -121,6 +121,22 @@ def test_front_ends_and_workers_are_two_ways_to_use_processes_and_exclude_each_o
     assert Settings().frontends == 2
     monkeypatch.setenv("NMT_WORKERS", "2")
     with pytest.raises(ValidationError, match="frontends and workers"):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"NMT_MAX_QUEUE": "10"}, "max_queue=10 is below max_batch_texts=64"),
+        ({"NMT_MAX_REQUEST_SEQUENCES": "8"}, "max_request_sequences=8 must be at least max_batch_texts=64"),
+        ({"NMT_MAX_QUEUE": "100", "NMT_MAX_REQUEST_SEQUENCES": "200"}, "and at most max_queue=100"),
+    ],
+)
+def test_a_queue_or_request_share_that_cannot_admit_a_full_request_is_refused_as_a_setting(monkeypatch, env, message):
+    """Before any model loads, by the settings' names: the engine said so as a model that failed to load."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match=message):
         Settings()
 
 
