@@ -286,7 +286,9 @@ async def test_a_term_goes_where_its_source_term_is_translated_not_where_it_is_k
         # so an inline tag around part of a source term wraps the term (it wrapped the whole sentence)
         for page, want in (("<p>A man rides a red <b>bike</b>.</p>", "<b>Rotrad</b>."),
                            ("<p>A man rides a <b>red</b> bike.</p>", "<b>Rotrad</b>.")):  # fmt: skip
-            r = await client.post("/translate", json={"text": page, "format": "html", "glossary": {"red bike": "Rotrad"}})
+            r = await client.post(
+                "/translate", json={"text": page, "format": "html", "glossary": {"red bike": "Rotrad"}}
+            )
             assert r.json()["translations"][0]["text"].endswith(f"einem {want}</p>"), r.text
         for text in ("A man rides a red  bike.", "A man rides a red\u00a0bike.", "<p>A man rides a red&nbsp;bike.</p>"):
             body = {"text": text, "glossary": {"red bike": "Rotrad"}, "format": "html" if "<p>" in text else "text"}

@@ -95,7 +95,9 @@ async def test_auto_goes_to_the_first_model_that_translates_from_the_detected_la
     """Several models translating into the target: "auto" (or no source) picks among them by the detected language,
     as LibreTranslate's and DeepL's routes do; it went to the first into the target, which read Norwegian (a language
     mBART-50 lacks) as one of its own."""
-    norwegian = "Norge er et land i Nord-Europa. Hovedstaden heter Oslo, og landet har omtrent fem millioner innbyggere."
+    norwegian = (
+        "Norge er et land i Nord-Europa. Hovedstaden heter Oslo, og landet har omtrent fem millioner innbyggere."
+    )
     german = "Zwei junge Männer spielen auf einer Wiese Fußball."
     for source in ({}, {"source": "auto"}):
         for text, model, detected in ((norwegian, "nllb", "nb"), (german, "mbart", "de")):
