@@ -40,6 +40,9 @@ class FileLimits:
     max_uncompressed: int = 200 * 2**20  # the members of a zip container (DOCX, PPTX, XLSX, ODT), together
     max_ratio: int = 100  # a zip member's uncompressed over compressed size: above it, a zip bomb
     max_members: int = 10_000  # entries of a zip container
+    # tags of markup ("<"s) in a file's XML or HTML (a zip container's members together): each element costs its
+    # parser hundreds of bytes, so that a few MB of "<a/>" would take gigabytes
+    max_tags: int = 1_000_000
     max_units: int = 100_000  # units to translate
     max_chars: int = 5_000_000  # characters of those units, together
 
@@ -70,6 +73,8 @@ class Format:
         """The file's units; `language`, the target's, goes into the file where it says its language (PO, XLIFF)."""
         if len(data) > limits.max_bytes:
             raise FileTooLarge(f"the file has {len(data)} bytes; the limit is {limits.max_bytes}")
+        if self.module in MARKUP:
+            tagged(data, limits, "file")
         reader: Callable[..., Extracted] = importlib.import_module(f"app.files.{self.module}").read
         says = "language" in inspect.signature(reader).parameters
         extracted = reader(data, limits, language=language) if says else reader(data, limits)
@@ -91,6 +96,20 @@ FORMATS = {f.name: f for f in (
     Format("xliff", (".xlf", ".xliff"), "application/xliff+xml", "xliff"),
     Format("md", (".md", ".markdown"), "text/markdown", "markdown"),
 )}  # fmt: skip
+
+
+MARKUP = {"webpage", "xliff"}  # the formats read as a tree of elements (those in zip containers: app/files/zipped.py)
+
+
+def tagged(data: bytes, limits: FileLimits, what: str, before: int = 0) -> int:
+    """The tags of markup in `data` (its "<"s) and `before` them; a FileTooLarge past max_tags."""
+    tags = before + data.count(b"<")
+    if tags > limits.max_tags:
+        raise FileTooLarge(
+            f"the {what} has more than {limits.max_tags} tags of markup; the limit is {limits.max_tags} (each element "
+            "is a tree node to hold)"
+        )
+    return tags
 
 
 def one_each(units: list[Unit], translations: list[str]) -> None:

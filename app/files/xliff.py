@@ -40,6 +40,7 @@ from lxml import etree
 
 from app.files import FileError, FileLimits, FileTooLarge, Unit, unchanged
 from app.files.inline import Fragment
+from app.files.zipped import searchable
 
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
                           strip_cdata=False, huge_tree=False)  # fmt: skip
@@ -158,8 +159,9 @@ def _build(target, pieces: list) -> None:
 
 
 def _parse(data: bytes):
-    if m := _DECLARATIONS.search(data):
-        line = data.count(b"\n", 0, m.start()) + 1
+    text = searchable(data, "the XLIFF file") or data  # a UTF-16 file's declarations too
+    if m := _DECLARATIONS.search(text):
+        line = text.count(b"\n", 0, m.start()) + 1
         raise FileError(f"line {line} of the XLIFF file: a DOCTYPE or ENTITY declaration; XLIFF has none, and they "
                         "are refused (entities could expand without bound or fetch files)")  # fmt: skip
     try:

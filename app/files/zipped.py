@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from app.files import FileError, FileLimits, FileTooLarge
+from app.files import FileError, FileLimits, FileTooLarge, tagged
 
 _CHUNK = 2**16
 _RATIO_FLOOR = 2**20  # members smaller than this are not held to max_ratio: little XML files compress well
@@ -109,11 +109,12 @@ def read(data: bytes, limits: FileLimits, kind: str) -> Container:
         if info.flag_bits & 0x1:
             raise FileError(f"the {kind} file is encrypted ({info.filename!r}); only files without a password are read")
         _ratio(kind, info.filename, info.file_size, info.compress_size, limits)
-    members, total = {}, 0
+    members, total, tags = {}, 0, 0
     for info in infos:
         members[info.filename] = blob = _inflate(z, info, kind, limits, limits.max_uncompressed - total)
         total += len(blob)
-        _check_xml(kind, info.filename, blob)
+        if _check_xml(kind, info.filename, blob):
+            tags = tagged(blob, limits, f"{kind} file", tags)
     return Container(kind, infos, members)
 
 
@@ -146,29 +147,33 @@ def _inflate(z: zipfile.ZipFile, info: zipfile.ZipInfo, kind: str, limits: FileL
     return b"".join(chunks)
 
 
-def _check_xml(kind: str, name: str, blob: bytes) -> None:
-    """Refuse an XML member that declares a DOCTYPE or entities, or whose encoding could hide one."""
+def searchable(blob: bytes, what: str) -> bytes | None:
+    """XML's bytes as a search for declarations reads them (UTF-16 and UTF-32 as UTF-8), None where `blob` is no
+    XML; a FileError saying `what` is in another encoding, which could hide one ("<!DOCTYPE" in UTF-7)."""
     head = blob[:4]
     wide = next((codec for start, codec in _WIDE if head.startswith(start)), None)
     if wide is not None:
-        text = blob.decode(wide, errors="replace").encode("utf-8", errors="replace")
-    elif blob.lstrip().startswith((b"<", codecs.BOM_UTF8)):
-        text = blob
-        declared = _ENCODING.match(blob.removeprefix(codecs.BOM_UTF8))
-        if declared and declared[1].decode().lower() not in _READABLE:
-            raise FileError(
-                f"the {kind} file's XML member {name!r} is encoded in {declared[1].decode()}; "
-                "only UTF-8, UTF-16, UTF-32 and Latin-1 are read"
-            )
-    else:
-        return  # not XML: an image, the ODF mimetype
+        return blob.decode(wide, errors="replace").encode("utf-8", errors="replace")
+    if not blob.lstrip().startswith((b"<", codecs.BOM_UTF8)):
+        return None
+    declared = _ENCODING.match(blob.removeprefix(codecs.BOM_UTF8))
+    if declared and declared[1].decode().lower() not in _READABLE:
+        raise FileError(f"{what} is encoded in {declared[1].decode()}; only UTF-8, UTF-16, UTF-32 and Latin-1 are read")
+    return blob
+
+
+def _check_xml(kind: str, name: str, blob: bytes) -> bool:
+    """Whether a member is XML; refuse one that declares a DOCTYPE or entities, or whose encoding could hide one."""
+    text = searchable(blob, f"the {kind} file's XML member {name!r}")
+    if text is None:
+        return False  # not XML: an image, the ODF mimetype
     found = _DECLARATION.search(text)
     if found is None:
-        return
+        return True
     if name.lower().endswith(".svg") and b"<!ENTITY" not in text.upper():
         end = text.find(b">", found.start())
         if end > 0 and b"[" not in text[found.start() : end]:
-            return
+            return True
     raise FileError(
         f"the {kind} file's XML member {name!r} has a DOCTYPE or ENTITY declaration; "
         "office files have none, and none is read (entity expansion)"

@@ -116,9 +116,14 @@ async def test_a_formatted_paragraph_of_more_sentences_than_a_request_may_have_i
         ("a.txt", b"A dog.", {"beam_size": "x"}, 422, ["beam_size"]),
         ("a.txt", b"A dog.", {"glossary_id": "nope"}, 404, ["there is no glossary 'nope'"]),
         ("a.txt", ("word " * 5000).encode(), {}, 413, ["a line of 24999 characters", "NMT_MAX_REQUEST_CHARS"]),
+        # 4 MB of elements: gigabytes in a parser's tree, which the process kept
+        ("a.html", b"<p>A dog.</p>" + b"<b></b>" * 600_000, {}, 413, ["more than 1000000 tags of markup"]),
+        # a DOCTYPE in UTF-16 (the check read the bytes as they came, and the parser expanded its entities)
+        ("a.xlf", '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE x [<!ENTITY a "b">]><xliff version="1.2"/>'
+         .encode("utf-16"), {}, 422, ["a DOCTYPE or ENTITY declaration"]),
     ],
     ids=["not utf-8", "nul", "unknown extension", "unknown format", "unknown model", "unknown target", "beam 9",
-         "beam 0", "beam x", "unknown glossary", "long line"],
+         "beam 0", "beam x", "unknown glossary", "long line", "tag bomb", "utf-16 doctype"],
 )  # fmt: skip
 async def test_a_bad_upload_gets_its_4xx_saying_what_is_wrong_before_any_job(client, name, data, fields, status,
                                                                               words):  # fmt: skip

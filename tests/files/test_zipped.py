@@ -39,6 +39,19 @@ def test_a_zip_bomb_is_refused_before_it_is_inflated(fmt):
 
 
 @formats
+def test_more_markup_than_a_parser_should_hold_is_refused_before_any_parser_reads_it(fmt):
+    """A few MB of `<a/>` (each member under the 1 MiB that the ratio spares, so no zip bomb) took gigabytes: each
+    element is a node the parser holds, and the memory stayed with the process."""
+    sample, main = MAIN[fmt]
+    data = sample()
+    for i in range(5):  # 1.2 million tags in all
+        data = office.replaced(data, f"extra{i}.xml", b"<x>" + b"<a/>" * 240_000 + b"</x>")
+    peak = refused(fmt, data, FileTooLarge, f"the {fmt.upper()} file has more than 1000000 tags of markup")
+    assert peak < 40 * 2**20
+    FORMATS[fmt].read(office.replaced(sample(), "extra.xml", b"<x>" + b"<a/>" * 100_000 + b"</x>"), FileLimits())
+
+
+@formats
 def test_a_header_that_lies_about_a_size_is_caught_while_reading(fmt):
     sample, main = MAIN[fmt]
     peak = refused(fmt, office.lying(sample(), main), FileError, f"'{main}' is corrupt: Bad CRC-32")
