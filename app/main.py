@@ -16,6 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.add_exception_handler(JobError, on_glossary_error)
     for exc in ENGINE_ERRORS:
         app.add_exception_handler(exc, on_engine_error)
+    app.add_exception_handler(ClientDisconnect, on_client_gone)  # a body cut off: nobody to answer, nothing to log
     app.add_exception_handler(Exception, on_unexpected)
     app.include_router(open_routes)
     app.include_router(viewer)  # the attention viewer page: open, it asks for the key itself
@@ -216,6 +218,11 @@ def unreadable(cause: BaseException) -> str:
 
 async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     return error(422, describe(exc.errors(), request), "validation_error")
+
+
+async def on_client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+    """A client gone while its body was read (a form's parser raises it): answered for the metrics alone."""
+    return error(499, "the client closed the connection before its request was whole", "client_closed")
 
 
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

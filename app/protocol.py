@@ -10,8 +10,11 @@ a read in which another message ended is left out of it, so what is buffered pas
 Nor does uvicorn bound the time a head takes: a client that opened a connection, or began a head, and then sent a
 byte a minute held a descriptor (and a slot of the file-descriptor limit) for as long as it liked. Here the head must
 be whole within `head_timeout_s` of the connection's opening or of its first byte (nginx's client_header_timeout): a
-connection that sent part of a head then gets 408 and is closed, one that sent nothing is closed. Between requests
-on a kept-alive connection uvicorn's keep-alive timeout (5 s) applies, as before.
+connection that sent part of a head then gets 408 and is closed, one that sent nothing is closed. A body is held to
+the same time between two of its reads (nginx's client_body_timeout): a client that stops sending one, or sends a
+byte a minute, gets 408 and is closed, and the request it began sees the client gone (a body the app has not read
+yet, which holds its reading back, is not the client's delay). Between requests on a kept-alive connection uvicorn's
+keep-alive timeout (5 s) applies, as before.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class HttpProtocol(HttpToolsProtocol):
         self.parsed = 0  # bytes of this head the parser has handed over (URL, header names and values)
         self.unparsed = 0  # bytes of the reads since this head began that were all head
         self.in_body = False  # between the end of a head and the end of its message
+        self.body_timer: asyncio.TimerHandle | None = None  # while a body is awaited: its time since its last read
         self.heads = 0  # heads read on this connection
         self.too_large = False
 
@@ -44,9 +48,12 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_done()
+        self._body_done()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self.body_timer is not None:  # a read of the body: its clock starts again
+            self._await_body()
         all_head, heads = not self.in_body, self.heads
         super().data_received(data)  # answers a parser error with send_400_response
         if all_head and self.heads == heads and not self.transport.is_closing():
@@ -72,10 +79,12 @@ class HttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self.in_body, self.in_head, self.heads = True, False, self.heads + 1
         self._head_done()
+        self._await_body()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self.in_body = False
+        self._body_done()
         super().on_message_complete()
 
     def _count(self, n: int) -> None:
@@ -93,6 +102,28 @@ class HttpProtocol(HttpToolsProtocol):
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
+
+    def _await_body(self) -> None:
+        self._body_done()
+        self.body_timer = self.loop.call_later(self.head_timeout_s, self._body_timed_out)
+
+    def _body_done(self) -> None:
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self.body_timer = None
+        if self.transport.is_closing() or not self.in_body:
+            return
+        if self.flow.read_paused:  # the app has not read what came: the wait is its own
+            self._await_body()
+            return
+        message = (
+            f"the request's body stopped arriving: nothing of it came for {self.head_timeout_s:g} s; the limit is "
+            f"{self.head_timeout_s:g} s between two reads of it (NMT_HEAD_TIMEOUT_S)"
+        )
+        self._send_error(408, "request_timeout", message)
 
     def _head_timed_out(self) -> None:
         self.head_timer = None
@@ -125,6 +156,7 @@ class HttpProtocol(HttpToolsProtocol):
     def _send_error(self, status: int, kind: str, message: str) -> None:
         """A JSON error, then the connection closed."""
         self._head_done()
+        self._body_done()
         body = json.dumps({"error": message, "type": kind}).encode()
         head = [STATUS_LINE[status]]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]

@@ -106,8 +106,9 @@ class Settings(BaseSettings):
         60.0,
         gt=0,
         description="seconds a connection has to send a request's line and headers, from its opening or from their "
-        "first byte (nginx's `client_header_timeout`); a head still incomplete then gets 408, a connection that sent "
-        "nothing is closed. Bounds how long slow or silent clients hold a connection",
+        "first byte (nginx's `client_header_timeout`), and a body between two of its reads (`client_body_timeout`); a "
+        "head or body still incomplete then gets 408, a connection that sent nothing is closed. Bounds how long slow "
+        "or silent clients hold a connection",
     )
     shutdown_timeout_s: float = Field(
         30.0,

@@ -471,7 +471,7 @@ def test_a_head_not_whole_within_the_head_timeout_gets_408_json_and_a_silent_con
     """NMT_HEAD_TIMEOUT_S=3: a head stopped half-way (on a new connection, and on a kept-alive one after a first
     answer) gets a JSON 408 and the connection is closed; a connection that sends nothing is closed without an
     answer; a head trickled in pieces that ends in time is served; fresh connections translate throughout."""
-    with serving(tiny_checkpoint, NMT_HEAD_TIMEOUT_S="3") as (_, base, port):
+    with serving(tiny_checkpoint, NMT_HEAD_TIMEOUT_S="3") as (proc, base, port):
         half, kept, silent, slow = (connect(port) for _ in range(4))
         opened = time.monotonic()
         half[0].sendall(b"GET /health HTTP/1.1\r\nHost: nmt\r\n")
@@ -493,3 +493,20 @@ def test_a_head_not_whole_within_the_head_timeout_gets_408_json_and_a_silent_con
         for sock, f in (half, kept, silent, slow):
             f.close()
             sock.close()
+        # a body that stops arriving: 408 after 3 s without a byte of it (it held the connection for good), on a
+        # route of ours and on LibreTranslate's (whose form parser then saw the client gone, and logged a traceback)
+        form = b"POST /libretranslate/translate HTTP/1.1\r\nHost: nmt\r\n"
+        form += b"Content-Type: application/x-www-form-urlencoded\r\n"
+        for head in (b"POST /translate HTTP/1.1\r\nHost: nmt\r\nContent-Type: application/json\r\n", form):
+            sock, f = connect(port)
+            started = time.monotonic()
+            sock.sendall(head + b"Content-Length: 100\r\n\r\nq=A")
+            status, headers, body = read_response(f)
+            assert (status, json.loads(body)["type"]) == (408, "request_timeout") and time.monotonic() - started >= 3
+            assert "body stopped arriving" in json.loads(body)["error"] and closed_by_server(sock)
+            f.close()
+            sock.close()
+        assert_fresh_connection_translates(base)
+        proc.send_signal(signal.SIGTERM)
+        log = proc.communicate(timeout=60)[0]
+        assert "Traceback" not in log and "ClientDisconnect" not in log, log[-3000:]  # a cut-off body: no error
