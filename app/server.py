@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 import signal
 import socket
 from collections.abc import Callable
@@ -26,6 +27,21 @@ STOP_GRACE_S = 5  # after NMT_SHUTDOWN_TIMEOUT_S, for the last answers to go out
 def configure_logging(settings: Settings) -> None:
     level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s:     %(name)s: %(message)s")
+
+
+class HiddenKeys(logging.Filter):
+    """An access log line with the key a query string carries hidden (LibreTranslate's clients send `api_key` there;
+    a wrong guess is as much a secret's shape as the right one)."""
+
+    KEY = re.compile(r"((?:api_key|auth_key)=)[^&#\s]*", re.IGNORECASE)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(self.KEY.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+HIDDEN_KEYS = HiddenKeys()
 
 
 def serve(
@@ -50,6 +66,7 @@ def serve(
         # uvicorn's httptools protocol with the request head bounded in size and time (app/protocol.py)
         http=functools.partial(HttpProtocol, head_timeout_s=settings.head_timeout_s),
     )  # fmt: skip
+    logging.getLogger("uvicorn.access").addFilter(HIDDEN_KEYS)  # after uvicorn.Config, which sets its logging up
     server = Server(config, stop_engines=app.state.models.stop, after=settings.shutdown_timeout_s)
     # uvicorn handles SIGINT/SIGTERM itself (stop accepting, finish in-flight requests, run the lifespan's
     # shutdown) and then re-raises the signal to the handler it found; make that one a no-op so a

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -110,6 +111,15 @@ def tagged(data: bytes, limits: FileLimits, what: str, before: int = 0) -> int:
             "is a tree node to hold)"
         )
     return tags
+
+
+_OBJECT = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def said(error: Exception) -> str:
+    """What a library's error says of an upload, without the addresses of this process's objects in it (python-pptx:
+    "Package not found at '<_io.BytesIO object at 0x7fa6...>'")."""
+    return _OBJECT.sub("upload", str(error))
 
 
 def one_each(units: list[Unit], translations: list[str]) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import openpyxl
 from openpyxl.cell.rich_text import CellRichText, TextBlock
 
-from app.files import FileError, FileLimits, Unit, one_each, zipped
+from app.files import FileError, FileLimits, Unit, one_each, said, zipped
 from app.files.runs import Runs, encode
 from app.segment import worded
 
@@ -56,7 +56,7 @@ def read(data: bytes, limits: FileLimits) -> ExcelFile:
     try:
         workbook = openpyxl.load_workbook(io.BytesIO(data), rich_text=True)
     except Exception as e:  # noqa: BLE001 - openpyxl's and defusedxml's own, on a file that is no workbook
-        raise FileError(f"the XLSX file cannot be read as an Excel workbook: {e}") from None
+        raise FileError(f"the XLSX file cannot be read as an Excel workbook: {said(e)}") from None
     units: list[Unit] = []
     numbers: dict[Unit, int] = {}
     cells = []

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pptx
 from lxml import etree
 
-from app.files import FileError, FileLimits, Unit, zipped
+from app.files import FileError, FileLimits, Unit, said, zipped
 from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten
 from app.segment import worded
 
@@ -78,7 +78,7 @@ def read(data: bytes, limits: FileLimits) -> PowerPointFile:
             if slide.has_notes_slide:
                 roots.append(slide.notes_slide.element)
     except Exception as e:  # noqa: BLE001 - python-pptx's and lxml's own, on a file that is no presentation
-        raise FileError(f"the PPTX file cannot be read as a PowerPoint presentation: {e}") from None
+        raise FileError(f"the PPTX file cannot be read as a PowerPoint presentation: {said(e)}") from None
     stretches = [s for root in roots for paragraph in root.iter(_P) for s in _stretches(paragraph)]
     return PowerPointFile(data, limits, presentation, stretches, [s.runs.unit for s in stretches])
 

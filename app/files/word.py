@@ -36,7 +36,7 @@ import docx
 from docx.opc.constants import CONTENT_TYPE as CT
 from lxml import etree
 
-from app.files import FileError, FileLimits, Unit, zipped
+from app.files import FileError, FileLimits, Unit, said, zipped
 from app.files.runs import Builder, Point, Runs, cuts, encode, rewritten
 from app.segment import worded
 
@@ -116,7 +116,7 @@ def read(data: bytes, limits: FileLimits) -> WordFile:
                 xml_parts.append((part, etree.fromstring(part.blob, parser)))
                 roots.append(xml_parts[-1][1])
     except Exception as e:  # noqa: BLE001 - python-docx's and lxml's own, on a file that is no Word document
-        raise FileError(f"the DOCX file cannot be read as a Word document: {e}") from None
+        raise FileError(f"the DOCX file cannot be read as a Word document: {said(e)}") from None
     stretches = [s for root in roots for flow in root.iter(*_FLOWS) for s in _stretches(flow)]
     return WordFile(data, limits, document, xml_parts, stretches, [s.runs.unit for s in stretches])
 

@@ -33,10 +33,12 @@ def test_nmt_serve_answers_over_tcp_and_stops_cleanly(server, tokenizer):
         attention = client.post("/attention", json={"text": "A dog.", "layers": [0]}).json()
         assert attention["decoder_tokens"][0] == "<s>" and len(attention["cross_attention"]) == 1
         assert client.get("/nope").json()["type"] == "not_found"
+        client.get("/libretranslate/languages?api_key=s3cret-guess&x=1")  # as LibreTranslate's clients send it
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "engine stopped" in out and "Finished server process" in out
+    assert "/libretranslate/languages?api_key=***&x=1" in out and "s3cret" not in out  # not in the access log
 
 
 def test_sigterm_lets_a_running_stream_finish_then_exits_0(server):

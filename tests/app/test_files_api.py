@@ -17,6 +17,7 @@ from app.settings import Settings
 from tests.app.conftest import MODES, serve_in
 from tests.app.files_api import PARAGRAPHS, finished, holding, ours, text_file, upload
 from tests.app.helpers import until
+from tests.files import office
 
 pytestmark = pytest.mark.anyio
 CAP = 3  # NMT_JOB_SEGMENTS_IN_FLIGHT here
@@ -121,9 +122,10 @@ async def test_a_formatted_paragraph_of_more_sentences_than_a_request_may_have_i
         # a DOCTYPE in UTF-16 (the check read the bytes as they came, and the parser expanded its entities)
         ("a.xlf", '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE x [<!ENTITY a "b">]><xliff version="1.2"/>'
          .encode("utf-16"), {}, 422, ["a DOCTYPE or ENTITY declaration"]),
+        ("a.pptx", office.docx_sample(), {}, 422, ["file 'upload' is not a PowerPoint file"]),  # not its heap address
     ],
     ids=["not utf-8", "nul", "unknown extension", "unknown format", "unknown model", "unknown target", "beam 9",
-         "beam 0", "beam x", "unknown glossary", "long line", "tag bomb", "utf-16 doctype"],
+         "beam 0", "beam x", "unknown glossary", "long line", "tag bomb", "utf-16 doctype", "docx as pptx"],
 )  # fmt: skip
 async def test_a_bad_upload_gets_its_4xx_saying_what_is_wrong_before_any_job(client, name, data, fields, status,
                                                                               words):  # fmt: skip
