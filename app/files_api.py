@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import unicodedata
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated
@@ -78,7 +79,10 @@ def utf8(data: bytes) -> bool:
 
 
 def disposition(filename: str) -> str:
-    """Content-Disposition for a download: the name as ASCII for old clients, and as UTF-8 (RFC 6266) beside it."""
+    """Content-Disposition for a download: the name as ASCII for old clients, and as UTF-8 (RFC 6266) beside it,
+    without the characters that change how a name shows (U+202E would show "report\u202etxt.exe" as "reportexe.txt")
+    or are none (controls)."""
+    filename = "".join("_" if unicodedata.category(ch) in ("Cf", "Cc") else ch for ch in filename)
     fallback = filename.encode("ascii", "replace").decode().replace("?", "_").replace('"', "_")
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 

@@ -53,6 +53,11 @@ async def test_a_text_file_comes_back_as_translate_translates_its_paragraphs(cli
     assert r.headers["content-disposition"] == "attachment; filename=\"report.de.txt\"; filename*=UTF-8''report.de.txt"
     expected = await ours(client, [*paragraphs[:-2], f"{paragraphs[-2]}\n{paragraphs[-1]}"])
     assert r.content.decode() == "\n\n".join(expected[:-1]) + f"\r\n\r\n{expected[-1]}\n\n"
+    # a name whose right-to-left override would show "invoice\u202efdp.exe.txt" as "invoicetxt.exe.pdf": not in it
+    job = await upload(client, text_file(paragraphs[:3]), name="invoice\u202efdp.exe.txt", target="de")
+    r = await client.get((await finished(client, job["id"]))["download"])
+    assert "%E2%80%AE" not in r.headers["content-disposition"] and "invoice_fdp.exe.de.txt" in r.headers[
+        "content-disposition"], r.headers  # fmt: skip
 
 
 async def test_events_show_the_progress_rising_to_the_total(client):
