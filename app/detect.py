@@ -112,14 +112,14 @@ def ranked(texts: list[str], languages: tuple[str, ...]) -> list[tuple[str, floa
     """The likeliest languages of `texts` among `languages`, best first: each text's probabilities weighted by its
     size(), as a confidence from 0 to 100. Texts without a letter, or languages the model does not know: "en" (as
     LibreTranslate) where it is among them, else the first, at 0."""
-    model, weight = identifier(languages), sum(map(size, texts))
-    if model is None or not weight:
+    model, sizes = identifier(languages), [size(t) for t in texts]
+    if model is None or not (weight := sum(sizes)):
         return [("en" if "en" in languages or not languages else languages[0], 0.0)]
     scores: dict[str, float] = {}
-    for text in filter(size, texts):
-        for code, p in model.rank(text):
+    for text, n in zip(texts, sizes, strict=True):
+        for code, p in model.rank(text) if n else ():
             code = named[languages].get(code, code)
-            scores[code] = scores.get(code, 0.0) + p * size(text) / weight
+            scores[code] = scores.get(code, 0.0) + p * n / weight
     best = [(code, round(100 * p, 1)) for code, p in sorted(scores.items(), key=lambda item: -item[1])[:TOP]]
     best[0] = (written(best[0][0], " ".join(texts), languages), best[0][1])
     return best[:1] + [(code, c) for code, c in best[1:] if c > 0]

@@ -115,6 +115,7 @@ def parse(code: str) -> tuple[str, str | None] | None:
     return meant or language, script or implied
 
 
+@cache
 def likely_script(language: str) -> str | None:
     """The script a language is written in where a code does not say (CLDR's likely subtags: `sr` Cyrillic, `zh`
     Simplified, `pa` Gurmukhi), None where CLDR does not know the language."""

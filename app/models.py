@@ -210,7 +210,7 @@ class Models:
         """The languages the loaded models translate into `target` from (a pair model's source, a many-to-many
         model's languages by their short names), where more than one model does: what "auto" chooses the model
         among. Empty where one model or none does (or no target is named): that one is the request's."""
-        if not target:
+        if not target or len(self.names) < 2:  # every plain /translate asks: one model answers at once
             return ()
         into = [e for name in self.names if (e := self.engines.get(name)) is not None and e.ready
                 and e.directions.serves(None, target)]  # fmt: skip

@@ -105,7 +105,7 @@ HTML = Rules(
     _CLOSED_BY, frozenset(_OPTIONAL_END),
 )  # fmt: skip
 # XML (DeepL's tag_handling "xml"): every element is closed (or written <x/>) and translated whatever its name; those
-# named as HTML's inline ones (and <br>, a line break) run in the text, any other is a block
+# named as HTML's inline ones (and <br>, a line break) and the empty ones (<x/>) run in the text, any other is a block
 XML = Rules(frozenset(), frozenset(_INLINE | {"br"}), frozenset(), frozenset(), frozenset(), {}, frozenset(), True)
 
 

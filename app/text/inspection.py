@@ -65,7 +65,7 @@ async def attention(
     decoding = engine.directions.or_saved(source_language, target_language)
     start = engine.directions.start(decoding)
     (src,), _ = await asyncio.to_thread(
-        engine.limits.sources, engine.tokenizer, [text], False, True, None, decoding.source, False, False
+        engine.limits.sources, engine.tokenizer, [text], False, True, None, decoding.source, truncatable=False
     )  # fmt: skip
     if target is not None:
         tgt = await asyncio.to_thread(engine.tokenizer.encode, target, "target", False)
