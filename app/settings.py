@@ -245,7 +245,7 @@ class Settings(BaseSettings):
         description="directory that keeps the file translations (jobs): each one's upload, state (`job.json`) and "
         "result, written to the disk before it is acknowledged; jobs left queued or running by a stopped server are "
         "started again by the next one on the same directory. Unset: a temporary directory made at start and removed "
-        "at shutdown, so jobs do not survive a restart",
+        "at shutdown, so jobs do not survive a restart (one a killed server left is removed by the next start)",
     )
     job_retention_s: float = Field(
         86400.0,

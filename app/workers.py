@@ -24,7 +24,6 @@ import ctypes
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
+from model.workspace import Workspace
 
 log = logging.getLogger("nmt_serve")
 PR_SET_PDEATHSIG = 1
@@ -146,11 +146,15 @@ def shared_jobs(settings: Settings) -> Iterator[Settings]:
     if settings.job_dir is not None:
         yield settings
         return
-    jobs = Path(tempfile.mkdtemp(prefix="nmt-serve-jobs-"))
-    try:
+    with temporary_jobs() as jobs:
         yield settings.model_copy(update={"job_dir": jobs})
-    finally:
-        shutil.rmtree(jobs, ignore_errors=True)
+
+
+def temporary_jobs() -> Workspace:
+    """A jobs directory of the server's own in TMPDIR, for a server without NMT_JOB_DIR (its jobs do not survive a
+    restart). A server killed with SIGKILL leaves it, its uploads in it, and the next one started removes it
+    (model/workspace.py)."""
+    return Workspace(Path(tempfile.gettempdir()), "nmt-serve-jobs-")
 
 
 def exit_status(failed: list[str]) -> int:

@@ -15,7 +15,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import shutil
 import tempfile
 import time
 from collections.abc import Awaitable
@@ -36,6 +35,8 @@ from app.settings import Settings
 from app.text import Engine
 from app.text.directions import MULTILINGUAL
 from app.text.limits import Decoding
+from app.workers import temporary_jobs
+from model.workspace import Workspace
 
 log = logging.getLogger("nmt_serve")
 RETRIES = 3  # a chunk that times out or runs out of memory this often fails its job
@@ -70,7 +71,7 @@ class Runner:
         self._changed: dict[str, asyncio.Event] = {}
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
-        self._temporary: Path | None = None
+        self._temporary: Workspace | None = None
         self._ready: Awaitable | None = None
         self.stopping = False
 
@@ -80,8 +81,8 @@ class Runner:
         """Resume the jobs a stopped server left, start the workers, and sweep now and then; jobs run once `ready`
         (the models' loading) is done."""
         if self.settings.job_dir is None:  # jobs do not survive a restart: a directory of this server's own
-            self._temporary = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="nmt-serve-jobs-"))
-            self.store = JobStore(self._temporary)
+            self._temporary = await asyncio.to_thread(temporary_jobs)
+            self.store = JobStore(self._temporary.path)
         self._ready = ready
         self._queue = asyncio.Queue()
         for job, fd in await asyncio.to_thread(self.store.orphans):
@@ -102,7 +103,7 @@ class Runner:
             self.store.release(fd)
         self._locks.clear()
         if self._temporary is not None:
-            await asyncio.to_thread(shutil.rmtree, self._temporary, True)
+            await asyncio.to_thread(self._temporary.remove)
 
     # ---- the API's side ------------------------------------------------------------------------------------------
 

@@ -131,27 +131,28 @@ def test_sigterm_drains_a_stream_through_the_engine_then_everything_exits_0(spli
     assert "an engine process" in out and "2 front-ends" in out
 
 
-def test_the_engine_socket_s_directory_left_by_a_sigkill_is_removed_by_the_next_start(tiny_checkpoint, tmp_path):
-    """The engine's socket lies in a directory of the server's own under TMPDIR, removed as it exits; a SIGKILL leaves
-    it (nothing runs in a killed process), and the next server started there removes it."""
+def test_the_directories_a_sigkill_leaves_are_removed_by_the_next_start(tiny_checkpoint, tmp_path):
+    """The engine's socket and the jobs lie in directories of the server's own under TMPDIR, removed as it exits; a
+    SIGKILL leaves them (nothing runs in a killed process), and the next server started there removes them."""
     settings = {"NMT_FRONTENDS": "1", "NMT_COMPILE": "off", "TMPDIR": str(tmp_path)}
     with live_server(tiny_checkpoint, timeout=120, **settings) as (proc, _):
         (left,) = tmp_path.glob("nmt-serve-engine-*")
+        (jobs,) = tmp_path.glob("nmt-serve-jobs-*")  # the front-ends' jobs (no NMT_JOB_DIR), the parent's too
         assert (left / "engine").is_socket()
         proc.kill()
         proc.wait()
-    assert (left / "engine").exists()
+    assert (left / "engine").exists() and jobs.exists()
     an_hour_ago = time.time() - 3600  # found by a start an hour later (a start within a minute leaves it be)
-    for path in (left / "owner", left):
+    for path in (left / "owner", left, jobs / "owner", jobs):
         os.utime(path, (an_hour_ago, an_hour_ago))
     with live_server(tiny_checkpoint, timeout=120, **settings) as (proc, base):
         (mine,) = tmp_path.glob("nmt-serve-engine-*")
-        assert mine != left and not left.exists()
+        assert mine != left and not left.exists() and not jobs.exists()
         assert httpx.post(f"{base}/translate", json={"text": TEXTS[0]}, timeout=60).status_code == 200
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and f"removed {left}: a directory a killed process had left" in out, out
-    assert list(tmp_path.glob("nmt-serve-engine-*")) == []  # its own, removed as it exited
+    assert list(tmp_path.glob("nmt-serve-*")) == []  # its own, removed as it exited
 
 
 def test_a_killed_engine_gets_503s_then_the_server_exits_non_zero(split):

@@ -8,8 +8,11 @@ import asyncio
 import json
 import multiprocessing
 import os
+import tempfile
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.engine import EngineFailure
@@ -22,6 +25,7 @@ from model.checkpoint import read_metadata
 from tests.app.conftest import MODES, serve_in
 from tests.app.files_api import PARAGRAPHS, finished, ours, text_file, upload
 from tests.app.helpers import until
+from tests.app.live import live_server
 
 pytestmark = pytest.mark.anyio
 
@@ -145,6 +149,30 @@ async def test_without_a_job_dir_jobs_live_in_a_temporary_directory_removed_at_s
         assert (directory / job["id"] / "input").read_bytes() == b"A dog runs."
         assert (await finished(client, job["id"]))["status"] == "done"
     assert not directory.exists()
+
+
+async def test_a_killed_server_s_jobs_directory_and_uploads_are_removed_by_the_next_start(
+    trained_checkpoint, tmp_path, monkeypatch, caplog
+):
+    """Without NMT_JOB_DIR, a server's jobs live in a directory of its own in TMPDIR, removed as it exits; a SIGKILL
+    (the OOM killer) leaves it with the users' uploads in it, and the next server started there removes it."""
+    with live_server(trained_checkpoint, timeout=120, NMT_COMPILE="off", TMPDIR=str(tmp_path)) as (proc, base):
+        async with httpx.AsyncClient(base_url=base, timeout=30) as live:
+            job = await upload(live, b"A dog runs.")
+        (left,) = tmp_path.glob("nmt-serve-jobs-*")
+        assert (left / job["id"] / "input").read_bytes() == b"A dog runs."
+        proc.kill()
+        proc.wait()
+    an_hour_ago = time.time() - 3600  # found by a start an hour later (a start within a minute leaves it be)
+    for path in (*left.glob("owner"), left):  # the lock's file, which the kernel let go with the process
+        os.utime(path, (an_hour_ago, an_hour_ago))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    async with serve_in(MODES[0], settings(trained_checkpoint, None)) as (app, client):
+        mine = app.state.jobs.store.directory
+        assert not left.exists() and mine.parent == tmp_path
+        assert (await finished(client, (await upload(client, b"A dog runs."))["id"]))["status"] == "done"
+    assert f"removed {left}: a directory a killed process had left" in caplog.text
+    assert list(tmp_path.glob("nmt-serve-jobs-*")) == []  # its own, removed as it stopped
 
 
 @pytest.mark.parametrize("mode", MODES)
