@@ -28,8 +28,14 @@ CLOSERS = "\"'»«“”‘’)]}」』"  # what may follow its end
 def _matcher(sources: tuple[str, ...], ignore_case: bool) -> re.Pattern:
     """One alternation of the source terms, longest first, each bounded by non-word characters."""
     ordered = sorted(set(sources), key=len, reverse=True)
-    body = "|".join(r"\s+".join(map(re.escape, t.split())) for t in ordered)
+    body = "|".join(r"\s+".join(_word(w, ignore_case) for w in t.split()) for t in ordered)
     return re.compile(rf"(?<!\w)(?:{body})(?!\w)", re.IGNORECASE if ignore_case else 0)
+
+
+def _word(word: str, ignore_case: bool) -> str:
+    """A term's word as a pattern; in any case, ß and ss are one (casefold's "Straße" = "STRASSE" = "strasse")."""
+    pattern = re.escape(word)
+    return re.sub("ss|ß|ẞ", "(?:ss|ß)", pattern, flags=re.IGNORECASE) if ignore_case else pattern
 
 
 def find(text: str, glossary: Glossary, ignore_case: bool = False) -> list[tuple[str, str]]:

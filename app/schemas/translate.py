@@ -111,7 +111,9 @@ class TranslateRequest(Request):
         description="a stored glossary (POST /glossaries) to translate with; its languages must be the model's (a "
         "request naming no model or languages goes to the model of the glossary's languages)",
     )
-    glossary_ignore_case: bool = Field(False, description="source terms match in any case")
+    glossary_ignore_case: bool = Field(
+        False, description='source terms match in any case (Unicode case folding: "Straße" matches "STRASSE")'
+    )
     protect: Protect = Field(
         False,
         description="keep spans verbatim: `true` for every built-in kind, or a list of kinds (`placeholders` such as "

@@ -35,6 +35,11 @@ def test_case_is_kept_unless_the_request_ignores_it():
     assert find("A Dog and a CAT.", GLOSSARY) == []
     assert find("A Dog and a CAT.", GLOSSARY, ignore_case=True) == [("dog", "Rüde"), ("cat", "Katze")]
     assert find("in new york", GLOSSARY, ignore_case=True) == [("New York", "New York City")]
+    # case folding's ß: "Straße" in capitals is "STRASSE" (or "STRAẞE"), and the other way round
+    for text in ("Die STRASSE ist nass.", "Die Strasse ist nass.", "Die STRAẞE ist nass.", "die straße ist nass"):
+        assert find(text, (("Straße", "street"),), ignore_case=True) == [("Straße", "street")], text
+        assert find(text, (("STRASSE", "street"),), ignore_case=True) == [("STRASSE", "street")], text
+    assert find("Die STRASSE ist nass.", (("Straße", "street"),)) == []
 
 
 def test_a_decomposed_term_or_text_matches_its_composed_form_as_the_model_reads_both():
