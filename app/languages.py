@@ -90,6 +90,22 @@ def same(a: str, b: str) -> bool:
     return bool(equivalents(first[0]) & equivalents(first[1]))
 
 
+def fits(model: str, requested: str) -> bool:
+    """Whether a code a request names is a pair model's language (`model`, its metadata's code) as it writes it: the
+    same language, in no other script (`zh-TW` is not a `zh` model's, which is Simplified)."""
+    return same(model, requested) and other_script(model, requested) is None
+
+
+def other_script(model: str, requested: str) -> str | None:
+    """The script a requested code names (itself or by its region: `zh-TW`) where a model's code (`zh`, Simplified
+    by CLDR; `sr-Latn`) is written in another; None where they agree or either says nothing of it."""
+    wanted, have = parse(requested), parse(model)
+    if wanted is None or wanted[1] is None or have is None:
+        return None
+    script = have[1] or likely_script(have[0])
+    return wanted[1] if script is not None and script != wanted[1] else None
+
+
 def equivalents(language: str) -> frozenset[str]:
     """Every ISO spelling of a language subtag: `de` -> {de, deu}; `arb` -> {arb, ar, ara}."""
     language = ALIASES.get(language.lower(), language.lower())

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.engine import EngineUnavailable, InvalidRequest
-from app.languages import cut, same, short
+from app.languages import cut, fits, other_script, same, short
 from app.loading import load_engine
 from app.metrics import Metrics
 from app.settings import Settings
@@ -177,10 +177,12 @@ class Models:
             if engine.codes is None:
                 langs = self.languages(model)
                 for side, code in (("source", source), ("target", target)):
-                    if code and not (same(langs[side], code) or side == "source" and code == "auto"):
+                    if code and not (fits(langs[side], code) or side == "source" and code == "auto"):
+                        script = other_script(langs[side], code) if same(langs[side], code) else None
                         raise UnknownModel(
-                            f"the model {model!r} translates {self.pair(model)}, not {side} {short(code)}; leave out "
-                            f'"model" to pick one by language, or see GET /models'
+                            f"the model {model!r} translates {self.pair(model)}, not {side} {short(code)}"
+                            + (f" (it does not write the {script} script)" if script else "")
+                            + '; leave out "model" to pick one by language, or see GET /models'
                         )
         name = model or self.default
         engine = self.engines.get(name)

@@ -13,7 +13,9 @@ from app.text import Engine
 
 REGIONS = {  # the target codes DeepL lists for a language with variants, and their names
     "en": {"EN-GB": "English (British)", "EN-US": "English (American)"},
+    "es": {"ES": "Spanish", "ES-419": "Spanish (Latin American)"},
     "pt": {"PT-BR": "Portuguese (Brazilian)", "PT-PT": "Portuguese (European)"},
+    "zh": {"ZH": "Chinese (simplified)", "ZH-HANS": "Chinese (simplified)", "ZH-HANT": "Chinese (traditional)"},
 }
 
 
@@ -32,6 +34,17 @@ def deepl_code(code: str) -> str:
 
 def name(code: str) -> str:
     return NAMES.get(base(code)) or english_name(code)
+
+
+def target_variants(models: Models, code: str) -> dict[str, str]:
+    """DeepL's target codes for the language `code` (a base code) and their names, as DeepL lists them: English and
+    Portuguese as their regions (not EN, PT), Spanish also as Latin American, Chinese in each script a model writes
+    (ZH-HANT where one writes Traditional Chinese: not a pair model's `zh`)."""
+    variants = REGIONS.get(code, {deepl_code(code): name(code)})
+    if any(v.lower() in SCRIPTS for v in variants):
+        written = {t.lower() for into in targets(models).values() for t in into}
+        variants = {v: n for v, n in variants.items() if v.lower() not in SCRIPTS or v.lower() in written}
+    return variants
 
 
 def sources(models: Models) -> list[str]:

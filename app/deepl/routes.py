@@ -30,7 +30,7 @@ from app.deepl.fields import (
     glossary_terms,
     string,
 )
-from app.deepl.languages import REGIONS, base, deepl_code, engine_for, name, pairs, sources
+from app.deepl.languages import base, deepl_code, engine_for, name, pairs, sources, target_variants
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable, InvalidRequest
@@ -147,8 +147,8 @@ async def languages(
     else:
         out = []
         for code in dict.fromkeys(t for _, t in pairs(models)):
-            variants = REGIONS.get(code, {deepl_code(code): name(code)})
-            out += [{"language": v, "name": n, "supports_formality": False} for v, n in variants.items()]
+            out += [{"language": v, "name": n, "supports_formality": False}
+                    for v, n in target_variants(models, code).items()]  # fmt: skip
     return sorted(out, key=lambda language: language["language"])  # by code, as DeepL lists them
 
 

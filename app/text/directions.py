@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.engine.errors import InvalidRequest
-from app.languages import Languages, UnknownLanguage, same
+from app.languages import Languages, UnknownLanguage, fits
 from app.text.limits import Decoding
 from model.multilingual_tokenizer import MultilingualTokenizer
 from model.token import TextTokenizer
@@ -40,8 +40,8 @@ class Directions:
         """Whether a request naming these languages (either may be left out) is this model's."""
         if self.codes is None:  # its codes as written, or another spelling (`FR`, `fr-FR`, `fra`); any source: auto
             langs = self.languages
-            return (not source or source == "auto" or same(langs["source"], source)) and (
-                not target or same(langs["target"], target)
+            return (not source or source == "auto" or fits(langs["source"], source)) and (
+                not target or fits(langs["target"], target)
             )
         return self.why_not(source, target) is None
 

@@ -8,7 +8,7 @@ import pytest
 
 from app import glossaries as g
 from app.settings import Settings
-from tests.app.conftest import MODES, serve, serve_in
+from tests.app.conftest import MODES, english_to, serve, serve_in
 
 pytestmark = pytest.mark.anyio
 TEXT = "A man is riding a bike."
@@ -113,6 +113,29 @@ async def test_what_deepl_refuses_gets_its_status_and_a_message(client, fields, 
 async def test_a_body_that_is_not_a_json_object_is_a_bad_request(client):
     r = await client.post("/deepl/v2/translate", content=b"[1]", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and "not a JSON object" in r.json()["message"]
+
+
+async def test_target_languages_are_listed_as_deepl_lists_them_and_a_pair_model_is_kept_to_its_script(
+    tmp_path_factory, tiny_model, tokenizer
+):
+    """Spanish also as Latin American Spanish (ES-419, which /v2/translate took but no list named), Chinese as ZH and
+    ZH-HANS, and ZH-HANT only where a model writes Traditional Chinese (a pair model's `zh` is Simplified: CLDR)."""
+    models = ",".join(f"en-{t}={english_to(t, tmp_path_factory, tiny_model, tokenizer)}" for t in ("es", "zh"))
+    async with serve(Settings(models=models, max_new_tokens=4, compile=False)) as (_, client):
+        targets = (await client.get("/deepl/v2/languages", params={"type": "target"})).json()
+        assert {x["language"]: x["name"] for x in targets} == {
+            "ES": "Spanish", "ES-419": "Spanish (Latin American)", "ZH": "Chinese (simplified)",
+            "ZH-HANS": "Chinese (simplified)",
+        }  # fmt: skip
+        for code in ("ES-419", "ZH-HANS", "ZH-HANT"):
+            r = await client.post("/deepl/v2/translate", json={"text": ["A dog."], "target_lang": code})
+            assert r.status_code == (400 if code == "ZH-HANT" else 200), (code, r.text)
+        # our API alike: a pair model is not picked for a script it does not write (it answered in Simplified)
+        for target, status in (("zh-CN", 200), ("zh-Hans", 200), ("zh-TW", 422), ("zh-Hant", 422)):
+            r = await client.post("/translate", json={"text": "A dog.", "target": target})
+            assert r.status_code == status, (target, r.text)
+        r = await client.post("/translate", json={"text": "A dog.", "target": "zh-Hant", "model": "en-zh"})
+        assert r.status_code == 422 and "not target 'zh-Hant' (it does not write the Hant script)" in r.text, r.text
 
 
 async def test_languages_usage_and_glossary_pairs(client):
