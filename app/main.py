@@ -164,7 +164,7 @@ class BodyLimit:
                 file if upload else f"the limit is {limit} (1 MB)"
             )
             answer = deepl.answer if deepl.speaks(scope["path"]) else error
-            return await answer(413, message, "body_too_large")(scope, receive, send)
+            return await answer(413, message, "body_too_large")(scope, receive, closing(send))
         received = 0
 
         async def limited() -> dict:
@@ -178,6 +178,18 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited, send)
+
+
+def closing(send: Send) -> Send:
+    """`send` with `Connection: close` on the response: one answered before its body was read, which a client that
+    waits for `100 Continue` never sends, so the connection cannot go on to a next request (nginx closes it too)."""
+
+    async def closing_send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await send(message)
+
+    return closing_send
 
 
 async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:

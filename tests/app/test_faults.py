@@ -429,6 +429,20 @@ def test_chunked_bodies_are_read_and_one_over_1_mb_gets_413_json_on_a_connection
         assert read_response(f)[0] == 200  # the rest of the body was read past; the next request is answered
 
 
+def test_a_body_refused_by_its_length_closes_the_connection_whose_client_then_sends_no_body(live):
+    """A client that waits for `100 Continue` sends no body after a 413: the connection ends there (the next request
+    was read as the refused one's body, and lost, until the body timeout's 408)."""
+    _, base, port = live
+    sock, f = connect(port)
+    with sock, f:
+        head = b"POST /translate HTTP/1.1\r\nHost: nmt\r\nContent-Type: application/json\r\nExpect: 100-continue"
+        sock.sendall(head + b"\r\nContent-Length: 5000000\r\n\r\n")
+        status, headers, body = read_response(f)
+        assert (status, json.loads(body)["type"], headers.get("connection")) == (413, "body_too_large", "close"), body
+        assert closed_by_server(sock)
+    assert_fresh_connection_translates(base)
+
+
 def test_a_body_sent_without_its_length_is_read_as_the_next_request_and_gets_400_json(live):
     """HTTP/1.1 reads a request with neither Content-Length nor Transfer-Encoding as having no body: the POST is
     answered as empty (422), then the bytes that follow are not a request: 400 JSON, and the connection closes."""
