@@ -17,7 +17,10 @@ __all__ = ["STOP_GRACE_S", "main", "parse_args", "run_precompile"]
 
 def parse_args(argv: list[str] | None) -> dict:
     p = argparse.ArgumentParser(prog="nmt-serve", description=__doc__)
-    p.add_argument("--model-dir", help="checkpoint directory (default: the bundled checkpoints/multi30k-en-de)")
+    p.add_argument(
+        "--model-dir", help="checkpoint directory, the one model served (NMT_MODELS ignored; default: the bundled "
+        "checkpoints/multi30k-en-de)",
+    )  # fmt: skip
     p.add_argument("--host", help="address to bind (default 127.0.0.1; 0.0.0.0 for all interfaces)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
@@ -40,10 +43,14 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     precompile = args.pop("precompile", False)
+    if "model_dir" in args:  # the flag overrides NMT_MODELS as well as NMT_MODEL_DIR: it names the one model
+        args["models"] = None
     try:
         settings = Settings(**args)
         resolve_device(settings.device, settings.dtype)
-    except (ValidationError, ValueError) as e:
+    except ValidationError as e:
+        sys.exit(f"nmt-serve: {invalid(e)}")
+    except ValueError as e:
         sys.exit(f"nmt-serve: {e}")
     configure_logging(settings)
     if precompile:
@@ -55,6 +62,21 @@ def main(argv: list[str] | None = None) -> None:
     if settings.workers > 1:
         sys.exit(serve_workers(settings))
     sys.exit(serve(settings))
+
+
+def invalid(e: ValidationError) -> str:
+    """The settings a ValidationError refused, each by its NMT_* name, value and what is allowed, one a line
+    (pydantic's own text names the field, dumps every setting for a rule between two, and adds a link)."""
+    said = []
+    for error in e.errors():
+        why = error["msg"].removeprefix("Value error, ")
+        if error["loc"]:
+            name = f"NMT_{str(error['loc'][0]).upper()}"
+            shown = repr(error["input"]) if len(repr(error["input"])) <= 60 else repr(error["input"])[:57] + "..."
+            said.append(f"{name}={shown}: {why}")
+        else:
+            said.append(why)
+    return "; ".join(said)
 
 
 def run_precompile(settings: Settings) -> int:

@@ -298,7 +298,8 @@ class Settings(BaseSettings):
     def _models_named(cls, v):
         if v is not None and v.strip():
             model_dirs(v)  # raises ValueError saying what is wrong
-        return v or None
+            return v
+        return None  # unset, empty or blank (`NMT_MODELS= ` in an env file): NMT_MODEL_DIR's model
 
     @model_validator(mode="after")
     def _one_way_to_share(self):

@@ -6,6 +6,7 @@ import json
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -64,6 +65,30 @@ def test_a_checkpoint_that_cannot_load_stops_the_server_with_its_reason(tmp_path
     with pytest.raises(SystemExit) as exit:
         main(["--model-dir", str(tmp_path / "missing"), "--port", str(free_port()), "--log-level", "warning"])
     assert "could not load the model" in str(exit.value.code) and "does not exist" in str(exit.value.code)
+
+
+def test_a_bad_setting_is_named_as_set_with_what_is_allowed(monkeypatch):
+    monkeypatch.setenv("NMT_MAX_INPUT_TOKENS", "0")
+    with pytest.raises(SystemExit) as exit:
+        main(["--port", "70000"])
+    said = str(exit.value.code)
+    assert said == (
+        "nmt-serve: NMT_MAX_INPUT_TOKENS='0': Input should be greater than or equal to 1; "
+        "NMT_PORT=70000: Input should be less than or equal to 65535"
+    ), said  # it was pydantic's text: field names, a link, and every setting for a rule between two
+
+
+def test_the_model_dir_flag_overrides_nmt_models_and_blank_nmt_models_is_unset(monkeypatch):
+    served = []
+    monkeypatch.setattr("app.cli.serve", lambda settings: served.append(settings) or 0)
+    monkeypatch.setenv("NMT_MODELS", "fr=checkpoints/multi30k-en-fr")
+    with pytest.raises(SystemExit):
+        main(["--model-dir", "checkpoints/multi30k-en-de"])
+    assert served[-1].model_dirs() == {"": Path("checkpoints/multi30k-en-de")}  # it served fr, saying nothing
+    monkeypatch.setenv("NMT_MODELS", " ")  # as an env file's `NMT_MODELS= ` gives it: a traceback at start
+    with pytest.raises(SystemExit):
+        main([])
+    assert served[-1].models is None and served[-1].model_dirs() == {"": served[-1].model_dir}
 
 
 def test_half_precision_on_cpu_is_refused_before_starting():
