@@ -69,13 +69,15 @@ def share(settings: Settings, workers: int, cores: int) -> Settings:
     })  # fmt: skip
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to (host, port) with SO_REUSEPORT, not yet listening (asyncio's server listens on it)."""
+def listening_socket(host: str, port: int, share: bool = True) -> socket.socket:
+    """A TCP socket bound to (host, port) with SO_REUSEPORT (`share`), not yet listening (asyncio's server listens on
+    it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if share:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     except OSError:
         sock.close()
@@ -91,6 +93,8 @@ def hold_port(settings: Settings, what: str) -> socket.socket | None:
         print(f"nmt-serve: {what} needs SO_REUSEPORT (Linux); run one process here", file=sys.stderr)
         return None
     try:
+        if settings.port:  # bound alone first: SO_REUSEPORT would share the port with another server of this user's
+            listening_socket(settings.host, settings.port, share=False).close()  # (its workers on it too)
         return listening_socket(settings.host, settings.port)
     except OSError as e:
         print(f"nmt-serve: cannot bind {settings.host}:{settings.port}: {e}", file=sys.stderr)

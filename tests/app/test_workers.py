@@ -99,8 +99,12 @@ def test_a_worker_that_dies_stops_the_server_with_a_failure(two_workers):
     assert gone(other)
 
 
-def test_a_taken_port_fails_before_any_worker_starts(tiny_checkpoint):
+@pytest.mark.parametrize("shared", [False, True], ids=["plain", "another server's workers"])
+def test_a_taken_port_fails_before_any_worker_starts(tiny_checkpoint, shared):
+    """Taken by a socket with SO_REUSEPORT too (another nmt-serve's workers, a leftover instance): the two servers
+    shared the port, each client reaching either at random."""
     with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, int(shared))
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
