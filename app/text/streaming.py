@@ -85,6 +85,11 @@ async def stream_events(
         (a.end if a else 0, b.start if b else len(text)) for a, b in zip([None, *segments], [*segments, None])
     ]  # fmt: skip
     last = max(i for i, tokens in enumerate(streams) if tokens is not None)
+
+    def as_written(k: int) -> str:  # a piece no model sees (no letter, or protected spans alone), as it comes back
+        kept = pieces[k] if masks is None else masks[k].source
+        return written([kept], decoding)[0] if masks is None and decoding.glossary else kept
+
     try:
         async with engine.deadline(deadline):  # a refusal (a full queue) is still the answer's status, not an event
             for tokens in streams:
@@ -96,8 +101,7 @@ async def stream_events(
         for k, ((start, end), tokens) in enumerate(zip(gaps, streams)):
             pending += text[start:end]
             if tokens is None:  # no letter (or protected spans alone): as written, sent with the next token
-                kept = pieces[k] if masks is None else masks[k].source
-                kept = written([kept], decoding)[0] if masks is None and decoding.glossary else kept
+                kept = as_written(k)
                 pending += kept
                 hyps.append(None)
                 done.append((text[start:end], kept))
@@ -105,7 +109,10 @@ async def stream_events(
                 continue
             detok = IncrementalText(engine.tokenizer, engine.byte_ids)
             spans = masks is not None and bool(masks[k].groups)  # its tokens wait until the spans are placed
-            tail = text[segments[k].end :] if segments is not None and k == last else ""  # goes with the last token
+            tail = ""  # what follows the last translated segment, as written: it goes with the last token
+            if segments is not None and k == last:
+                tail = "".join(text[a:b] + as_written(j) for j, (a, b) in enumerate(gaps[:-1]) if j > last)
+                tail += text[gaps[-1][0] :]
             waiting = []  # (token, its text, where it ends in the translation) not sent yet
             while True:
                 async with engine.deadline(deadline):
