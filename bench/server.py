@@ -55,7 +55,7 @@ def poll_until(proc: subprocess.Popen, condition: Callable[[], T], timeout: floa
 
 class Server:
     """nmt-serve started on a port (a free one unless `port`) and reached at `base` on 127.0.0.1, with `args` after
-    its --model-dir and --port; `env`: its environment (this process's by default); `output`: where its stdout and
+    its --model-dir (none where `env` has NMT_MODELS) and --port; `env`: its environment (this process's by default); `output`: where its stdout and
     stderr go (a file, subprocess.PIPE, or None for this process's own two); `command`: what runs in place of
     nmt_serve()'s (a Python script that ends in app.cli's main, say). Not ready when made: wait_ready waits for it.
     A context manager that stops it."""
@@ -65,7 +65,9 @@ class Server:
                  command: Sequence[str] | None = None, cwd: str | os.PathLike | None = None):  # fmt: skip
         self.port = port or free_port()
         self.base = f"http://{HOST}:{self.port}"
-        cmd = [*(command or nmt_serve()), "--model-dir", str(model_dir), "--port", str(self.port), *args]
+        models = (env if env is not None else os.environ).get("NMT_MODELS")  # the flag would override it
+        where = [] if models else ["--model-dir", str(model_dir)]
+        cmd = [*(command or nmt_serve()), *where, "--port", str(self.port), *args]
         stderr = None if output is None else subprocess.STDOUT
         self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=output, stderr=stderr, text=True)
         self.log: Path | None = None  # a log file of its own: removed once it stops cleanly, kept (and named) if not
