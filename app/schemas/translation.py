@@ -18,7 +18,10 @@ FLAGS = "what looks wrong, from a fixed vocabulary (docs/confidence.md); a docum
 
 class AlignedOut(BaseModel):
     target_token: int = Field(description="index of the target token (in `token_ids`)")
-    source_token: int = Field(description="index of the source token it aligns to (as /tokenize numbers them)")
+    source_token: int = Field(
+        description="index of the source token it aligns to, counting the tokens of the text's pieces (sentences, "
+        "each with its </s>) one after another: /tokenize's numbering for one sentence without outer whitespace"
+    )
     target_span: tuple[int, int] = Field(description="[start, end) characters of the token in the translation")
     source_span: tuple[int, int] = Field(description="[start, end) characters of the source token in the text")
 

@@ -9,6 +9,7 @@
  *   tokens.js       token chips                                   alignment.js  linked words, highlighted together
  *   attention.js    the pickers and the matrix they pick          heatmap.js, headview.js  its two drawings
  *   cursor.js       the active cell or token: detail, tooltip     dom.js, format.js  DOM and drawing helpers
+ *   spans.js        the server's code-point offsets as JavaScript (UTF-16) indices; spans that overlap
  * The browser tests read ids and data-* attributes:
  * body[data-state] (idle, empty, loading, ready, error), #heatmap[data-checksum] (changes with the drawn
  * matrix), rect.cell[data-row][data-col][data-weight], #tooltip[data-weight] for the cell under the mouse,

@@ -16,6 +16,8 @@ export const state = {
   heat: null, // heatmap geometry and elements
   hv: null, // head view elements
   hvSide: "query",
-  alignments: null, // {group: [source token index for each target token]}: "t" the translation, "h0".. its alternatives
+  alignments: null, // {group: [the source spans ([start, end]) each target token aligns to]}: "t" the translation,
+  // "h0".. its alternatives; spans in code points, matched to /tokenize's tokens by overlap
+  sourceSpans: null, // /tokenize's token spans ([start, end], code points), by token index
   alignHover: null, // the [data-align] element under the mouse
 };

@@ -29,7 +29,7 @@ export function clearResults(placeholder) {
     $(id).replaceChildren();
   }
   $("alternatives-box").hidden = $("align-hint").hidden = true;
-  state.alignments = state.alignHover = null;
+  state.alignments = state.alignHover = state.sourceSpans = null;
   $("source-count").textContent = $("target-count").textContent = "";
   $("source-count").classList.remove("over");
   $("reference-tokens-box").hidden = true;

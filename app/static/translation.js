@@ -3,13 +3,16 @@
 
 import { linkedText } from "./alignment.js";
 import { $ } from "./dom.js";
+import { utf16Offsets } from "./spans.js";
 import { state } from "./state.js";
 import { fillTokens } from "./tokens.js";
 
 /** Below this probability a word of the translation is marked unsure (class "unsure"). */
 const UNSURE = 0.5;
 
+/** tokens: /tokenize's, their spans code-point offsets into text. */
 export function renderSourceTokens(tokens, text) {
+  state.sourceSpans = tokens.map((t) => [t.start, t.end]); // what alignments' source spans are matched against
   const titles = tokens.map((t) => `id ${t.id} · characters ${t.start}–${t.end}`);
   fillTokens($("source-tokens"), tokens.map((t) => t.text), titles, { align: "source" });
   const words = tokens.map((t, i) => ({ index: i, start: t.start, end: t.end, title: `source token ${i}: ${t.text}` }));
@@ -57,19 +60,22 @@ export function renderTranslation(response, beam, source) {
 
 /** Puts a translation's text into node, a span for each aligned target token (its title quoting the source word it
  * aligns to in source, the text translated, and the probability of the word it is part of); records its alignment
- * under group. Tokens of words the model was unsure of (return_word_confidence) are marked. */
+ * under group: the source spans each target token aligns to. Tokens of words the model was unsure of
+ * (return_word_confidence) are marked. */
 function showTarget(node, t, group, source) {
   const alignment = t.alignment || [];
   const map = [];
-  for (const a of alignment) map[a.target_token] = a.source_token;
+  for (const a of alignment) (map[a.target_token] ||= []).push(a.source_span);
   state.alignments[group] = map;
+  const inSource = utf16Offsets(source);
   const inWord = (start) => (t.words || []).find((w) => w.span[0] <= start && start < w.span[1]);
   const words = alignment.map((a) => {
     const word = inWord(a.target_span[0]);
     const sure = word ? ` · the word “${word.text}”: probability ${word.confidence.toFixed(2)}` : "";
     return {
       index: a.target_token, start: a.target_span[0], end: a.target_span[1],
-      title: `aligned to “${source.slice(a.source_span[0], a.source_span[1])}” (source token ${a.source_token})${sure}`,
+      title: `aligned to “${source.slice(inSource(a.source_span[0]), inSource(a.source_span[1]))}” (characters ` +
+        `${a.source_span[0]}–${a.source_span[1]} of the source)${sure}`,
       unsure: Boolean(word && word.confidence < UNSURE),
     };
   });

@@ -455,6 +455,88 @@ def test_hovering_a_word_highlights_what_it_aligns_with(beam_translated):
     WebDriverWait(driver, 5).until(lambda _: not driver.find_elements(By.CSS_SELECTOR, "#output .aligned"))
 
 
+def linked_words(driver, scope: str) -> list[tuple[str, list[int], str, bool]]:
+    """scope's alignment-linked words as the page holds them: (text, token indices, title, whether the text or the
+    title holds a lone UTF-16 surrogate, half an astral character: sent back as U+FFFD, which WebDriver can carry)."""
+    found = driver.execute_script(
+        "const lone = /[\\uD800-\\uDBFF](?![\\uDC00-\\uDFFF])|(?<![\\uD800-\\uDBFF])[\\uDC00-\\uDFFF]/g;"
+        "const carry = (s) => s.replace(lone, '\\uFFFD');"
+        "return [...document.querySelectorAll(arguments[0] + ' [data-align]')].map((e) => [carry(e.textContent),"
+        "  e.dataset.tokens, carry(e.title), carry(e.textContent) !== e.textContent || carry(e.title) !== e.title]);",
+        scope,
+    )
+    return [(text, [int(i) for i in tokens.split()], title, lone) for text, tokens, title, lone in found]
+
+
+def overlaps(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def span(token: dict) -> tuple[int, int]:
+    return token["start"], token["end"]
+
+
+@pytest.mark.parametrize("text", ["A 😀 dog runs on the grass.", "😀! A dog runs on the grass."],
+                         ids=["emoji-inside", "emoji-first"])  # fmt: skip
+def test_words_after_an_emoji_are_whole_words(browser, bundled_server, text):
+    """The API's character offsets count code points (Python's string indices); a JavaScript string counts UTF-16
+    code units, two for an emoji. The page once sliced with the API's offsets as they came: every word after an
+    emoji read one character early (" do" for "dog"), the emoji was cut into lone surrogates, and the translation's
+    titles quoted the wrong source characters. ("😀! …" comes back with the emoji in the translation too.)"""
+    open_page(browser, bundled_server)
+    translate(browser, text)
+    tokens = httpx.post(f"{bundled_server}/tokenize", json={"text": text}).json()["results"][0]["tokens"]
+    request = {"text": text, "return_alignment": True}
+    t = httpx.post(f"{bundled_server}/translate", json=request, timeout=30).json()["translations"][0]
+    source = linked_words(browser, "#source-text")
+    for shown, ids, _, lone in source:  # each word the characters of its tokens, in code points
+        start, end = min(tokens[i]["start"] for i in ids), max(tokens[i]["end"] for i in ids)
+        assert not lone and shown == text[start:end], (shown, ids)
+    assert {"😀", "dog", "runs", "grass"} <= {shown for shown, *_ in source}
+    assert by_id(browser, "source-text").text == text.strip()
+    target = linked_words(browser, "#translation")
+    assert len(target) == len(t["alignment"])
+    for a in t["alignment"]:
+        ((shown, _, title, lone),) = [w for w in target if a["target_token"] in w[1]]
+        assert not lone and shown == t["text"][slice(*a["target_span"])], (shown, a)
+        assert f"aligned to “{text[slice(*a['source_span'])]}”" in title, (title, a)
+    grass = word(browser, "#source-text", "grass")
+    hover_word(browser, grass)
+    assert "Gras" in aligned(browser, "#translation")
+
+
+@pytest.mark.parametrize("text", ["A woman walks down a busy street. A dog follows her.", "  A dog runs on the grass."],
+                         ids=["two-sentences", "leading-spaces"])  # fmt: skip
+def test_a_target_word_highlights_the_source_word_its_alignment_names(browser, bundled_server, text):
+    """An alignment's source_token counts the tokens of the text's pieces (each sentence encoded on its own, without
+    its outer whitespace, with its own </s>), not /tokenize's tokens, which the page shows. The page once joined them
+    by that index: after a first sentence, hovering "Hund" lit "follows"; after leading spaces, every word lit the
+    word before its own. The page matches the alignment's source_span to the tokens' spans instead."""
+    open_page(browser, bundled_server)
+    translate(browser, text)
+    tokens = httpx.post(f"{bundled_server}/tokenize", json={"text": text}).json()["results"][0]["tokens"]
+    request = {"text": text, "return_alignment": True}
+    t = httpx.post(f"{bundled_server}/translate", json=request, timeout=30).json()["translations"][0]
+    hover_word(browser, word(browser, "#translation", "Hund"))
+    assert aligned(browser, "#source-text") == ["dog"] and aligned(browser, "#source-tokens") == ["▁dog"]
+
+    links: dict[int, list] = {}  # target token -> the source spans it aligns to
+    for a in t["alignment"]:
+        links.setdefault(a["target_token"], []).append(a["source_span"])
+    for element in browser.find_elements(By.CSS_SELECTOR, "#translation [data-align]"):
+        spans = [s for i in element.get_attribute("data-tokens").split() for s in links.get(int(i), [])]
+        lit = [tok for tok in tokens if not tok["special"] and any(overlaps(span(tok), s) for s in spans)]
+        hover_word(browser, element)
+        assert aligned(browser, "#source-tokens") == [tok["text"] for tok in lit], element.text
+        assert aligned(browser, "#source-text") == [text[tok["start"]:tok["end"]] for tok in lit], element.text
+
+    # and back: the source word "dog" lights the target words aligned to its characters
+    hover_word(browser, word(browser, "#source-text", "dog"))
+    dog = (text.index("dog"), text.index("dog") + 3)
+    want = [t["text"][slice(*a["target_span"])] for a in t["alignment"] if overlaps(a["source_span"], dog)]
+    assert "Hund" in want and aligned(browser, "#translation") == want
+
+
 def test_the_page_asks_for_the_api_key_and_sends_it(browser, keyed_server):
     driver = browser
     open_page(driver, keyed_server, "/viewer")
@@ -578,3 +660,4 @@ def test_a_many_to_many_model_s_languages_are_picked_and_every_call_names_them(b
     finally:
         proc.kill()
         proc.wait()
+
