@@ -12,6 +12,9 @@ class Hypothesis:
     finish_reason: str = "length"  # "eos" or "length"
     length_penalty: float = 1.0
     start: int = 0  # forced tokens before `tokens` (a target language): counted in the length with log-probability 0
+    # 1 where the budget ended it with a forced </s> (TransformerConfig.force_eos): counted in the length with
+    # log-probability 0, as transformers' forced_eos_token_id counts it, though it is never decoded
+    forced_end: int = 0
     terms: set[int] = field(default_factory=set)  # positions of tokens a constraint put there (model/constraints.py)
     # per generated id (</s> included), what its step's cross-attention said (KVCache.facts): how far from
     # uniform it lay, and the source position the id aligns to; empty where the decoding kept none
@@ -36,5 +39,5 @@ class Hypothesis:
             return 0.0
         if self.terms:
             chosen = [lp for i, lp in enumerate(self.logprobs) if i not in self.terms or i - 1 not in self.terms]
-            return sum(chosen) / max(len(chosen) + self.start, 1) ** self.length_penalty
-        return sum(self.logprobs) / (len(self.logprobs) + self.start) ** self.length_penalty
+            return sum(chosen) / max(len(chosen) + self.start + self.forced_end, 1) ** self.length_penalty
+        return sum(self.logprobs) / (len(self.logprobs) + self.start + self.forced_end) ** self.length_penalty

@@ -13,7 +13,10 @@ gives every row its next-token distribution and each search picks its rows' toke
   </s> (or reaches the budget) is a finished hypothesis and the next unfinished candidate takes its place.
   It stops when beam_size hypotheses have finished, or with length_penalty 0 once the best beam has finished
   and num_hypotheses have. A hypothesis's score is the sum of its log-probabilities (</s> included) divided by
-  its length (</s> included) ** length_penalty: with the default 1.0 that is greedy's mean log-probability.
+  its length (</s> included) ** length_penalty: with the default 1.0 that is greedy's mean log-probability. A
+  model whose budget ends with a forced </s> (TransformerConfig.force_eos, Marian's and mBART's
+  forced_eos_token_id) takes it as transformers does: a step after the others, so the search may have stopped
+  before, and counted in the length with log-probability 0.
 
 `RowBatch` holds the live searches' rows in one KVCache and steps them together (model/batch.py).
 """
@@ -48,6 +51,7 @@ class Search:
 
     def __init__(self, budget: int, config: TransformerConfig):
         self.steps = budget - config.force_eos  # decoder steps it may take: a forced </s> is not decoded
+        self.force_eos = config.force_eos
         self.eos = config.eos_id
         self.done = self.steps <= 0
         self.restart: Callable[[], Search]  # a fresh search of the same kind for the same source (set by search())
@@ -66,7 +70,10 @@ class Search:
             hyp.finish_reason = "eos"
             return True
         hyp.tokens.append(token)
-        return len(hyp.logprobs) >= self.steps
+        if len(hyp.logprobs) < self.steps:
+            return False
+        hyp.forced_end = int(self.force_eos)
+        return True
 
     @property
     def tokens(self) -> list[int]:
@@ -231,13 +238,17 @@ class BeamSearch(Search):
         chosen = []
         for rank, candidate in enumerate(candidates[:k]):
             score, parent, token = candidate
-            if token == self.eos or last:
+            if token == self.eos or last and not self.force_eos:
                 if score > NEG_INF:
                     self._finish(score, parent, token)
                     self.best_finished |= rank == 0
                 candidate = next(spares, candidate)
             chosen.append(candidate)
         enough = self.best_finished and len(self.finished) >= self.n if self.penalty == 0 else len(self.finished) >= k
+        if last and self.force_eos and not enough:  # the beams go on to the budget's </s>, which ends each
+            for score, parent, token in chosen:
+                if token != self.eos and score > NEG_INF:
+                    self._finish(score, parent, token)
         if last or enough:
             self.done = True
             return None
@@ -258,7 +269,7 @@ class BeamSearch(Search):
         tokens, logprobs, seen = self._extend(score, parent, token)
         eos = token == self.eos
         hyp = Hypothesis(tokens[:-1] if eos else tokens, logprobs, "eos" if eos else "length", self.penalty,
-                         len(self.start))  # fmt: skip
+                         len(self.start), forced_end=int(self.force_eos and not eos))  # fmt: skip
         for facts in seen:
             hyp.saw(facts)
         self.finished.append(hyp)
@@ -305,19 +316,23 @@ def beam_search_reference(
         next_beams = []
         for rank, (score, parent, token) in enumerate(candidates[:k]):
             tokens, lps, parent_score = beams[parent]
-            if token == eos or last:
+            if token == eos or last and not c.force_eos:
                 ended = tokens if token == eos else tokens + [token]
                 reason = "eos" if token == eos else "length"
                 finished.append(Hypothesis(ended, lps + [score - parent_score], reason, options.length_penalty))
                 best_finished |= rank == 0
                 score, parent, token = next(spares, (score, parent, token))
                 tokens, lps, parent_score = beams[parent]
-            next_beams.append((tokens + [token], lps + [score - parent_score], score))
-        beams = next_beams
+            next_beams.append((tokens + [token], lps + [score - parent_score], score, token))
+        beams = [beam[:3] for beam in next_beams]
         if options.length_penalty == 0:
-            if best_finished and len(finished) >= options.num_hypotheses:
-                break
-        elif len(finished) >= k:
+            enough = best_finished and len(finished) >= options.num_hypotheses
+        else:
+            enough = len(finished) >= k
+        if last and c.force_eos and not enough:  # a step more: the budget's </s> ends each beam (log-probability 0)
+            finished += [Hypothesis(tokens, lps, "length", options.length_penalty, forced_end=1)
+                         for tokens, lps, score, token in next_beams if token != eos and score > NEG_INF]  # fmt: skip
+        if enough:
             break
     finished.sort(key=lambda h: h.score, reverse=True)
     return finished[: options.num_hypotheses]

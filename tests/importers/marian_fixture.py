@@ -55,11 +55,12 @@ def normal_pieces(model: Path) -> list[str]:
 def build_marian(
     out: Path, *, shared: bool = True, seed: int = 0, d_model: int = 64, layers: int = 2, heads: int = 4,
     ffn: int = 128, spm_vocab: int = 800, init_std: float = 0.2, max_positions: int = 512, vocab_size: int = 0,
-    lines: int = LINES,
+    lines: int = LINES, eos_bias: float = 0.0,
 ) -> Path:  # fmt: skip
     """A Marian directory like an OPUS-MT download: config.json, model.safetensors, source.spm, target.spm,
     vocab.json (and target_vocab.json when not shared), tokenizer_config.json. vocab_size > 0 pads the (shared)
-    vocabulary with pieces no text produces, up to an OPUS-MT model's size (58,101)."""
+    vocabulary with pieces no text produces, up to an OPUS-MT model's size (58,101); eos_bias is added to </s>'s
+    logit (a model that ends its sentences sooner)."""
     import torch
     from transformers import MarianConfig, MarianMTModel
 
@@ -105,6 +106,7 @@ def build_marian(
     model = MarianMTModel(config).eval()
     with torch.no_grad():  # a learned bias on the logits, as trained models have; Marian's <pad> embedding is zero
         model.final_logits_bias.normal_(0.0, 0.5)
+        model.final_logits_bias[0, 0] += eos_bias
         for embedding in {model.model.encoder.embed_tokens, model.model.decoder.embed_tokens}:
             embedding.weight[-1].zero_()
     model.generation_config.bad_words_ids = [[pad]]  # as OPUS-MT's configs have it: never generate <pad>

@@ -18,11 +18,13 @@ import pytest
 import torch
 
 from app.text import Engine
+from model.batch import decode
 from model.checkpoint import load_checkpoint
 from model.decoding import greedy_decode
 from model.importers import CannotImport, main, resolve
 from model.importers.marian import import_marian
-from tests.importers.marian_fixture import held_out_sentences
+from model.options import DecodingOptions
+from tests.importers.marian_fixture import build_marian, held_out_sentences
 
 transformers = pytest.importorskip("transformers")
 LAYOUTS = ["shared", "separate"]
@@ -113,6 +115,30 @@ def test_greedy_decoding_gives_transformers_tokens_alone_and_in_a_batch(marian, 
     # the budget's last token is </s> (forced_eos_token_id), as transformers makes it
     assert any(len(e) == BUDGET - 1 for e in expected)
     assert all(len(e) < BUDGET for e in expected)
+
+
+def test_beam_search_gives_transformers_tokens_and_scores_where_the_budget_ends_hypotheses(tmp_path):
+    """Small budgets, where hypotheses that end with </s> compete with those the budget ends with its forced </s>
+    (forced_eos_token_id): that </s> counts in the length, and the beams reach it a step after the others end, as in
+    transformers (left out, such hypotheses scored too low and beam search gave another translation, or none)."""
+    hf_dir = build_marian(tmp_path / "hf", seed=3, eos_bias=5.0)  # </s> likely early: both endings compete
+    model, _, _ = load_checkpoint(import_marian(hf_dir, tmp_path / "ours", {"name": "eos", "path": str(hf_dir)}))
+    hf = transformers.MarianMTModel.from_pretrained(hf_dir).eval()
+    htok = transformers.MarianTokenizer.from_pretrained(hf_dir)
+    endings = set()
+    for sentence in held_out_sentences("en")[:8]:
+        ids = htok(sentence).input_ids
+        for budget in range(2, 8):
+            with torch.no_grad():
+                out = hf.generate(torch.tensor([ids]), max_new_tokens=budget, num_beams=4, early_stopping=True,
+                                  do_sample=False, output_scores=True, return_dict_in_generate=True)  # fmt: skip
+            want = out.sequences[0].tolist()[1:]
+            want = want[:-1] if want and want[-1] == hf.config.eos_token_id else want
+            ((hyp, *_),) = decode(model, [ids], [budget], DecodingOptions(beam_size=4))
+            assert hyp.tokens == want, (sentence, budget)
+            assert hyp.score == pytest.approx(out.sequences_scores[0].item(), abs=1e-3), (sentence, budget)
+            endings.add(hyp.finish_reason)
+    assert endings == {"eos", "length"}
 
 
 @pytest.mark.anyio
