@@ -250,7 +250,7 @@ def added_languages(
     """The language codes and the other added tokens (<mask>) with their ids: tokenizer.json's where it is saved,
     else fairseq's layout (the codes after the vocabulary, then <mask>). The codes are tokenizer_config.json's,
     else tokenizer.json's added tokens (NLLB), else `known` (mBART-50's fixed list)."""
-    from model.importers.spm import read_json
+    from model.importers.spm import added_tokens, read_json, refuse_added
 
     codes = settings.get("extra_special_tokens") or settings.get("additional_special_tokens") or known or []
     codes = [c for c in codes if isinstance(c, str) and c not in FAIRSEQ_SPECIALS]
@@ -260,9 +260,12 @@ def added_languages(
         codes = codes or [t for t in added if t not in FAIRSEQ_SPECIALS and t != mask]
         if unknown := [c for c in codes if c not in added]:
             raise CannotImport(f"tokenizer.json does not add the language codes {unknown[:5]}")
+        refuse_added({t: i for t, i in added.items() if t not in {*codes, *FAIRSEQ_SPECIALS, mask}}, "tokenizer.json")
         return {c: added[c] for c in codes}, ({mask: added[mask]} if mask in added else {})
     if not codes:
         raise CannotImport("tokenizer_config.json names no language codes (additional_special_tokens)")
+    others = {t: i for t, i in added_tokens(source, settings).items() if t not in {*codes, *FAIRSEQ_SPECIALS, mask}}
+    refuse_added(others, "the tokenizer")
     languages = {c: vocab_size + i for i, c in enumerate(codes)}
     return languages, {mask: vocab_size + len(codes)}
 

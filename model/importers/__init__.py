@@ -30,7 +30,7 @@ class CannotImport(ValueError):
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 MARIAN_FILES = [
     "config.json", "generation_config.json", "source.spm", "target.spm", "vocab.json", "target_vocab.json",
-    "tokenizer_config.json", "README.md",
+    "tokenizer_config.json", "added_tokens.json", "README.md",
 ]  # fmt: skip
 M2M100_FILES = [
     "config.json", "generation_config.json", "sentencepiece.bpe.model", "vocab.json", "tokenizer.json",

@@ -20,7 +20,7 @@ import torch
 
 from model.checkpoint import save_checkpoint, unique_state_dict
 from model.importers import CannotImport
-from model.importers.spm import convert_spm, read_json
+from model.importers.spm import added_tokens, convert_spm, read_json, refuse_added
 from model.layers import sinusoidal_table
 from model.spm_tokenizer import SentencePieceTokenizer
 from model.transformer import Transformer, TransformerConfig
@@ -315,6 +315,9 @@ def tokenizer_spec(source: Path, config: TransformerConfig, settings: dict) -> d
     ):
         if ours != theirs:
             raise CannotImport(f"config.json: {what}={ours} but the vocabulary puts it at {theirs}")
+    # tokens a fine-tuning added (tokenizer.add_tokens): refused; the specials it lists where the vocabulary has them
+    refuse_added({t: i for t, i in added_tokens(source, settings).items()
+                  if i not in (source_vocab.get(t), target_vocab.get(t))}, "the tokenizer")  # fmt: skip
     for side, size in (("source", config.src_vocab_size), ("target", config.tgt_vocab_size)):
         largest = max(vocabs[side if separate else "source"].values())
         if largest >= size:

@@ -20,6 +20,30 @@ def read_json(path: Path) -> Any:
         raise CannotImport(f"{path} is not valid JSON ({e})") from e
 
 
+def refuse_added(added: dict[str, int], where: str) -> None:
+    """CannotImport where a tokenizer has tokens added to its SentencePiece vocabulary (tokenizer.add_tokens, then
+    a fine-tuning): transformers matches each whole before SentencePiece cuts the text, and nmt-serve's tokenizer,
+    which reads the SentencePiece vocabulary, would cut them into pieces (and decode their ids to nothing)."""
+    if added:
+        shown = ", ".join(f"{token!r} at {i}" for token, i in list(added.items())[:5]) + (", ..." * (len(added) > 5))
+        raise CannotImport(
+            f"{where} adds {len(added)} token(s) to the SentencePiece vocabulary ({shown}): nmt-serve's tokenizer "
+            "would cut them into pieces where transformers keeps each whole; importing a model with added tokens "
+            "is not supported"
+        )
+
+
+def added_tokens(source: Path, settings: dict) -> dict[str, int]:
+    """Every token a tokenizer directory adds, with its id: added_tokens.json's and tokenizer_config.json's
+    added_tokens_decoder (where transformers saves them), special or not."""
+    added = {}
+    if (source / "added_tokens.json").is_file():
+        added.update({str(t): int(i) for t, i in read_json(source / "added_tokens.json").items()})
+    for i, token in (settings.get("added_tokens_decoder") or {}).items():
+        added[str(token.get("content"))] = int(i)
+    return added
+
+
 def convert_spm(path: Path) -> tuple[dict, list[str], list[str]]:
     """A SentencePiece unigram model as `tokenizers` JSON, the piece of each of its ids, and its control pieces."""
     try:

@@ -100,6 +100,23 @@ def test_an_unknown_model_type_and_a_tokenizer_that_is_not_the_models_are_refuse
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("layout", ["nllb", "mbart50"])
+def test_tokens_added_by_a_fine_tuning_are_refused_by_name(sources, tmp_path, layout):
+    """tokenizer.add_tokens then resize_token_embeddings, as a fine-tuning with new words does: transformers matches
+    the added token whole; nmt-serve's tokenizer cut it into pieces and decoded its id to nothing, silently."""
+    source = shutil.copytree(sources[layout], tmp_path / "source")  # its SentencePiece model stays beside
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(sources[layout]))
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(sources[layout])
+    tokenizer.add_tokens(["XYZcorp"])
+    model.resize_token_embeddings(len(tokenizer))
+    tokenizer.save_pretrained(source)
+    model.save_pretrained(source)
+    said = f"adds 1 token\\(s\\) to the SentencePiece vocabulary \\('XYZcorp' at {len(tokenizer) - 1}\\)"
+    with pytest.raises(SystemExit, match=said):
+        main([str(source), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unknown_kind_is_refused(sources, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["t5", str(sources["nllb"]), "--out", str(tmp_path / "out")])

@@ -288,6 +288,26 @@ def test_missing_files_and_corrupt_weights_are_refused_clearly(marian_models, tm
         import_marian(src, tmp_path / "c" / "out", {})
 
 
+def test_tokens_added_by_a_fine_tuning_are_refused_and_a_saved_tokenizer_s_own_specials_are_not(
+    marian_models, tmp_path
+):
+    """tokenizer.add_tokens then resize_token_embeddings: transformers matches "<brand>" whole, nmt-serve's tokenizer
+    cut it into pieces and decoded its id to nothing, silently. A tokenizer saved again lists its specials
+    (added_tokens_decoder), which the vocabulary has: that one imports."""
+    hf_dir, _ = marian_models["shared"]
+    tokenizer = transformers.MarianTokenizer.from_pretrained(hf_dir)
+    model = transformers.MarianMTModel.from_pretrained(hf_dir)
+    tokenizer.save_pretrained(tmp_path / "saved")
+    model.save_pretrained(tmp_path / "saved")
+    import_marian(tmp_path / "saved", tmp_path / "saved-out", {"name": "saved", "path": "saved"})
+    tokenizer.add_tokens(["<brand>"])
+    model.resize_token_embeddings(len(tokenizer))
+    tokenizer.save_pretrained(tmp_path / "added")
+    model.save_pretrained(tmp_path / "added")
+    with pytest.raises(CannotImport, match=f"adds 1 token\\(s\\) .*\\('<brand>' at {len(tokenizer) - 1}\\)"):
+        import_marian(tmp_path / "added", tmp_path / "added-out", {"name": "added", "path": "added"})
+
+
 def test_a_weight_the_importer_does_not_know_is_refused(marian_models, tmp_path):
     from safetensors.torch import load_file, save_file
 
