@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from model.metadata import read_metadata, write_metadata
+
 
 class CannotImport(ValueError):
     """The source cannot be imported exactly; the message names the option, file or tensor."""
@@ -95,6 +97,49 @@ def resolve(source: str, revision: str | None, kind: str | None = None) -> tuple
     )
 
 
+# transformers' generate() defaults for the decoding settings a checkpoint may change (GenerationConfig's)
+GENERATE_DEFAULTS = {
+    "num_beams": 1, "length_penalty": 1.0, "num_return_sequences": 1, "max_length": 20, "max_new_tokens": None,
+    "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "typical_p": 1.0, "early_stopping": False,
+    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "min_length": 0,
+    "min_new_tokens": None, "num_beam_groups": 1, "diversity_penalty": 0.0, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "exponential_decay_length_penalty": None, "renormalize_logits": False,
+}  # fmt: skip
+# those a request asks for by another name (the others nmt-serve does not apply)
+PER_REQUEST = {"num_beams": "beam_size", "length_penalty": "length_penalty", "num_return_sequences": "num_hypotheses",
+               "max_length": "max_new_tokens", "max_new_tokens": "max_new_tokens", "do_sample": "sampling_topk",
+               "temperature": "sampling_temperature", "top_k": "sampling_topk", "early_stopping": "beam_size"}  # fmt: skip
+
+
+def generation_settings(source: Path) -> dict[str, Any]:
+    """The decoding settings a checkpoint gives transformers' generate() other than its defaults:
+    generation_config.json's, else config.json's (what generate() reads)."""
+    path = source / "generation_config.json"
+    path = path if path.is_file() else source / "config.json"
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in settings.items() if k in GENERATE_DEFAULTS and v != GENERATE_DEFAULTS[k]}
+
+
+def generation_note(settings: dict[str, Any]) -> str | None:
+    """What nmt-import says of a checkpoint's decoding settings: nmt-serve decodes as each request asks."""
+    if not settings:
+        return None
+    asked = ", ".join(f"{k}={v!r}" for k, v in settings.items() if k in PER_REQUEST)
+    ignored = ", ".join(f"{k}={v!r}" for k, v in settings.items() if k not in PER_REQUEST)
+    return (
+        "its generation_config sets decoding for transformers' generate(); nmt-serve decodes as each request asks "
+        "(greedy by default)"
+        + (f". Per request: {asked} (as beam_size, length_penalty, max_new_tokens, num_hypotheses, sampling_*)"
+           if asked else "")
+        + (f". Not applied by nmt-serve: {ignored} (its translations may differ from generate()'s there)"
+           if ignored else "")
+        + "; kept in metadata.json as generation_config"
+    )  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="nmt-import", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -121,8 +166,12 @@ def main(argv: list[str] | None = None) -> None:
     except CannotImport as e:
         sys.exit(f"nmt-import: {e}")
     print(f"imported {args.source} into {out}; serve it with: NMT_MODEL_DIR={out} nmt-serve")
-    licence = json.loads((Path(out) / "metadata.json").read_text()).get("license")
+    metadata = read_metadata(Path(out))
+    licence = metadata.get("license")
     print(f"its licence, by its model card: {licence or 'not stated (check the source before you serve it)'}")
+    if note := generation_note(settings := generation_settings(source)):
+        print(note)
+        write_metadata(Path(out), {**metadata, "generation_config": settings})
 
 
 if __name__ == "__main__":

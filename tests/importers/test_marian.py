@@ -337,6 +337,25 @@ def test_the_command_line_imports_and_will_not_overwrite(marian_models, tmp_path
         main(["marian", str(marian_models["separate"][0]), "--out", str(out)])
 
 
+def test_decoding_settings_for_generate_are_said_at_import_and_kept_in_the_metadata(marian_models, tmp_path, capsys):
+    """An OPUS-MT generation_config.json asks generate() for num_beams=4 and max_length=512; another may add a
+    no_repeat_ngram_size: nmt-serve decodes as each request asks and applies none of them, which the import said
+    nowhere (the docs called them unimportant at inference)."""
+    source = shutil.copytree(marian_models["shared"][0], tmp_path / "source")
+    generation = json.loads((source / "generation_config.json").read_text())
+    generation |= {"num_beams": 4, "max_length": 512, "no_repeat_ngram_size": 2, "renormalize_logits": False}
+    (source / "generation_config.json").write_text(json.dumps(generation))
+    main(["marian", str(source), "--out", str(tmp_path / "ckpt")])
+    said = capsys.readouterr().out
+    assert "Per request: num_beams=4, max_length=512 (as beam_size" in said
+    assert "Not applied by nmt-serve: no_repeat_ngram_size=2 (its translations may differ" in said
+    meta = json.loads((tmp_path / "ckpt" / "metadata.json").read_text())
+    assert meta["generation_config"] == {"num_beams": 4, "max_length": 512, "no_repeat_ngram_size": 2}
+    main(["marian", str(marian_models["shared"][0]), "--out", str(tmp_path / "plain")])  # generate()'s defaults
+    assert "generation_config" not in capsys.readouterr().out
+    assert "generation_config" not in json.loads((tmp_path / "plain" / "metadata.json").read_text())
+
+
 def test_force_over_another_checkpoint_leaves_nothing_of_it_and_the_source_is_never_the_out(
     marian_models, tiny_checkpoint, tmp_path
 ):
