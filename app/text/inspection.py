@@ -7,7 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from app.engine.errors import InputTooLong, InvalidRequest
-from app.segment import blank
+from app.segment import blank, segment
 from app.text.documents import check_chars
 from app.text.results import Attention
 from model.options import max_new_tokens_for
@@ -64,6 +64,9 @@ async def attention(
     heads = engine.limits.indices("heads", heads, c.n_heads)
     decoding = engine.directions.or_saved(source_language, target_language)
     start = engine.directions.start(decoding)
+    check_chars([text], engine.max_request_chars)  # bounded before it is tokenized, as /tokenize's
+    if seen := segment(text, "none"):  # what /translate gives the model: the text without whitespace and invisible
+        text = text[seen[0].start : seen[0].end]  # characters at its ends (its translation was another one's)
     (src,), _ = await asyncio.to_thread(
         engine.limits.sources, engine.tokenizer, [text], False, True, None, decoding.source, truncatable=False
     )  # fmt: skip

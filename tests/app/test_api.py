@@ -346,6 +346,19 @@ async def test_attention_of_a_blank_text_translates_nothing_as_translate_does(cl
         assert translated == ""
 
 
+async def test_attention_is_of_the_translation_translate_gives_whatever_the_text_s_ends(client):
+    """Outer whitespace and invisible characters are not the model's to read in /translate; /attention once read them
+    and showed the attention of another translation (the viewer's heatmap beside /translate's text)."""
+    for text in (SENTENCES[0] + "\n", "\u200b" + SENTENCES[0], "\t\ufeff" + SENTENCES[0] + "\u200b  "):
+        body = (await client.post("/attention", json={"text": text})).json()
+        plain = (await client.post("/attention", json={"text": SENTENCES[0]})).json()
+        translated = (await client.post("/translate", json={"text": text})).json()["translations"][0]["text"]
+        alone = (await client.post("/translate", json={"text": SENTENCES[0]})).json()["translations"][0]["text"]
+        assert body == plain and body["translation"] == alone and alone in translated, (text, body["translation"])
+    r = await client.post("/attention", json={"text": "a" * 20_001})
+    assert r.status_code == 413 and "20001 characters" in r.json()["error"], r.text  # before it is tokenized
+
+
 async def test_attention_is_accepted_by_bertviz(client):
     bertviz = pytest.importorskip("bertviz")
     torch = pytest.importorskip("torch")
