@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -132,6 +133,16 @@ def report(probabilities: np.ndarray, chrf: np.ndarray, threshold: float) -> dic
     }
 
 
+def writable_dir_or_exit(directory: Path, flag: str) -> None:
+    """Exits if confidence.json cannot be written into directory (made if need be): said before the translating,
+    not after it."""
+    existing = next(p for p in (directory, *directory.parents) if p.exists())  # where the directory starts
+    if not existing.is_dir():
+        sys.exit(f"nmt-calibrate: {flag} {directory}: {existing} is a file; give a directory (made if need be)")
+    if not os.access(existing, os.W_OK):
+        sys.exit(f"nmt-calibrate: cannot write in {existing}: give --out a directory you can write in")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="nmt-calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("model_dir", type=Path, help="the checkpoint directory (bundled, trained or imported)")
@@ -154,6 +165,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"nmt-calibrate: {len(sources)} sentences are too few to fit on; give 50 or more (500+ is better)")
     if not 0 < args.chrf < 100:
         sys.exit("nmt-calibrate: --chrf is a chrF score between 0 and 100")
+    if args.out:
+        writable_dir_or_exit(args.out, "--out")
+    elif args.model_dir.is_dir():  # else loading it says what is wrong
+        writable_dir_or_exit(args.model_dir, "MODEL_DIR")
     from model.checkpoint import CheckpointError  # torch's side, as the model it loads (app/ imports without torch)
 
     try:

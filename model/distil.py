@@ -7,14 +7,17 @@ It runs `nmt-train` and `nmt-eval` as they are, one process a step, each step's 
   3. the student: teacher 1 fine-tuned on those translations, with the N teachers' next-token distributions beside
      them (`--teacher` N times), or a model of its own shape trained on them from scratch: OUT/student, a checkpoint
      `nmt-serve` serves.
-Run again, it skips what is done and resumes what was stopped (`nmt-train --resume`). SIGTERM or Ctrl-C stops the
+Run again, it skips what is done and resumes what was stopped (`nmt-train --resume`); translations and a student made
+from teachers that have changed since (more --teacher-epochs) are made again. SIGTERM or Ctrl-C stops the
 steps in flight with their state saved (nmt-train's own stop), and it exits with 128 + the signal's number."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +83,27 @@ def finished(run: Path, epochs: int) -> bool:
     except (OSError, ValueError, KeyError):  # none yet, or unreadable: nmt-train says what is wrong with it
         return False
     return done and (run / "model.safetensors").is_file()
+
+
+def identity(teachers: list[Path]) -> dict[str, str]:
+    """Each teacher's checkpoint by the SHA-256 of its weights: what the translations and the student were made from
+    (a teacher trained on for more epochs has new weights where it validated better)."""
+    out = {}
+    for t in teachers:
+        digest = hashlib.sha256()
+        with (t / "model.safetensors").open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        out[t.name] = digest.hexdigest()
+    return out
+
+
+def made_from(record: Path) -> dict | None:
+    """The teachers' identity recorded at record (None: none recorded, as by a run before records were kept)."""
+    try:
+        return json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 class Steps:
@@ -154,16 +178,29 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("nmt-distil: the teachers learned different vocabularies (another --vocab-size, or other data?): "
                  "an ensemble and a student need one")  # fmt: skip
 
+    # What was made from the teachers records which teachers: made from others (teachers trained on since), it is
+    # made again, the translations and then the student (which also learns from the teachers' distributions).
+    teachers_now = identity(teachers)
     targets = out / f"teachers.beam.{language_of(args.train_tgt)}"
+    targets_from = targets.with_name(targets.name + ".teachers.json")
+    if targets.is_file() and made_from(targets_from) != teachers_now:
+        print(f"nmt-distil: the teachers changed since {targets} was translated: translating again", file=sys.stderr)
+        targets.unlink()
     if not targets.is_file():  # written under another name, renamed when whole
         partial = targets.with_name(targets.name + ".partial")
         steps.run("translations", [tool("nmt-eval"), "--model-dir", *map(str, teachers), "--src", args.train_src,
                                    "--beam", str(args.beam), "--length-penalty", str(args.length_penalty),
                                    "--hyp-out", str(partial), *shlex.split(args.eval_args)])  # fmt: skip
+        targets_from.write_text(json.dumps(teachers_now, indent=1))
         partial.rename(targets)
 
     student = out / "student"
+    student_from = out / "student.teachers.json"  # beside, not in, the checkpoint nmt-train writes
+    if student.exists() and made_from(student_from) != teachers_now:
+        print(f"nmt-distil: the teachers changed since {student} was started: training it again", file=sys.stderr)
+        shutil.rmtree(student)
     if not finished(student, args.student_epochs):
+        student_from.write_text(json.dumps(teachers_now, indent=1))  # before it starts: a stopped one resumes on it
         distil = [arg for t in teachers for arg in ("--teacher", str(t))]
         start = TEACHER if args.student_from_scratch else f"--init-from {shlex.quote(str(teachers[0]))} {STUDENT}"
         steps.run("student", [*train, "--train-tgt", str(targets), "--out", str(student), *shlex.split(start),

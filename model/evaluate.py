@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import sacrebleu
 import torch
@@ -96,6 +98,17 @@ def score(hyps: list[str], refs: list[str]) -> dict[str, float]:
     }
 
 
+def writable_or_exit(path: str, flag: str) -> None:
+    """Exits if the file `flag` names cannot be written: said before the decoding, not after the whole corpus."""
+    file, directory = Path(path), Path(path).parent
+    if file.is_dir():
+        sys.exit(f"nmt-eval: {flag} {path} is a directory: give the name of a file to write")
+    if not directory.is_dir():
+        sys.exit(f"nmt-eval: {flag} {path}: there is no directory {directory}; give a file in an existing directory")
+    if not os.access(file if file.exists() else directory, os.W_OK):
+        sys.exit(f"nmt-eval: {flag} {path}: permission denied; give a file you can write")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="nmt-eval", description=__doc__)
     p.add_argument(
@@ -171,6 +184,13 @@ def main(argv: list[str] | None = None) -> None:
 
     src = lines_or_exit(args.src, "nmt-eval")  # the files first: one it cannot read is said before the model loads
     refs = lines_or_exit(args.ref, "nmt-eval") if args.ref else None
+    if not src:  # sacrebleu has nothing to score either (an IndexError)
+        sys.exit(f"nmt-eval: {args.src} is empty: give a file of one source sentence a line")
+    if refs is not None and len(src) != len(refs):
+        sys.exit(f"nmt-eval: {args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
+    for flag in ("hyp_out", "n_best_out", "closest_out"):
+        if getattr(args, flag):
+            writable_or_exit(getattr(args, flag), f"--{flag.replace('_', '-')}")
     try:
         loaded = [load_checkpoint(d, device=args.device)[:2] for d in args.model_dir]
     except CheckpointError as e:
@@ -188,8 +208,6 @@ def main(argv: list[str] | None = None) -> None:
         if len(specs) > 1 or None in specs:
             sys.exit("nmt-eval: an ensemble's checkpoints must share one BPE vocabulary (the same tokenizer.json)")
         model = Ensemble([member for member, _ in loaded])
-    if refs is not None and len(src) != len(refs):
-        sys.exit(f"nmt-eval: {args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
     t0 = time.perf_counter()
     if args.beam == 1 and len(loaded) == 1:
         hyps = translate_corpus(model, tokenizer, src, batch_size=args.batch_size)

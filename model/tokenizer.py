@@ -143,19 +143,23 @@ def load_tokenizer(checkpoint: str | Path):
 
 def lines_or_exit(path: str | Path, tool: str) -> list[str]:
     """read_lines() of a command's input file, or the command's exit saying which file it cannot read and why (it
-    is missing, not UTF-8, not gzip)."""
+    is missing, not UTF-8, not gzip, a gzip cut short)."""
     try:
         return list(read_lines(path))
     except (OSError, UnicodeDecodeError) as e:  # gzip's BadGzipFile is an OSError
         sys.exit(f"{tool}: cannot read {path}: {e}")
+    except EOFError as e:  # gzip's stream ends before its end marker: a download or copy cut short
+        sys.exit(f"{tool}: cannot read {path}: it is cut short ({e})")
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
-    """One sentence a line, plain or gzip."""
+    """One sentence a line, plain or gzip. Lines end at "\n" alone (a CRLF's "\r" is dropped with it), as `wc -l`
+    counts them: a lone "\r" inside a sentence is not a line break, or the source and target files would fall out of
+    step. A UTF-8 byte-order mark at the start is no part of the first sentence."""
     import gzip
 
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
+    with opener(path, "rt", encoding="utf-8-sig", newline="\n") as f:
         for line in f:
-            yield line.rstrip("\n")
+            yield line.removesuffix("\n").removesuffix("\r")

@@ -70,7 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a("--max-minutes", type=float, default=0.0, help="stop training after this long (0 = no limit)")
     a("--max-steps", type=int, default=0, help="stop after this many updates in all (0 = no limit); --resume continues")
     a("--log-steps", metavar="FILE", help="append one JSON line per update: step, epoch, loss, lr, sentences, tokens")
-    a("--average-last", type=int, default=5, help="also try the average of the last N epoch checkpoints")
+    a("--average-last", type=int, default=5, help="also try the average of the last N epoch checkpoints (0 = no "
+      "averaging, and no epoch snapshots kept)")  # fmt: skip
     a("--valid-bleu-sentences", type=int, default=0, help="score BLEU on the first N validation lines (0 = all)")
     a("--bf16", action="store_true", help="bfloat16 autocast (CPUs with AVX-512 BF16, recent GPUs)")
     a("--threads", type=int, default=0, help="threads a process (0 = torch's default; the cores / N under torchrun)")
@@ -90,26 +91,68 @@ def check_args(args: argparse.Namespace, rank: int) -> None:
     for t in args.teacher:
         if rank == 0 and not written_by_nmt_train(Path(t)):
             sys.exit(f"nmt-train: --teacher {t} is not a checkpoint written by nmt-train (config.json, tokenizer.json)")
+    if rank == 0 and Path(args.out).exists() and not Path(args.out).is_dir():
+        sys.exit(f"nmt-train: --out {args.out} is a file: give a directory to write the checkpoint in (new or not)")
     if args.grow_encoder and not (init and args.grow_encoder > 0):
         sys.exit("nmt-train: --grow-encoder takes a positive number of layers and needs --init-from")
     if not 0 <= args.bpe_dropout < 1:
         sys.exit(f"nmt-train: --bpe-dropout is a probability below 1, not {args.bpe_dropout}")
     if args.teacher and not 0 <= args.kd_alpha <= 1:
         sys.exit(f"nmt-train: --kd-alpha must lie between 0 and 1, not {args.kd_alpha}")
-    if not (args.init_from or args.teacher):  # this run's own shape and vocabulary
-        if args.heads < 1 or args.d_model % args.heads:
-            sys.exit(f"nmt-train: --d-model {args.d_model} does not divide into --heads {args.heads} equal parts")
-        if args.vocab_size < MIN_VOCAB:
-            sys.exit(f"nmt-train: --vocab-size must be at least {MIN_VOCAB} (the 256 bytes and 4 special tokens)")
+    if not args.init_from:  # this run's own shape (a student of teachers too: only its vocabulary is theirs)
+        check_shape(args)
+    if not (args.init_from or args.teacher) and args.vocab_size < MIN_VOCAB:  # this run's own vocabulary
+        sys.exit(f"nmt-train: --vocab-size must be at least {MIN_VOCAB} (the 256 bytes and 4 special tokens)")
     if args.epochs < 1:
         sys.exit(f"nmt-train: --epochs must be at least 1, not {args.epochs} (a run of none writes no model)")
+    check_settings(args)
+
+
+def check_shape(args: argparse.Namespace) -> None:
+    """Exits if the shape flags ask for a Transformer that cannot be built."""
+    for flag in ("d_model", "d_ff", "encoder_layers", "decoder_layers"):
+        if getattr(args, flag) < 1:
+            sys.exit(f"nmt-train: --{flag.replace('_', '-')} must be at least 1, not {getattr(args, flag)}")
+    if args.heads < 1 or args.d_model % args.heads:
+        sys.exit(f"nmt-train: --d-model {args.d_model} does not divide into --heads {args.heads} equal parts")
+
+
+def check_settings(args: argparse.Namespace) -> None:
+    """Exits if a training setting is out of its range (each was a traceback, or a run that silently did nothing)."""
+    for flag in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+        if not 0 <= getattr(args, flag) < 1:
+            sys.exit(f"nmt-train: --{flag.replace('_', '-')} is a probability: at least 0 and below 1, "
+                     f"not {getattr(args, flag)}")  # fmt: skip
+    if args.warmup < 1:  # lr_at divides by it
+        sys.exit(f"nmt-train: --warmup must be at least 1 step, not {args.warmup}")
+    for flag in ("batch_tokens", "max_len"):
+        if getattr(args, flag) < 1:
+            sys.exit(f"nmt-train: --{flag.replace('_', '-')} must be at least 1 token, not {getattr(args, flag)}")
+    for flag, means in [("lr", "a learning rate of 0 or more"), ("weight_decay", "0 (none) or more"),
+                        ("r_drop", "0 (off) or more"), ("max_minutes", "0 (no limit) or more"),
+                        ("max_steps", "0 (no limit) or more"),
+                        ("threads", "0 (torch's default) or more"), ("valid_bleu_sentences", "0 (all) or more"),
+                        ("average_last", "0 (no averaging) or more epochs")]:  # fmt: skip
+        if getattr(args, flag) < 0:
+            sys.exit(f"nmt-train: --{flag.replace('_', '-')} takes {means}, not {getattr(args, flag)}")
+    if args.clip <= 0:
+        sys.exit(f"nmt-train: --clip is the largest gradient norm: above 0, not {args.clip}")
+
+
+# Suffixes of 2 or 3 letters that name what a corpus file holds, not its language (model/ has no list of language
+# codes: app/languages.py does, and model/ never imports app/)
+NOT_LANGUAGES = frozenset({
+    "src", "tgt", "trg", "txt", "raw", "tok", "bpe", "spm", "out", "ref", "hyp", "dat", "csv", "tsv", "xml", "sgm",
+    "log", "tmp", "lc", "tc", "xz", "zst",
+})  # fmt: skip
 
 
 def language_of(path: str) -> str:
-    """The language code a corpus file's name ends with (train.fr.gz -> fr), or "unknown"."""
+    """The language code a corpus file's name ends with (train.fr.gz -> fr), or "unknown" (train.src)."""
     name = Path(path).name.removesuffix(".gz")
     code = name.rsplit(".", 1)[-1] if "." in name else ""
-    return code if code.isalpha() and 2 <= len(code) <= 3 else "unknown"
+    known = code.isalpha() and 2 <= len(code) <= 3 and code.lower() not in NOT_LANGUAGES
+    return code if known else "unknown"
 
 
 def written_by_nmt_train(dir_: Path) -> bool:

@@ -81,6 +81,10 @@ def train(run: Run, signals: list[int]) -> None:
     if run.rank:
         return
     try_average(run)
+    if not (run.out / "model.safetensors").is_file():  # stopped (--max-steps, --max-minutes) before an epoch's end
+        run.say(f"nmt-train: no checkpoint in {run.out} yet: the run stopped at step {info['step']}, before its first "
+                "epoch ended, where the first one is written; the same command with --resume and a higher --max-steps "
+                "or --max-minutes goes on from there")  # fmt: skip
     print(
         json.dumps(
             {

@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from model.checkpoint import load_checkpoint, read_metadata
 from model.tokenizer import Tokenizer, lines_or_exit
-from model.train.args import check_args, parse_args
+from model.train.args import check_args, language_of, parse_args
 from model.train.distributed import init_distributed, share
 from model.train.state import STATE, load_grown, load_state, read_state
 from model.transformer import Transformer, TransformerConfig
@@ -70,6 +70,7 @@ def set_up(argv: list[str] | None) -> Run:
     args = parse_args(argv)
     command = "nmt-train " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     rank, world, device = init_distributed(args)
+    check_args(args, rank)  # before any work: the flags first, then the files
     if args.threads:
         torch.set_num_threads(args.threads)
     random.seed(args.seed)
@@ -80,8 +81,10 @@ def set_up(argv: list[str] | None) -> Run:
     valid_src, valid_ref = lines_or_exit(args.valid_src, "nmt-train"), lines_or_exit(args.valid_tgt, "nmt-train")
     if len(train_src) != len(train_tgt) or len(valid_src) != len(valid_ref):
         sys.exit("nmt-train: source and target files must have the same number of lines")
+    for flag, path, lines in (("--train-src", args.train_src, train_src), ("--valid-src", args.valid_src, valid_src)):
+        if not lines:  # said now, not after an epoch (an empty validation set divided by zero there)
+            sys.exit(f"nmt-train: {flag} {path} is empty: it needs at least one sentence pair")
     resuming = share(args.resume and (state_dir / "state.json").exists(), world)
-    check_args(args, rank)
     # The tokenizer, the same on every rank: the run's own when resuming, else one from a checkpoint, else a new one.
     init = Path(args.init_from) if args.init_from else None
     vocab_from = init or (Path(args.teacher[0]) if args.teacher else None)  # a student of teachers: their vocabulary
@@ -103,6 +106,9 @@ def set_up(argv: list[str] | None) -> Run:
     kept = [i for i, p in enumerate(encoded) if max(map(len, p)) <= args.max_len]
     train_pairs, kept_src = [encoded[i] for i in kept], [train_src[i] for i in kept]
     del encoded
+    if not train_pairs:  # else the run "succeeds" with an untrained model
+        sys.exit(f"nmt-train: all {len(train_src):,} training pairs are longer than --max-len {args.max_len} tokens "
+                 "on one side: nothing is left to train on; raise --max-len")  # fmt: skip
     valid_pairs = encode_pairs(tokenizer, valid_src, valid_ref) if rank == 0 else []
     if args.valid_bleu_sentences:
         valid_src, valid_ref = valid_src[: args.valid_bleu_sentences], valid_ref[: args.valid_bleu_sentences]
@@ -117,18 +123,21 @@ def set_up(argv: list[str] | None) -> Run:
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=args.weight_decay
     )
-    info = new_info(args)
+    info = new_info(args, model.config)
     if resuming:
-        info = load_state(share(read_state(state_dir) if rank == 0 else None, world), model, optimizer)
-        for key in ("seed", "batch_tokens"):
-            if info.setdefault(key, getattr(args, key)) != getattr(args, key):
-                sys.exit(f"nmt-train: the run in {state_dir} has --{key.replace('_', '-')} {info[key]}, "
-                         f"not {getattr(args, key)}: resume with the same batches")  # fmt: skip
+        saved = share(read_state(state_dir) if rank == 0 else None, world)
+        check_resumable(args, state_dir, saved[1], info)
+        try:
+            info = load_state(saved, model, optimizer)  # and the random numbers where the run stopped: its dropout
+        except ValueError as e:  # a state saved before the shape was recorded, resumed with other shape flags
+            sys.exit(f"nmt-train: {state_dir}: {e}")
+        info.setdefault("shape", shape_of(model.config))
         if rank == 0:
             print(f"resumed at epoch {info['epoch'] + 1}, step {info['step']}", file=sys.stderr)
     if rank:
         torch.manual_seed(args.seed + rank)  # each rank's own dropout
     if rank == 0:
+        say_unknown_languages(args)
         print(f"{model.num_parameters():,} parameters, {len(train_pairs):,} training pairs, "
               f"vocab {tokenizer.vocab_size}, {world} process(es)", file=sys.stderr)  # fmt: skip
     net = model if world == 1 else DistributedDataParallel(model)  # averages the ranks' gradients in backward
@@ -139,6 +148,41 @@ def set_up(argv: list[str] | None) -> Run:
         autocast=torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16), info=info,
         started_from=started_from,
     )  # fmt: skip
+
+
+def check_resumable(args: argparse.Namespace, state_dir: Path, saved: dict, new: dict) -> None:
+    """Exits if the run saved in state_dir cannot go on under these flags: other batches (--seed, --batch-tokens) or
+    another shape, whose weights do not fit the model the flags build (a tensor-size traceback)."""
+    for key in ("seed", "batch_tokens"):
+        if saved.setdefault(key, getattr(args, key)) != getattr(args, key):
+            sys.exit(f"nmt-train: the run in {state_dir} has --{key.replace('_', '-')} {saved[key]}, "
+                     f"not {getattr(args, key)}: resume with the same batches")  # fmt: skip
+    if "shape" not in saved:  # saved before runs recorded their shape: its weights are checked as they load
+        return
+    differ = [f"--{flag} {saved['shape'][flag]}, not {value}" for flag, value in new["shape"].items()
+              if saved["shape"].get(flag, value) != value]  # fmt: skip
+    if differ:
+        more = " (and --grow-encoder)" if args.init_from else ""
+        sys.exit(f"nmt-train: the run in {state_dir} has {'; '.join(differ)}: resume with the shape flags{more} "
+                 "it was started with")  # fmt: skip
+
+
+def shape_of(config: TransformerConfig) -> dict:
+    """The model's shape by the flags that set it, saved with the state (--resume refuses another)."""
+    return {"d-model": config.d_model, "heads": config.n_heads, "encoder-layers": config.n_encoder_layers,
+            "decoder-layers": config.n_decoder_layers, "d-ff": config.d_ff,
+            "norm": "pre" if config.norm_first else "post", "activation": config.activation}  # fmt: skip
+
+
+def say_unknown_languages(args: argparse.Namespace) -> None:
+    """Says which language the metadata will call "unknown": a corpus file's name without a language code at its end
+    (train.src rather than train.en) and no flag naming it."""
+    for side, path, given in (("source", args.train_src, args.source_language),
+                              ("target", args.train_tgt, args.target_language)):  # fmt: skip
+        if not given and language_of(path) == "unknown":
+            print(f"nmt-train: {path} does not end with a language code (as train.en or train.de.gz do): the "
+                  f"checkpoint's {side} language will be \"unknown\"; give --{side}-language to name it",
+                  file=sys.stderr)  # fmt: skip
 
 
 def encode_pairs(tokenizer: Tokenizer, src: list[str], tgt: list[str]) -> list[tuple[list[int], list[int]]]:
@@ -179,7 +223,7 @@ def load_teachers(args: argparse.Namespace, tokenizer: Tokenizer, device: torch.
     return teachers
 
 
-def new_info(args: argparse.Namespace) -> dict:
+def new_info(args: argparse.Namespace, config: TransformerConfig) -> dict:
     """A new run's progress (save_state writes it, --resume reads it back)."""
     return {
         "step": 0,
@@ -191,4 +235,5 @@ def new_info(args: argparse.Namespace) -> dict:
         "snapshots": [],
         "seed": args.seed,  # with --batch-tokens, fixes each epoch's batches and their order
         "batch_tokens": args.batch_tokens,
+        "shape": shape_of(config),  # what the saved weights fit
     }

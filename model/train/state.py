@@ -17,17 +17,23 @@ STATE = "train_state"  # subdirectory of --out holding what resuming needs
 
 
 def save_state(dir_: Path, model, optimizer, info: dict) -> None:
-    """Writes what --resume needs to dir_: the weights and the optimizer's state (last.safetensors), the progress
-    in info and the optimizer's settings (state.json)."""
+    """Writes what --resume needs to dir_: the weights, the optimizer's state and torch's random number generators
+    (last.safetensors), the progress in info, the optimizer's settings and Python's generator (state.json)."""
     dir_.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in unique_state_dict(model).items()}
     opt = optimizer.state_dict()
     for pid, st in opt["state"].items():
         for k, v in st.items():
             tensors[f"opt.{pid}.{k}"] = v.detach().cpu().reshape(v.shape).contiguous()
+    # The generators as they are after the last update: the dropout masks a resumed run draws are the next ones the
+    # run would have drawn, so that stop and --resume trains as the run would have gone on.
+    tensors["rng.torch"] = torch.get_rng_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()  # the current device's: where this process's dropout runs
     save_file(tensors, str(dir_ / "last.safetensors.tmp"))
     (dir_ / "last.safetensors.tmp").replace(dir_ / "last.safetensors")
-    info = {**info, "param_groups": opt["param_groups"], "python_rng": repr(random.getstate())}
+    version, internal, gauss = random.getstate()
+    info = {**info, "param_groups": opt["param_groups"], "python_rng": [version, list(internal), gauss]}
     (dir_ / "state.json").write_text(json.dumps(info, indent=1))
 
 
@@ -37,10 +43,16 @@ def read_state(dir_: Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def load_state(saved: tuple[dict[str, torch.Tensor], dict], model, optimizer) -> dict:
-    """model and optimizer <- the state read_state read -> the progress it was saved with."""
+    """model, optimizer and the random number generators <- the state read_state read -> the progress it was saved
+    with. ValueError if the saved weights do not fit the model."""
     tensors, info = saved
     model_sd = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
     target = unique_state_dict(model)
+    misfits = [k for k, t in target.items() if k not in model_sd or model_sd[k].shape != t.shape]
+    if misfits or len(model_sd) != len(target):
+        named = ", ".join(misfits[:3]) or "other tensors"
+        raise ValueError(f"the saved weights have another shape than the model the flags ask for ({named}): resume "
+                         "with the shape flags the run was started with")  # fmt: skip
     with torch.no_grad():
         for k, t in target.items():
             t.copy_(model_sd[k])
@@ -50,15 +62,29 @@ def load_state(saved: tuple[dict[str, torch.Tensor], dict], model, optimizer) ->
             _, pid, name = k.split(".", 2)
             state.setdefault(int(pid), {})[name] = v
     optimizer.load_state_dict({"state": state, "param_groups": info["param_groups"]})
+    restore_rng(tensors, info)
     return info
+
+
+def restore_rng(tensors: dict[str, torch.Tensor], info: dict) -> None:
+    """torch's and Python's random number generators <- the ones save_state saved (a state saved before they were
+    kept has none: the run goes on with the generators as seeded)."""
+    if "rng.torch" in tensors:
+        torch.set_rng_state(tensors["rng.torch"])
+    if "rng.cuda" in tensors and torch.cuda.is_available() and torch.cuda.is_initialized():  # a run on a GPU
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+    if isinstance(info.get("python_rng"), list):
+        version, internal, gauss = info["python_rng"]
+        random.setstate((version, tuple(internal), gauss))
 
 
 def save_snapshot(dir_: Path, model, epoch: int, snapshots: list[str], keep: int) -> list[str]:
     """Writes the model's weights to dir_/epoch{epoch}.safetensors -> the names of the last `keep` snapshots, the
-    only ones left in dir_ (--average-last tries their average at the end)."""
+    only ones left in dir_ (--average-last tries their average at the end). keep 0 writes none (and removes any)."""
     snap = dir_ / f"epoch{epoch}.safetensors"
-    save_file({k: v.detach().cpu().contiguous() for k, v in unique_state_dict(model).items()}, str(snap))
-    snapshots = (snapshots + [snap.name])[-keep:]
+    if keep > 0:
+        save_file({k: v.detach().cpu().contiguous() for k, v in unique_state_dict(model).items()}, str(snap))
+    snapshots = (snapshots + [snap.name])[-keep:] if keep > 0 else []  # [-0:] would keep them all
     for old in dir_.glob("epoch*.safetensors"):
         if old.name not in snapshots:
             old.unlink()

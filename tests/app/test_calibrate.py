@@ -83,3 +83,22 @@ def test_mismatched_or_too_short_files_are_refused(calibrated, tmp_path, capsys)
     for languages in (["--source", "fr"], ["--target", "fr"]):  # a pair model's languages are its own: it ignored them
         with pytest.raises(SystemExit, match="translates en->de, not .* leave them out"):
             main([str(model), "--src", str(root / "dev.en"), "--ref", str(root / "dev.de"), *languages])
+
+
+def test_a_cut_short_gzip_or_an_out_that_is_a_file_is_refused_before_translating(tmp_path):
+    """An EOFError's traceback; a FileExistsError's once the whole set had been translated. The model directory does
+    not exist: loading it would have said so instead."""
+    import gzip
+
+    sources = [en for en, _ in synthetic_pairs(60, seed=3)]
+    (tmp_path / "dev.en").write_text("\n".join(sources) + "\n")
+    (tmp_path / "dev.de").write_text("\n".join(sources) + "\n")
+    whole = gzip.compress((tmp_path / "dev.en").read_bytes())
+    (tmp_path / "cut.en.gz").write_bytes(whole[: len(whole) // 2])
+    model, ref = str(tmp_path / "no-model"), ["--ref", str(tmp_path / "dev.de")]
+    with pytest.raises(SystemExit, match=f"nmt-calibrate: cannot read {tmp_path / 'cut.en.gz'}: it is cut short"):
+        main([model, "--src", str(tmp_path / "cut.en.gz"), *ref])
+    with pytest.raises(SystemExit, match=f"--out {tmp_path / 'dev.en'}: .* is a file; give a directory"):
+        main([model, "--src", str(tmp_path / "dev.en"), *ref, "--out", str(tmp_path / "dev.en")])
+    with pytest.raises(SystemExit, match="is a file; give a directory"):  # a directory to make inside a file
+        main([model, "--src", str(tmp_path / "dev.en"), *ref, "--out", str(tmp_path / "dev.en" / "sub")])

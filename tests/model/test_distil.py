@@ -174,3 +174,20 @@ def test_a_student_option_out_of_range_is_refused_before_any_teacher_trains(data
     assert not (tmp_path / "run" / "teacher-1").exists()
     refused = run(distil(data, tmp_path / "run", "--teacher-args", '"unbalanced'))  # was shlex's traceback
     assert refused.returncode == 2 and "--teacher-args '\"unbalanced': No closing quotation" in refused.stderr
+
+
+def test_teachers_trained_on_are_translated_again_and_teach_a_new_student(recipe, data, tmp_path):
+    """More --teacher-epochs trained the teachers on, but the old translations and the old student were kept."""
+    out = tmp_path / "run"
+    shutil.copytree(recipe[0], out)
+    before = {p: (out / p).read_bytes() for p in ("teacher-1/model.safetensors", "teacher-2/model.safetensors",
+                                                   "teachers.beam.de", "student/model.safetensors")}  # fmt: skip
+    again = run(distil(data, out, "--teacher-epochs", "5"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert any((out / p).read_bytes() != before[p] for p in list(before)[:2]), "a teacher validated better"
+    assert len(commands(out / "logs" / "translations.log")) == 2
+    assert "the teachers changed since" in again.stderr
+    student_log = (out / "logs" / "student.log").read_text()
+    assert len(commands(out / "logs" / "student.log")) == 2 and "resumed at epoch" not in student_log
+    assert (out / "student" / "model.safetensors").read_bytes() != before["student/model.safetensors"]
+    assert epochs(out / "student") == 2

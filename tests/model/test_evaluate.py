@@ -3,6 +3,7 @@ lists and the hypotheses closest to the references, for distillation."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 
@@ -189,3 +190,64 @@ def test_nmt_eval_says_in_one_line_which_checkpoint_or_file_it_cannot_read(train
             eval_main(args)
         said = exit_.value.code
         assert isinstance(said, str) and said.startswith("nmt-eval: ") and message in said, (args, said)
+
+
+def test_nmt_eval_splits_lines_at_newlines_alone_and_drops_a_byte_order_mark(tmp_path, trained_checkpoint, corpus):
+    """A lone \r inside a sentence made two lines of it (wc -l counts one), and the sources then outnumbered their
+    references; a UTF-8 BOM was translated as three byte tokens at the start of the first sentence."""
+    src, ref = corpus
+    lines = src.read_text().splitlines()
+    plain = tmp_path / "plain.en"
+    plain.write_text("\n".join(lines) + "\n")
+    odd = tmp_path / "odd.en"  # a BOM, CRLF endings and a carriage return inside line 4
+    odd.write_bytes(b"\xef\xbb\xbf" + "\r\n".join([*lines[:3], lines[3].replace(" ", "\r", 1), *lines[4:]]).encode())
+    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(odd), "--ref", str(ref),
+               "--hyp-out", str(tmp_path / "odd.hyp")])  # fmt: skip
+    eval_main(["--model-dir", str(trained_checkpoint), "--src", str(plain), "--hyp-out", str(tmp_path / "plain.hyp")])
+    odd_hyps, plain_hyps = ((tmp_path / f"{n}.hyp").read_text().split("\n") for n in ("odd", "plain"))
+    assert len(odd_hyps) == len(plain_hyps) == len(lines) + 1  # one a line, each ending with "\n"
+    assert odd_hyps[0] == plain_hyps[0] and odd_hyps[4:] == plain_hyps[4:]
+
+
+def test_nmt_eval_refuses_a_cut_short_gzip_or_an_empty_source_in_one_line(tmp_path, trained_checkpoint, corpus):
+    """An EOFError and sacrebleu's IndexError, each a traceback."""
+    src, _ = corpus
+    whole = gzip.compress(src.read_bytes() * 20)
+    (tmp_path / "cut.en.gz").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "empty.en").write_text("")
+    (tmp_path / "empty.de").write_text("")
+    for args, message in [
+        (["--src", str(tmp_path / "cut.en.gz"), "--hyp-out", str(tmp_path / "h")],
+         f"nmt-eval: cannot read {tmp_path / 'cut.en.gz'}: it is cut short"),
+        (["--src", str(tmp_path / "empty.en"), "--ref", str(tmp_path / "empty.de")],
+         f"nmt-eval: {tmp_path / 'empty.en'} is empty: give a file of one source sentence a line"),
+    ]:  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            eval_main(["--model-dir", str(trained_checkpoint), *args])
+        assert str(exit_.value.code).startswith(message), exit_.value.code
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--ref", "REF", "--hyp-out", "/no/such/dir/h"], "--hyp-out /no/such/dir/h: there is no directory /no/such/dir"),
+     (["--hyp-out", "TMP"], "--hyp-out TMP is a directory: give the name of a file to write"),
+     (["--ref", "REF", "--beam", "2", "--n-best", "2", "--n-best-out", "/no/such/x"],
+      "--n-best-out /no/such/x: there is no directory /no/such"),
+     (["--ref", "REF", "--beam", "2", "--n-best", "2", "--closest-out", "TMP"], "--closest-out TMP is a directory")],
+)  # fmt: skip
+def test_nmt_eval_refuses_an_output_it_cannot_write_before_it_decodes(
+    tmp_path, trained_checkpoint, corpus, monkeypatch, args, message
+):
+    """It was said with a traceback once the whole file had been translated."""
+    import model.evaluate
+
+    def decoded(*a, **kw):
+        raise AssertionError("decoded before finding that it cannot write the output")
+
+    monkeypatch.setattr(model.evaluate, "translate_corpus", decoded)
+    monkeypatch.setattr(model.evaluate, "beam_translate_corpus", decoded)
+    args = [str(corpus[1]) if a == "REF" else str(tmp_path) if a == "TMP" else a for a in args]
+    with pytest.raises(SystemExit) as exit_:
+        eval_main(["--model-dir", str(trained_checkpoint), "--src", str(corpus[0]), *args])
+    said = exit_.value.code
+    assert said.startswith("nmt-eval: ") and message.replace("TMP", str(tmp_path)) in said, said

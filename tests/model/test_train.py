@@ -5,6 +5,7 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
 import model.train.bpe_dropout
 import model.train.loop
@@ -346,3 +347,115 @@ def test_a_shape_or_vocabulary_it_cannot_make_is_refused_in_one_line_before_any_
     with pytest.raises(SystemExit, match=message):
         train_main([*train_args(tmp_path, pairs, tmp_path / "x", epochs=1), *extra])
     assert not (tmp_path / "x").exists()
+
+
+def test_average_last_0_averages_nothing_and_keeps_no_snapshot(tmp_path, pairs, capsys):
+    """[-0:] is the whole list: --average-last 0 averaged every epoch and kept every snapshot."""
+    out = tmp_path / "ck"
+    train_main([*train_args(tmp_path, pairs, out, epochs=2), "--average-last", "0"])
+    assert '{"averaged"' not in capsys.readouterr().err
+    assert not list((out / "train_state").glob("epoch*.safetensors"))
+    assert json.loads((out / "train_state" / "state.json").read_text())["snapshots"] == []
+    assert (out / "model.safetensors").is_file()
+    with pytest.raises(SystemExit, match="--average-last takes 0 \\(no averaging\\) or more epochs, not -1"):
+        train_main([*train_args(tmp_path, pairs, tmp_path / "x", epochs=1), "--average-last", "-1"])
+
+
+def test_resume_with_other_shape_flags_names_them_instead_of_a_tensor_size_traceback(tmp_path, pairs):
+    out = tmp_path / "ck"
+    args = train_args(tmp_path, pairs, out, epochs=1)
+    train_main(args)
+    more = [*args[:-4], "--epochs", "2", "--seed", "1", "--resume"]
+    with pytest.raises(SystemExit, match=r"has --d-model 32, not 48; --d-ff 64, not 96: resume with the shape flags"):
+        train_main([*more, "--d-model", "48", "--d-ff", "96"])
+    with pytest.raises(SystemExit, match="has --encoder-layers 2, not 3"):  # a KeyError
+        train_main([*more, "--encoder-layers", "3"])
+    state = out / "train_state" / "state.json"  # saved before runs recorded their shape: the weights say it
+    state.write_text(json.dumps({k: v for k, v in json.loads(state.read_text()).items() if k != "shape"}))
+    with pytest.raises(SystemExit, match="the saved weights have another shape than the model the flags ask for"):
+        train_main([*more, "--d-model", "48"])
+    train_main(more)  # the same shape goes on
+    assert json.loads(state.read_text())["epoch"] == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--warmup", "0"], "--warmup must be at least 1 step, not 0"),  # ZeroDivisionError
+     (["--d-model", "0", "--heads", "1"], "--d-model must be at least 1, not 0"),
+     (["--dropout", "1.5"], "--dropout is a probability: at least 0 and below 1, not 1.5"),
+     (["--label-smoothing", "2"], "--label-smoothing is a probability: at least 0 and below 1, not 2.0"),
+     (["--threads", "-1"], "--threads takes 0 \\(torch's default\\) or more, not -1"),
+     (["--max-steps", "-1"], "--max-steps takes 0 \\(no limit\\) or more, not -1"),  # trained nothing, exit 0
+     (["--teacher", "TEACHER", "--heads", "5"], "--d-model 32 does not divide into --heads 5 equal parts")],
+)  # fmt: skip
+def test_a_setting_out_of_range_is_refused_with_what_is_allowed(tmp_path, pairs, trained_checkpoint, extra, message):
+    """Each was a traceback (a student of teachers from scratch has the shape its flags give: it went unchecked)."""
+    extra = [str(trained_checkpoint) if a == "TEACHER" else a for a in extra]
+    with pytest.raises(SystemExit, match=message):
+        train_main([*train_args(tmp_path, pairs, tmp_path / "x", epochs=1), *extra])
+    assert not (tmp_path / "x").exists()
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, pairs):
+    (tmp_path / "afile").write_text("hi\n")
+    with pytest.raises(SystemExit, match="--out .*afile is a file: give a directory"):  # NotADirectoryError
+        train_main(train_args(tmp_path, pairs, tmp_path / "afile", epochs=1))
+
+
+def test_empty_data_or_none_within_max_len_is_refused(tmp_path, pairs):
+    """An empty validation set divided by zero after a whole epoch; no training pairs gave an untrained model and
+    exit 0."""
+    args = train_args(tmp_path, pairs, tmp_path / "x", epochs=1)
+    (tmp_path / "empty.en").write_text("")
+    (tmp_path / "empty.de").write_text("")
+    for side in ("train", "valid"):
+        at = args.index(f"--{side}-src")
+        emptied = [*args[:at], f"--{side}-src", str(tmp_path / "empty.en"), f"--{side}-tgt", str(tmp_path / "empty.de"),
+                   *args[at + 4 :]]  # fmt: skip
+        with pytest.raises(SystemExit, match=f"--{side}-src .*empty.en is empty: it needs at least one sentence pair"):
+            train_main(emptied)
+    with pytest.raises(SystemExit, match="all 360 training pairs are longer than --max-len 2 tokens"):
+        train_main([*args, "--max-len", "2"])
+    assert not (tmp_path / "x" / "model.safetensors").exists()
+
+
+def test_a_stop_and_resume_with_dropout_trains_as_the_uninterrupted_run(tmp_path, pairs):
+    """torch's random numbers are saved with the state: the resumed run draws the dropout masks the uninterrupted run
+    drew, so both end with the same weights (they were reseeded, hence other masks)."""
+
+    def args(out, *extra):
+        base = train_args(tmp_path, pairs, tmp_path / out, epochs=2)
+        return [*base, "--dropout", "0.1", "--log-steps", str(tmp_path / f"{out}.jsonl"), *extra]
+
+    train_main(args("whole"))
+    train_main(args("stopped", "--max-steps", "7"))  # mid-epoch 1
+    train_main(args("stopped", "--max-steps", "15", "--resume"))  # an epoch's end between the stops
+    train_main(args("stopped", "--resume"))
+    losses = [[json.loads(line)["loss"] for line in (tmp_path / f"{r}.jsonl").read_text().splitlines()]
+              for r in ("whole", "stopped")]  # fmt: skip
+    assert len(losses[0]) > 15 and losses[1] == losses[0]
+    whole, stopped = (load_file(str(tmp_path / r / "train_state" / "last.safetensors")) for r in ("whole", "stopped"))
+    assert all(torch.equal(whole[k], stopped[k]) for k in whole if k.startswith("model."))
+
+
+def test_a_run_stopped_before_its_first_epoch_ended_says_it_wrote_no_checkpoint(tmp_path, pairs, capsys):
+    out = tmp_path / "ck"
+    train_main([*train_args(tmp_path, pairs, out, epochs=2), "--max-steps", "3"])
+    err = capsys.readouterr().err
+    assert not (out / "model.safetensors").exists()
+    assert f"no checkpoint in {out} yet: the run stopped at step 3, before its first epoch ended" in err
+    assert "with --resume" in err
+
+
+def test_a_file_name_without_a_language_code_leaves_the_language_unknown(tmp_path, pairs, capsys):
+    """c.src / c.tgt were taken for the languages "src" and "tgt", which the server then announced."""
+    assert [language_of(p) for p in ("c.src", "c.tgt", "corpus.txt.gz", "train.de-en", "a.TRG")] == ["unknown"] * 5
+    args = train_args(tmp_path, pairs, tmp_path / "ck", epochs=1)
+    for at, suffix in ((args.index("--train-src") + 1, "src"), (args.index("--train-tgt") + 1, "tgt")):
+        args[at] = str(shutil.copy(args[at], tmp_path / f"c.{suffix}"))
+    train_main([*args, "--target-language", "de"])
+    metadata = load_checkpoint(tmp_path / "ck")[2]
+    assert (metadata["source_language"], metadata["target_language"]) == ("unknown", "de")
+    err = capsys.readouterr().err
+    assert "c.src does not end with a language code" in err and "give --source-language" in err
+    assert "c.tgt does not" not in err
