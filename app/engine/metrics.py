@@ -32,8 +32,13 @@ class Metrics:
             "nmt_queue_length", "sequences submitted and waiting for a batch row", labelnames=MODEL, registry=r
         )
         self.batch_size = Gauge(
-            "nmt_running_batch_size", "sequences decoding together (live batch rows)", labelnames=MODEL, registry=r
-        )
+            "nmt_running_batch_size", "sequences decoding together (a beam search's one sequence)", labelnames=MODEL,
+            registry=r,
+        )  # fmt: skip
+        self.batch_rows = Gauge(
+            "nmt_batch_rows", "live rows of the running batch (a beam search's beam_size rows)", labelnames=MODEL,
+            registry=r,
+        )  # fmt: skip
         self.generated_tokens = Counter(
             "nmt_generated_tokens", "tokens generated, </s> included", labelnames=MODEL, registry=r
         )
@@ -120,7 +125,7 @@ class Metrics:
 
 # The families fed where the model runs (the batcher, the compiler): with NMT_FRONTENDS, the engine process's
 ENGINE_FAMILIES = frozenset({
-    "nmt_queue_length", "nmt_running_batch_size", "nmt_generated_tokens", "nmt_time_per_output_token_seconds",
+    "nmt_queue_length", "nmt_running_batch_size", "nmt_batch_rows", "nmt_generated_tokens", "nmt_time_per_output_token_seconds",
     "nmt_time_to_first_token_seconds", "nmt_decoder_steps", "nmt_decoder_step_duration_seconds",
     "nmt_prefill_duration_seconds", "nmt_prefilled_sequences", "nmt_oom_retries", "nmt_compiled",
     "nmt_compile_duration_seconds",
@@ -141,7 +146,7 @@ class EngineMetrics:
     """One model's engine series: what the batcher and the compiler feed, labelled with the model's name."""
 
     SERIES = (
-        "queue_length", "batch_size", "generated_tokens", "time_per_output_token", "time_to_first_token",
+        "queue_length", "batch_size", "batch_rows", "generated_tokens", "time_per_output_token", "time_to_first_token",
         "decoder_steps", "step_duration", "prefill_duration", "prefilled_sequences", "oom_retries", "compiled",
         "compile_duration", "confidence", "withheld",
     )  # fmt: skip
@@ -162,10 +167,14 @@ class EngineMetrics:
         if withheld:
             self.withheld.inc(withheld)
 
-    def watch(self, queue_length: Callable[[], float], batch_size: Callable[[], float]) -> None:
-        """Read the queue and batch gauges from these callables at scrape time (no work per decoder step)."""
+    def watch(
+        self, queue_length: Callable[[], float], batch_size: Callable[[], float], rows: Callable[[], float]
+    ) -> None:
+        """Read the queue and batch gauges from these callables at scrape time (no work per decoder step): sequences
+        waiting, sequences decoding (which the autoscaler adds to those waiting), the rows they hold."""
         self.queue_length.set_function(queue_length)
         self.batch_size.set_function(batch_size)
+        self.batch_rows.set_function(rows)
 
     def sample(self, name: str) -> float | None:
         """This model's value of a series, e.g. "nmt_generated_tokens_total"."""

@@ -79,7 +79,7 @@ class Batcher:
         self._clean_steps = 0
         self._lock = threading.Lock()
         self.stopped = False
-        self.metrics.watch(lambda: max(0, self.load - self.running), lambda: len(self.batch))
+        self.metrics.watch(lambda: max(0, self.load - self.running), lambda: self.running, lambda: len(self.batch))
         self._thread = threading.Thread(target=self._serve, name="nmt-batcher", daemon=True)
 
     def start(self) -> None:

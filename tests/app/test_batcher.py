@@ -12,6 +12,7 @@ import torch
 from app.engine.errors import EngineFailure, EngineUnavailable, OutOfMemory, QueueFull
 from app.engine.scheduler import MAX_OOM_RETRIES, Batcher
 from model.decoding import greedy_decode
+from model.options import DecodingOptions
 from tests.app.conftest import StepGate, failing_on_step
 from tests.app.helpers import TEXTS, slow, until
 
@@ -217,6 +218,22 @@ async def test_closing_a_stream_frees_its_row_before_the_next_step(tiny_model, s
         await until(lambda: b.cache.n == 0)
         assert b.steps < 100 and b.load == 0
         assert sample(b, "nmt_running_batch_size") == 0
+    finally:
+        b.stop()
+
+
+async def test_the_batch_gauges_count_a_beam_search_as_one_sequence_of_its_rows(tiny_model, sources):
+    """nmt_running_batch_size counted rows: 3 texts at beam 4 were 12 "sequences", the autoscaler's in-flight sum
+    (with nmt_queue_length, which counts sequences) up to 4 times the real one."""
+    b = batcher(slow(tiny_model), max_len=200)
+    try:
+        task = asyncio.create_task(b.search(sources[:3], [150] * 3, DecodingOptions(beam_size=4)))
+        await until(lambda: b.cache.n == 12)
+        assert (sample(b, "nmt_running_batch_size"), sample(b, "nmt_batch_rows")) == (3, 12)
+        assert sample(b, "nmt_queue_length") == 0
+        task.cancel()
+        await until(lambda: b.cache.n == 0)
+        assert sample(b, "nmt_running_batch_size") == sample(b, "nmt_batch_rows") == 0
     finally:
         b.stop()
 
