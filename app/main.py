@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import sys
 from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -98,8 +100,30 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     return app
 
 
+def unwritable(directory: Path) -> str | None:
+    """Why the server could not keep files in `directory` (made where missing), or None where it can."""
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} cannot be written (permissions, or a read-only file system)"
+    return None
+
+
+async def say_unwritable(settings: Settings) -> None:
+    """A warning at start for a directory the server will keep files in and cannot: its requests get 500
+    storage_error (a read-only root without a volume there), which the log then says nothing more of."""
+    places = [("NMT_GLOSSARY_DIR", settings.glossaries(), "stored glossaries")]
+    if settings.job_dir is not None:
+        places.append(("NMT_JOB_DIR", settings.job_dir, "file translations"))
+    for name, directory, what in places:
+        if why := await asyncio.to_thread(unwritable, directory):
+            log.warning("%s=%s: %s; %s will be refused (500 storage_error) until it can be", name, directory, why, what)
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI):
+    await say_unwritable(app.state.settings)
     loading = asyncio.create_task(load(app))
     app.state.loading = loading  # tests await it
     await app.state.jobs.start(loading)  # jobs a stopped server left start again once the models are loaded
@@ -197,6 +221,8 @@ async def on_engine_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def on_glossary_error(request: Request, exc: GlossaryError | JobError) -> JSONResponse:
+    if exc.status >= 500:  # the server's storage, not the request: the operator's to see in the log
+        log.error("%s %s: %s", request.method, request.url.path, exc)
     return error(exc.status, str(exc), exc.kind)
 
 

@@ -175,6 +175,25 @@ async def test_a_killed_server_s_jobs_directory_and_uploads_are_removed_by_the_n
     assert list(tmp_path.glob("nmt-serve-jobs-*")) == []  # its own, removed as it stopped
 
 
+async def test_directories_the_server_cannot_write_are_said_at_start_and_each_refusal_in_the_log(
+    trained_checkpoint, tmp_path, caplog
+):
+    """A job or glossary directory under a file (or on a read-only root): the server started without a word, and each
+    upload's 500 storage_error left nothing in the log but its access line."""
+    (tmp_path / "file").write_text("")
+    jobs, glossaries = tmp_path / "file" / "jobs", tmp_path / "file" / "glossaries"
+    async with serve_in(MODES[0], settings(trained_checkpoint, jobs, glossary_dir=glossaries)) as (_, client):
+        said = caplog.text
+        assert f"NMT_JOB_DIR={jobs}: {tmp_path / 'file'} is a file; file translations will be refused" in said
+        assert f"NMT_GLOSSARY_DIR={glossaries}: {tmp_path / 'file'} is a file; stored glossaries" in said
+        r = await client.post("/files", files={"file": ("a.txt", b"A dog runs.")})
+        assert r.status_code == 500 and r.json()["type"] == "storage_error", r.text
+        assert f"POST /files: {r.json()['error']}" in caplog.text
+    caplog.clear()
+    async with serve_in(MODES[0], settings(trained_checkpoint, tmp_path / "jobs", glossary_dir=tmp_path / "g")):
+        assert "will be refused" not in caplog.text  # made where missing: nothing to say
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_failing_engine_fails_the_job_with_its_reason(mode, trained_checkpoint, tmp_path):
     async with serve_in(mode, settings(trained_checkpoint, tmp_path)) as (app, client):
