@@ -6,7 +6,7 @@ import re
 
 from app.deepl.errors import DeepLError
 from app.engine import EngineUnavailable
-from app.languages import UnknownLanguage, cut, english_name
+from app.languages import UnknownLanguage, cut, english_name, equivalents, parse
 from app.libretranslate import NAMES, many, targets
 from app.models import Models, UnknownModel
 from app.text import Engine
@@ -45,6 +45,16 @@ def target_variants(models: Models, code: str) -> dict[str, str]:
         written = {t.lower() for into in targets(models).values() for t in into}
         variants = {v: n for v, n in variants.items() if v.lower() not in SCRIPTS or v.lower() in written}
     return variants
+
+
+def glossary_code(code: str) -> str:
+    """A stored glossary's language as DeepL names a glossary's, ISO 639-1 where it has one: one made through our
+    /glossaries with NLLB's `deu_Latn` is `de` (DeepL's clients showed DEU_LATN)."""
+    parsed = parse(code)
+    if parsed is None:
+        return code.lower()
+    two = sorted(c for c in equivalents(parsed[0]) if len(c) == 2)
+    return two[0] if two else parsed[0]
 
 
 def sources(models: Models) -> list[str]:

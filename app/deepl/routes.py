@@ -30,7 +30,7 @@ from app.deepl.fields import (
     glossary_terms,
     string,
 )
-from app.deepl.languages import base, deepl_code, engine_for, name, pairs, sources, target_variants
+from app.deepl.languages import base, deepl_code, engine_for, glossary_code, name, pairs, sources, target_variants
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable, InvalidRequest
@@ -183,19 +183,27 @@ async def create_glossary(request: Request, models: ModelsDep) -> dict[str, Any]
         )  # fmt: skip
     store: g.GlossaryStore = request.app.state.glossaries
     glossary = await store.create(name_, source, target, g.parse(entries, entries_format, source, target))
-    return glossary.info()
+    return info(glossary)
 
 
 @router.get("/v2/glossaries")
 async def list_glossaries(request: Request) -> dict[str, list[dict[str, Any]]]:
     """Every stored glossary, without its entries."""
-    return {"glossaries": [glossary.info() for glossary in await request.app.state.glossaries.list()]}
+    return {"glossaries": [info(glossary) for glossary in await request.app.state.glossaries.list()]}
 
 
 @router.get("/v2/glossaries/{glossary_id}")
 async def get_glossary(request: Request, glossary_id: str) -> dict[str, Any]:
     """One glossary, without its entries."""
-    return (await request.app.state.glossaries.get(glossary_id, entries=False)).info()
+    return info(await request.app.state.glossaries.get(glossary_id, entries=False))
+
+
+def info(glossary: g.Glossary) -> dict[str, Any]:
+    """DeepL's GlossaryInfo of a stored glossary, its languages as DeepL names them (one made through our
+    /glossaries may name NLLB's codes)."""
+    described = glossary.info()
+    return {**described, "source_lang": glossary_code(glossary.source_lang),
+            "target_lang": glossary_code(glossary.target_lang)}  # fmt: skip
 
 
 TSV = "text/tab-separated-values"

@@ -323,6 +323,21 @@ async def test_deepl_lists_only_the_languages_its_translate_takes(client):
         assert r.status_code == 200, (code, r.text)
 
 
+async def test_a_glossary_made_with_the_model_s_codes_is_named_by_deepl_as_deepl_names_languages(client):
+    """Made through our /glossaries with NLLB's codes, DeepL's API showed it as deu_Latn (its clients, DEU_LATN)."""
+    body = {"name": "g", "source_lang": "deu_Latn", "target_lang": "zho_Hant", "entries": {"Hund": "chien"}}
+    made = await client.post("/glossaries", json=body)
+    assert made.status_code == 201, made.text
+    glossary_id = made.json()["glossary_id"]
+    info = (await client.get(f"/deepl/v2/glossaries/{glossary_id}")).json()
+    assert (info["source_lang"], info["target_lang"]) == ("de", "zh"), info
+    listed = (await client.get("/deepl/v2/glossaries")).json()["glossaries"]
+    assert {(x["source_lang"], x["target_lang"]) for x in listed if x["glossary_id"] == glossary_id} == {("de", "zh")}
+    r = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "source_lang": "DE", "target_lang": "ZH-HANT",
+                                                      "glossary_id": glossary_id})  # fmt: skip
+    assert r.status_code == 200 and "chien" in r.json()["translations"][0]["text"], r.text
+
+
 async def test_models_lists_every_language_and_libretranslate_translates_between_any_two(client):
     (entry,) = (await client.get("/models")).json()["models"]
     assert entry["source"] == entry["target"] == "multilingual"
