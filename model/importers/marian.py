@@ -235,7 +235,11 @@ def load_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
         values["tgt_embed.token.weight"] = target
     for tied in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
         if tied in weights and tied not in used:  # a tied copy saved as well: it must be the same table
-            same(take(tied), source if "encoder" in tied or c.share_embeddings else target, tied)
+            why = "" if c.tie_output else (  # transformers 5 unties all four tables where transformers 4 untied one
+                ": config.json's tie_word_embeddings is false, and transformers 5 then gives the encoder, the decoder "
+                "and the output layer tables of their own, which nmt-serve does not import with a shared vocabulary"
+            )  # fmt: skip
+            same(take(tied), source if "encoder" in tied or c.share_embeddings else target, tied, why)
     if "lm_head.weight" in weights:
         head = take("lm_head.weight")
         if c.tie_output:
@@ -273,9 +277,9 @@ def load_weights(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
             ours[name].copy_(value)
 
 
-def same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+def same(a: torch.Tensor, b: torch.Tensor, what: str, why: str = "") -> None:
     if a.shape != b.shape or not torch.equal(a, b):
-        raise CannotImport(f"{what} differs from the table it should be tied to; not supported")
+        raise CannotImport(f"{what} differs from the table it should be tied to{why or '; not supported'}")
 
 
 # ---- tokenizer ----------------------------------------------------------------------------------------------

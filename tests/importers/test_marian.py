@@ -308,6 +308,19 @@ def test_tokens_added_by_a_fine_tuning_are_refused_and_a_saved_tokenizer_s_own_s
         import_marian(tmp_path / "added", tmp_path / "added-out", {"name": "added", "path": "added"})
 
 
+def test_untied_tables_of_a_shared_vocabulary_are_refused_saying_why(marian_models, tmp_path):
+    """tie_word_embeddings false: transformers 5 gives the encoder, the decoder and the output layer tables of their
+    own; the refusal blamed the weights alone."""
+    hf_dir, _ = marian_models["shared"]
+    source = shutil.copytree(hf_dir, tmp_path / "source")
+    model = transformers.MarianMTModel.from_pretrained(hf_dir, tie_word_embeddings=False)
+    with torch.no_grad():
+        model.model.encoder.embed_tokens.weight.add_(0.1)
+    model.save_pretrained(source)
+    with pytest.raises(CannotImport, match="tie_word_embeddings is false, and transformers 5 then gives the encoder"):
+        import_marian(source, tmp_path / "out", {"name": "untied", "path": str(source)})
+
+
 def test_a_weight_the_importer_does_not_know_is_refused(marian_models, tmp_path):
     from safetensors.torch import load_file, save_file
 
