@@ -9,6 +9,8 @@ import logging
 import re
 import signal
 import socket
+import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from app.workers import WorkerGroup
 
 STOP_GRACE_S = 5  # after NMT_SHUTDOWN_TIMEOUT_S, for the last answers to go out before uvicorn cancels what is left
+QUIT_GRACE_S = 0.5  # after a second Ctrl-C stopped the engines, for their 503s to go out
 
 
 def configure_logging(settings: Settings) -> None:
@@ -82,6 +85,8 @@ def serve(
         return f"nmt-serve: could not load {where}: {failure[0]}"
     if not server.started:
         return 1  # uvicorn has said why (e.g. the port is taken)
+    if server.forced:
+        return "nmt-serve: quit at a second Ctrl-C: the requests still running were answered 503"
     return 0
 
 
@@ -93,6 +98,23 @@ class Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, stop_engines: Callable[[], None], after: float):
         super().__init__(config)
         self.stop_engines, self.after = stop_engines, after
+        self.forced = False
+
+    def handle_exit(self, sig: int, frame) -> None:
+        """A second Ctrl-C quits at once, as uvicorn's does, but the requests still running get their 503 first
+        (uvicorn's forced quit cancelled them: plain-text 500s and tracebacks) and the server exits 130, not 0."""
+        if not (self.should_exit and sig == signal.SIGINT):
+            return super().handle_exit(sig, frame)
+        self._captured_signals.append(sig)
+        if not self.forced:
+            self.forced = True
+            threading.Thread(target=self._quit, name="nmt-force-quit", daemon=True).start()
+        return None
+
+    def _quit(self) -> None:
+        self.stop_engines()  # every request still running ends with its 503 (a stream: its error event)
+        time.sleep(QUIT_GRACE_S)  # for those answers to go out
+        self.force_exit = True
 
     async def shutdown(self, sockets=None) -> None:
         loop = asyncio.get_running_loop()

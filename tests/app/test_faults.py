@@ -215,6 +215,30 @@ def test_what_still_runs_at_the_shutdown_timeout_gets_503_json_and_a_stream_its_
     assert "Exception" not in out and "Traceback" not in out, out
 
 
+def test_a_second_ctrl_c_quits_at_once_answering_what_still_runs_503_and_exits_non_zero(tiny_checkpoint):
+    """Ctrl-C drains; a second quits without waiting, as uvicorn's does. uvicorn cancelled the requests still running
+    (plain-text 500s, tracebacks) and the server then exited 0, as from a clean stop."""
+    with serving(tiny_checkpoint, NMT_MAX_BATCH_SIZE="2", NMT_SHUTDOWN_TIMEOUT_S="60") as (proc, base, _):
+        body = {"text": TEXTS[0], "max_new_tokens": 250}
+        with clients(base, 12) as c, ThreadPoolExecutor(12) as pool:
+            plain = [pool.submit(c.post, "/translate", json=body) for _ in range(10)]
+            streams = [pool.submit(stream_events, c, {**body, "stream": True}) for _ in range(2)]
+            until(lambda: accepted(base, [*plain, *streams]))
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            answers, events = [a.result() for a in plain], [s.result() for s in streams]
+        out, _ = proc.communicate(timeout=60)
+    statuses = [r.status_code for r in answers]
+    assert set(statuses) <= {200, 503} and 503 in statuses, statuses
+    assert all(r.json() == {"error": "the server is shutting down", "type": "not_ready"} for r in answers
+               if r.status_code == 503)  # fmt: skip
+    for stream in events:
+        assert "finish_reason" in stream[-1] or stream[-1]["type"] == "not_ready", stream[-1]
+    assert proc.returncode == 1 and "quit at a second Ctrl-C" in out, out
+    assert "Traceback" not in out and "Exception" not in out, out
+
+
 # ---- clients that leave mid-stream ---------------------------------------------------------------------------------
 
 
