@@ -55,10 +55,10 @@ def poll_until(proc: subprocess.Popen, condition: Callable[[], T], timeout: floa
 
 class Server:
     """nmt-serve started on a port (a free one unless `port`) and reached at `base` on 127.0.0.1, with `args` after
-    its --model-dir (none where `env` has NMT_MODELS) and --port; `env`: its environment (this process's by default); `output`: where its stdout and
-    stderr go (a file, subprocess.PIPE, or None for this process's own two); `command`: what runs in place of
-    nmt_serve()'s (a Python script that ends in app.cli's main, say). Not ready when made: wait_ready waits for it.
-    A context manager that stops it."""
+    its --model-dir (none where `env` has NMT_MODELS) and --port; `env`: its environment (this process's by default);
+    `output`: where its stdout and stderr go (a file, subprocess.PIPE, or None for this process's own two);
+    `command`: what runs in place of nmt_serve()'s (a Python script that ends in app.cli's main, say). Not ready
+    when made: wait_ready waits for it. A context manager that stops it."""
 
     def __init__(self, model_dir: str | os.PathLike, *args: str, port: int | None = None,
                  env: dict[str, str] | None = None, output: IO | int | None = None,
