@@ -125,7 +125,8 @@ class Metrics:
 
 # The families fed where the model runs (the batcher, the compiler): with NMT_FRONTENDS, the engine process's
 ENGINE_FAMILIES = frozenset({
-    "nmt_queue_length", "nmt_running_batch_size", "nmt_batch_rows", "nmt_generated_tokens", "nmt_time_per_output_token_seconds",
+    "nmt_queue_length", "nmt_running_batch_size", "nmt_batch_rows", "nmt_generated_tokens",
+    "nmt_time_per_output_token_seconds",
     "nmt_time_to_first_token_seconds", "nmt_decoder_steps", "nmt_decoder_step_duration_seconds",
     "nmt_prefill_duration_seconds", "nmt_prefilled_sequences", "nmt_oom_retries", "nmt_compiled",
     "nmt_compile_duration_seconds",

@@ -106,9 +106,11 @@ GENERATE_DEFAULTS = {
     "begin_suppress_tokens": None, "exponential_decay_length_penalty": None, "renormalize_logits": False,
 }  # fmt: skip
 # those a request asks for by another name (the others nmt-serve does not apply)
-PER_REQUEST = {"num_beams": "beam_size", "length_penalty": "length_penalty", "num_return_sequences": "num_hypotheses",
-               "max_length": "max_new_tokens", "max_new_tokens": "max_new_tokens", "do_sample": "sampling_topk",
-               "temperature": "sampling_temperature", "top_k": "sampling_topk", "early_stopping": "beam_size"}  # fmt: skip
+PER_REQUEST = {
+    "num_beams": "beam_size", "length_penalty": "length_penalty", "num_return_sequences": "num_hypotheses",
+    "max_length": "max_new_tokens", "max_new_tokens": "max_new_tokens", "do_sample": "sampling_topk",
+    "temperature": "sampling_temperature", "top_k": "sampling_topk", "early_stopping": "beam_size",
+}  # fmt: skip
 
 
 def generation_settings(source: Path) -> dict[str, Any]:

@@ -179,7 +179,7 @@ async def test_the_bundled_model_puts_a_glossarys_target_terms_in_its_translatio
         assert "Velo" not in (await client.post("/translate", json=body)).json()["translations"][0]["text"]
         body["glossary_ignore_case"] = True
         assert "Velo" in (await client.post("/translate", json=body)).json()["translations"][0]["text"]
-        body = {"text": "A man is standing on the STRASSE.", "glossary": {"Straße": "Gasse"}, "glossary_ignore_case": True}
+        body = {"text": "A man is on the STRASSE.", "glossary": {"Straße": "Gasse"}, "glossary_ignore_case": True}
         assert "Gasse" in (await client.post("/translate", json=body)).json()["translations"][0]["text"]  # ß is ss
 
 

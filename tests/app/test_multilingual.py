@@ -333,8 +333,8 @@ async def test_a_glossary_made_with_the_model_s_codes_is_named_by_deepl_as_deepl
     assert (info["source_lang"], info["target_lang"]) == ("de", "zh"), info
     listed = (await client.get("/deepl/v2/glossaries")).json()["glossaries"]
     assert {(x["source_lang"], x["target_lang"]) for x in listed if x["glossary_id"] == glossary_id} == {("de", "zh")}
-    r = await client.post("/deepl/v2/translate", json={"text": ["Ein Hund."], "source_lang": "DE", "target_lang": "ZH-HANT",
-                                                      "glossary_id": glossary_id})  # fmt: skip
+    body = {"text": ["Ein Hund."], "source_lang": "DE", "target_lang": "ZH-HANT", "glossary_id": glossary_id}
+    r = await client.post("/deepl/v2/translate", json=body)
     assert r.status_code == 200 and "chien" in r.json()["translations"][0]["text"], r.text
 
 
