@@ -42,6 +42,8 @@ class Node:
     b: int = 0
     protect: Protect | None = None  # a protected span's leaf: what places it (app/protect/)
     forward: bool = False  # and whether it goes in front of the word after it
+    left: str | None = None  # the page's character before it, where the unit's text left it out (app/html/flow.py's
+    right: str | None = None  # _across: whitespace a protected span took with it), and after it
 
     @property
     def ranged(self) -> bool:

@@ -12,6 +12,8 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from app.html.document import Block, InlineTag, Node, Unit
+from app.protect.masking import after_sentence, forward
+from app.protect.restoring import word_char
 from app.segment import blank
 
 if TYPE_CHECKING:
@@ -31,6 +33,9 @@ def unit_of(tokens: list, protect: Protect | None) -> tuple[list, Block | None]:
                 parts.append(html.unescape(m[0]) if m[0][0] == "&" else m[0])
                 items.append(("text", m[0], pos, pos + len(parts[-1])))
                 pos += len(parts[-1])
+            continue
+        if kind == "dropped":  # whitespace the unit does not read: a protected span took it (_across)
+            items.append(("text", x, pos, pos))
             continue
         if kind == "joiner":  # a space the unit reads where a protected span came out from between two words
             parts.append(" ")
@@ -82,15 +87,18 @@ def unit_of(tokens: list, protect: Protect | None) -> tuple[list, Block | None]:
 def _protected(tokens: list, protect: Protect) -> list:
     """The flow with the protected spans of its text as kept empty elements: each group of spans, with the
     whitespace on one side of it, as written (app/protect/masking.py's cuts), and a space in its place where two words
-    would otherwise meet. A span whose edge falls inside an entity's characters is left in the text."""
-    out = []
+    would otherwise meet. A span whose edge falls inside an entity's characters is left in the text. A text run is cut
+    knowing how the flow's text before it ends, and a group alone in its element (`Visit <b>{name}</b> now`) takes the
+    whitespace beside that element with it (`_across`): the unit reads "Visit now", as plain text's masking does."""
+    out, tail = [], ""  # tail: how the flow's text so far ends (its last character and a whitespace after it)
     for kind, x, at in tokens:
         if kind != "text":
             out.append((kind, x, at))
+            tail = _tail(tail + x.text) if kind == "leaf" else tail
             continue
         decoded, raw = _decoded(x)
         done = 0
-        for cut in protect.cuts(decoded):
+        for cut in protect.cuts(decoded, tail):
             a, b = raw(cut.start), raw(cut.end)
             if a is None or b is None or a < done:
                 continue
@@ -100,7 +108,73 @@ def _protected(tokens: list, protect: Protect) -> list:
             out += [("joiner", " ", at + b)] if cut.joiner else []
             done = b
         out += [("text", x[done:], at + done)] if done < len(x) else []
-    return out
+        tail = _tail(tail + decoded)
+    return _across(out)
+
+
+def _tail(text: str) -> str:
+    """How a text ends, as much as cuts() asks: its last character but whitespace, and one whitespace after it (a line
+    break, where there is one)."""
+    core = text.rstrip()
+    space = text[len(core) :]
+    return core[-1:] + ("\n" if "\n" in space else space[:1])
+
+
+def _across(out: list) -> list:
+    """The flow with the whitespace that a group of spans alone in its element has beside that element, across its
+    tags (`Visit <b>{name}</b> now`), taken out of the unit's text as the group's own is (on the side it takes:
+    before it, or after one that goes in front of the next word), where the text reads on without it: not where two
+    words would meet (`Visit <b>{name}</b>now`) nor across a line break. The whitespace stays in the page, written as
+    it was where the unit's text is not translated; the elements it was beside keep it for their spacing (Node.left,
+    Node.right, app/html/place.py)."""
+    taken: dict[int, list[int]] = {}  # a text run of `out` by index: [a, b), what is left of it in the unit's text
+    for i, (kind, x, _) in enumerate(out):
+        if kind != "leaf" or x.protect is None:
+            continue
+        group = html.unescape(x.start[0])
+        if group.strip(WHITESPACE) == group:  # glued to a word across a tag (`Visit <b>{name}</b>now`): as in a run
+            left, right = _beside(out, i, -1), _beside(out, i, 1)
+            x.forward = forward(left[-1:] + group + right[:1], len(left[-1:]), len(left[-1:]) + len(group))
+        step = 1 if x.forward else -1
+        j, crossed = i + step, []
+        while 0 <= j < len(out) and out[j][0] in ("open", "close"):
+            crossed.append(out[j])
+            j += step
+        if not crossed or not 0 <= j < len(out) or out[j][0] != "text":
+            continue
+        a, b = taken.setdefault(j, [0, len(out[j][1])])
+        text = out[j][1][a:b]
+        space = text[len(text.rstrip(WHITESPACE)) :] if step < 0 else text[: len(text) - len(text.lstrip(WHITESPACE))]
+        if not space or "\n" in space or "\r" in space or word_char(other := _beside(out, i, -step)):
+            continue  # no whitespace, a line break, or the space between two words that would meet
+        if step < 0 and other.strip() and after_sentence(text[: len(text) - len(space)]):
+            continue  # a sentence of its own after one (`runs. <b>{x}</b>. A`): "runs.. A" lost a full stop
+        taken[j] = [a, b - len(space)] if step < 0 else [a + len(space), b]
+        side, edge = ("left", "open") if step < 0 else ("right", "close")
+        for node in [x, *(n for k, n, _ in crossed if k == edge)]:  # it, and the elements that start (end) with it
+            setattr(node, side, space[-1] if step < 0 else space[0])
+    done = []
+    for j, (kind, x, at) in enumerate(out):
+        a, b = taken.get(j, (0, len(x) if kind == "text" else 0))
+        if kind != "text" or (a, b) == (0, len(x)):
+            done.append((kind, x, at))
+            continue
+        done += [("dropped", x[:a], at)] if a else []
+        done += [("text", x[a:b], at + a)] if a < b else []
+        done += [("dropped", x[max(a, b) :], at + max(a, b))] if b < len(x) else []
+    return done
+
+
+def _beside(out: list, i: int, step: int) -> str:
+    """The character the flow's text has beside item i of `out` (after it, or before it: step -1), across tags."""
+    j = i + step
+    while 0 <= j < len(out) and out[j][0] in ("open", "close"):
+        j += step
+    if not 0 <= j < len(out):
+        return ""
+    kind, x, _ = out[j]
+    shown = html.unescape(x) if kind == "text" else " " if kind == "joiner" else x.text
+    return shown[:1] if step > 0 else shown[-1:]
 
 
 def _raw(item: tuple) -> list:

@@ -9,9 +9,11 @@ has that text (the same occurrence), else the target aligned to it alone (not th
 outside it); else it goes in before that target, or with none, after the word aligned to the one before it, or with no
 alignment at the nearer end. Put in, it is spaced as app/protect/ spaces a span: a space on a side where its source had
 whitespace or where a word would touch it, none where its source had it attached. A protected span (app/html/reader.py)
-goes where app/protect/ puts one. An alignment pair with an empty target span is a sentence withheld under
-min_confidence: a tag inside its source comes back empty where its translation would have been. No text is dropped and every tag comes back as written. A unit whose translation is
-its own text comes back exactly as written (app/html/document.py).
+goes where app/protect/ puts one, and so does an element that holds nothing but spans (`<b>{name}</b>`). An alignment
+pair with an empty target span is a sentence withheld under min_confidence: a tag inside its source comes back empty
+where its translation would have been, and a protected span inside it is left out with it. No text is dropped and
+every tag comes back as written. A unit whose translation is its own text comes back exactly as written
+(app/html/document.py).
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ _END = itemgetter(1)  # a range's end: the key that bisects sorted disjoint rang
 
 def put_back(roots: list[Node], source: str, translation: str, alignment: Alignment | None) -> list:
     """The translation escaped, with the markup of a unit's inline elements (`roots`, outer first) placed in it."""
-    placed = _place(roots, _Translation(source, translation, alignment)) if roots else {}
-    return _emit(roots, source, translation, placed, _edges(roots))
+    tr = _Translation(source, translation, alignment)
+    placed = _place(roots, tr) if roots else {}
+    return _emit(roots, source, translation, placed, _edges(roots, tr.withheld), tr.withheld)
 
 
-def _edges(roots: list[Node]) -> dict[Node, str]:
+def _edges(roots: list[Node], withheld: set[Node]) -> dict[Node, str]:
     """What each node shows of its own, put in with no text of the translation: its kept leaves' text and protected
-    spans, as its first and last characters ("" for none but whitespace)."""
+    spans (not those of a withheld sentence), as its first and last characters ("" for none but whitespace)."""
     order, todo = [], list(roots)
     while todo:  # parents before children
         order.append(n := todo.pop())
@@ -50,6 +53,7 @@ def _edges(roots: list[Node]) -> dict[Node, str]:
     for n in reversed(order):
         if n.kept:
             shown = n.text or ("".join(p for p in n.start if isinstance(p, str)) if n.protect is not None else "")
+            shown = "" if n in withheld else shown
             edges[n] = shown[:1] + shown[-1:] if shown.strip() else ""
         else:
             inner = [edges[c] for c in n.children if edges[c]]
@@ -81,6 +85,7 @@ class _Translation:
 
     def __init__(self, src: str, tgt: str, alignment: Alignment | None) -> None:
         self.src, self.tgt, self.found, self.anchors = src, tgt, {}, None
+        self.withheld: set[Node] = set()  # the protected spans of withheld sentences: left out with them
         n = len(tgt)
         self.next_text, self.last_text = [n] * (n + 1), [-1] * (n + 1)  # the first non-space from i, the last before i
         for i in range(n - 1, -1, -1):
@@ -160,9 +165,14 @@ class _Translation:
 
     def wanted(self, n: Node) -> tuple[int, int] | None:
         """Where a node goes by its text or by the alignment: a range of tgt, a position (x == y) or None."""
-        if n.protect is not None:  # a protected span: where app/protect/ puts one
-            self.anchors = self.anchors or n.protect.anchors(self.src, self.tgt, self.pairs)
-            x = self.anchors.place(n.a, n.a, n.forward)
+        # a protected span, or an element of spans alone, goes where app/protect/ puts one; inside a withheld
+        # sentence (not between it and the next), it is left out with it
+        if spans := [n] if n.protect is not None else _only_spans(n):
+            if (gap := next((x for (s, e), x in self.gaps if s < n.a < e), None)) is not None:
+                self.withheld.update(spans)
+                return gap, gap
+            self.anchors = self.anchors or spans[0].protect.anchors(self.src, self.tgt, self.pairs)
+            x = self.anchors.place(n.a, n.b, all(c.forward for c in spans))
             return x, x
         if n.kept and n.text and (found := self.occurrence(n.text, n.a)):
             return found
@@ -191,6 +201,20 @@ class _Translation:
             y -= self.tgt[y - 1] == self.src[b : b + 1] and not _letter(self.tgt[y - 1])
             x, y = self.trim(x, y)
         return x, y
+
+
+def _only_spans(n: Node) -> list[Node]:
+    """The protected spans an element holds where it holds nothing else (`<b>{name}</b>`): it goes where they go."""
+    if n.kept or n.ranged:
+        return []
+    spans, todo = [], list(n.children)
+    while todo:
+        c = todo.pop()
+        if c.protect is None and c.kept:
+            return []
+        spans += [c] if c.protect is not None else []
+        todo += c.children
+    return spans
 
 
 def _share(t: tuple[int, int], s: tuple[int, int], a: int, b: int) -> tuple[int, int]:
@@ -290,13 +314,15 @@ def _place_siblings(nodes: list[Node], lo: int, hi: int, pa: int, pb: int, tr: _
         x = free.after(min(max(wanted[n][0], lo), hi) if wanted[n] else lo if n.a - pa <= pb - n.b else hi)
         placed[n] = (x, x)
     for before, n in zip(nodes, nodes[1:]):  # a span that starts a line (after a <br>) stays on it, not on the last
-        if n.protect and before.name == "br" and not tr.src[before.b : n.a].strip() and placed[n] < placed[before]:
+        spans = n.protect or _only_spans(n)
+        if spans and before.name == "br" and not tr.src[before.b : n.a].strip() and placed[n] < placed[before]:
             placed[n] = (placed[before][1],) * 2
 
 
-def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node, str]) -> list:
+def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node, str], withheld: set[Node]) -> list:
     """The translation escaped, with the nodes' markup where they were placed: an element put in empty that shows
-    something of its own (a URL kept as written: `<a href="..">https://..</a>`) is spaced as a kept element is."""
+    something of its own (a URL kept as written: `<a href="..">https://..</a>`) is spaced as a kept element is; the
+    protected spans of a withheld sentence are left out."""
     out, at, last = [], 0, ""  # last: the last character of text written
     stack = [(roots, 0, len(tgt), "")]  # per element open: its children, the next, its end, its end tag
     while stack:
@@ -313,21 +339,17 @@ def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node,
         stack.append((nodes, i + 1, hi, end))
         if not n.kept:
             lead, trail = _spacing(n, edges[n], src, last, tgt[x : x + 2]) if x == y and edges[n] else ("", "")
-            if (
-                x == y
-                and not edges[n]
-                and last.isspace()
-                and src[n.b : n.b + 1].isspace()
-                and word_char(tgt[x : x + 1])
-            ):
+            if x == y and not edges[n] and last.isspace() and _right(n, src).isspace() and word_char(tgt[x : x + 1]):
                 trail = " "  # showing nothing, between two words as its source was: "einem <img> Fahrrad"
             out += [lead, *n.start]
             last, at = lead or last, x
             stack.append((n.children, 0, y, n.end + trail))
             continue
+        if n in withheld:
+            continue
         lead, trail = _spacing(n, n.text, src, last, tgt[x : x + 2]) if x == y and n.text.strip() else ("", "")
         out += [lead, *n.start, trail]
-        last, at = (trail or n.text or last)[-1:], y
+        last, at = (trail or n.text or edges[n] or last)[-1:], y  # edges: a protected span's own last character
     return out
 
 
@@ -338,7 +360,7 @@ def _spacing(n: Node, shown: str, src: str, last: str, ahead: str) -> tuple[str,
     where its source had whitespace, or where a word or punctuation facing away from it would touch it; none where
     its source had it attached to a word (or to that same punctuation), where there is whitespace already, or against
     punctuation that faces it (a full stop, an opening bracket)."""
-    left, right, nxt = src[n.a - 1 : n.a], src[n.b : n.b + 1], ahead[:1]
+    left, right, nxt = _left(n, src), _right(n, src), ahead[:1]
     spaced = left.isspace() or word_char(last) or closes(last, shown[0]) and last != left
     spaced = spaced and not word_char(left) and not opens(last, shown[0])
     lead = " " if last and not last.isspace() and not shown[0].isspace() and spaced else ""
@@ -346,3 +368,13 @@ def _spacing(n: Node, shown: str, src: str, last: str, ahead: str) -> tuple[str,
     spaced = spaced and not word_char(right) and not closes(nxt, ahead[1:])
     trail = " " if nxt and not nxt.isspace() and not shown[-1].isspace() and spaced else ""
     return lead, trail
+
+
+def _left(n: Node, src: str) -> str:
+    """The source's character before a node: the unit's, or the page's where the unit's text left it out."""
+    return src[n.a - 1 : n.a] if n.left is None else n.left
+
+
+def _right(n: Node, src: str) -> str:
+    """The source's character after a node (as _left)."""
+    return src[n.b : n.b + 1] if n.right is None else n.right

@@ -70,12 +70,14 @@ class Cut:
     forward: bool  # goes in front of the word after it
 
 
-def cuts(text: str, spans: list[Span]) -> list[Cut]:
+def cuts(text: str, spans: list[Span], before: str = "") -> list[Cut]:
     """Each group of spans with the whitespace before it (after it, when it goes in front of the next word), so that
     the text reads on without it; one glued to the word before it takes none (the whitespace after it stays the
     text's: "dog{x} runs" reads "dog runs", and "{x} " written back beside the translation's own space was two). A
     group that stands as a sentence of its own after one ("runs. {x}. A cat") takes its closing punctuation with it:
-    left in the text, it read "runs.. A cat", and the model dropped one."""
+    left in the text, it read "runs.. A cat", and the model dropped one. `before`: how the text before this one ends,
+    where it is a run of a longer one (app/html/'s text between tags): a group at the run's start stands after a
+    sentence only where that does ("Hello <b>world</b> {x}. Two" reads "Hello world. Two", not "Hello world Two")."""
     out, at = [], 0
     for a, b in groups(text, spans):
         ahead, start, end = forward(text, a, b), a, b
@@ -85,12 +87,19 @@ def cuts(text: str, spans: list[Span]) -> list[Cut]:
         elif a > at and text[a - 1].isspace():
             while start > at and text[start - 1].isspace():
                 start -= 1
-            if (closing := _CLOSING.match(text, end)) and (start == 0 or _CLOSING.search(text[:start]) is not None):
+            if (closing := _CLOSING.match(text, end)) and after_sentence(text[:start] if start else before):
                 end = closing.end()
         left, right = text[start - 1 : start], text[end : end + 1]
         out.append(Cut(start, end, " " if left and right and word_char(left) and word_char(right) else "", ahead))
         at = end
     return out
+
+
+def after_sentence(before: str) -> bool:
+    """Whether a group after `before` starts a sentence: nothing but whitespace before it, a sentence's end right
+    before it (not one anywhere before it: "Hi. A dog {x}. The" reads "Hi. A dog. The"), or a line break."""
+    core = before.rstrip()
+    return not core or core[-1] in ".!?…:;。！？" or "\n" in before[len(core) :]
 
 
 @dataclass(frozen=True)

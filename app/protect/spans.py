@@ -156,10 +156,10 @@ class Protect:
             found.append(best)
             at = best[1]
 
-    def cuts(self, text: str) -> list[Cut]:
+    def cuts(self, text: str, before: str = "") -> list[Cut]:
         """Where to cut the protected spans out of a text that keeps them aside rather than masking them (app.html's
-        text runs, whose spans become kept elements)."""
-        return cuts(text, self.spans(text))
+        text runs, whose spans become kept elements; `before`: how the text before the run ends)."""
+        return cuts(text, self.spans(text), before)
 
     @staticmethod
     def anchors(source: str, target: str, pairs: list[Pair]) -> Anchors:

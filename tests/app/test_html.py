@@ -671,3 +671,37 @@ def inner_texts(page: str) -> Counter:
     p.feed(page.removeprefix("<p>").removesuffix("</p>"))
     p.close()
     return p.done
+
+
+def test_a_span_alone_in_an_element_takes_the_whitespace_beside_it_and_goes_where_the_span_alone_would():
+    """Found by black-box testing: `Visit <b>{name}</b> now.` read "Visit  now." (each text run was masked on its
+    own: the whitespace on both sides of the element stayed), the model wrote its own words for the second space, and
+    the element, placed as an empty one by them, went after the sentence's full stop (or onto the next line)."""
+    from app.protect.spans import protection
+
+    protect = protection(True, None, None)
+    units = [u.text for u in parse(
+        "<p>Visit <b>{name}</b> now.</p><p>A dog <i><b>{x}</b></i>.</p><p>Visit <b>{name}</b>now.</p>"
+        "<p>Hello <b>world</b> {name}. Two dogs play.</p>", protect).units]  # fmt: skip
+    assert units == ["Visit now.", "A dog.", "Visit now.", "Hello world. Two dogs play."]  # the full stop stays
+    doc = parse("<p>Visit <b>{name}</b> now.<br>A boy jumps.</p>", protect)
+    # "Vison Nebow.\nEin Junge springt." for "Visit now.\nA boy jumps."
+    alignment = [((0, 5), (0, 5)), ((6, 11), (6, 9)), ((11, 12), (9, 10)), ((12, 13), (10, 11)), ((13, 16), (11, 12)),
+                 ((17, 22), (13, 16)), ((23, 30), (17, 22)), ((30, 31), (22, 23))]  # fmt: skip
+    out = doc.render(["Vison Nebow.\nEin Junge springt."], [alignment])
+    assert out == "<p>Vison <b>{name}</b> Nebow.<br>Ein Junge springt.</p>"  # after "Vison", spaced as in the source
+    assert parse("<p>Visit <b>{name}</b> now.</p>", protect).render(["Visit now."]) == "<p>Visit <b>{name}</b> now.</p>"
+
+
+def test_a_span_in_a_withheld_sentence_is_left_out_with_it_and_one_between_sentences_stays():
+    from app.protect.spans import protection
+
+    protect = protection(True, None, None)
+    doc = parse("<p>Hello <b>world {a}</b> {name}. Two dogs. {b} A cat.</p>", protect)
+    assert doc.units[0].text == "Hello world. Two dogs. A cat."
+    # the first sentence withheld (an empty target span), "Zwei Hunde. Eine Katze." for the rest
+    alignment = [((0, 0), (0, 12)), ((0, 4), (13, 16)), ((5, 10), (17, 21)), ((10, 11), (21, 22)),
+                 ((12, 16), (23, 24)), ((17, 22), (25, 28)), ((22, 23), (28, 29))]  # fmt: skip
+    out = doc.render(["Zwei Hunde. Eine Katze."], [alignment])
+    assert "{a}" not in out and "{name}" not in out and out.count("{b}") == 1, out
+    assert out == "<p><b></b>Zwei Hunde. {b} Eine Katze.</p>", out
