@@ -92,7 +92,7 @@ GLOSSARY_FIELDS = {
 async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     """Translate `text` (one or a list) from `source_lang` (or each text's detected language) into `target_lang`."""
     a = asked(request, await fields(request))
-    marked = [ignoring(t, a.ignored) if a.ignored else (t, "") for t in a.texts]
+    marked = [ignoring(t, a.ignored, a.xml) if a.ignored else (t, "") for t in a.texts]
     texts, kind = [t for t, _ in marked], "xml" if a.xml else "html" if a.html else "text"
     languages = [a.source] * len(texts) if a.source else await detected(a, models)
     glossary = await glossary_terms(request, a.glossary_ids, a.source, a.target) if a.glossary_ids else ()

@@ -7,12 +7,13 @@ import secrets
 from html.parser import HTMLParser, tagfind_tolerant
 
 
-def ignoring(page: str, names: set[str]) -> tuple[str, str]:
+def ignoring(page: str, names: set[str], xml: bool = False) -> tuple[str, str]:
     """The page with `translate="no"` and a marker attribute added to the start tag of every element named in
     `names` (lower case; DeepL's ignore_tags) that has no translate attribute of its own, and that marker: after
-    translating, removing the marker (`' ' + marker`) gives back the tags as written."""
+    translating, removing the marker (`' ' + marker`) gives back the tags as written. `xml`: read as XML, where
+    <script> and <style> hold markup as any element does (app/html/reader.py reads them so)."""
     marker = f'translate="no" data-nmt-ignored-{secrets.token_hex(6)}'
-    found = _StartTags(page, names).found
+    found = _StartTags(page, names, xml).found
     out, done = [], 0
     for at in found:
         out += [page[done:at], " ", marker]
@@ -23,8 +24,10 @@ def ignoring(page: str, names: set[str]) -> tuple[str, str]:
 class _StartTags(HTMLParser):
     """Where to add an attribute to the start tags of the elements named: just after each one's name."""
 
-    def __init__(self, page: str, names: set[str]):
+    def __init__(self, page: str, names: set[str], xml: bool = False):
         super().__init__(convert_charrefs=True)
+        if xml:  # an element named in a <script> is one there (it was read as the script's text, and translated)
+            self.CDATA_CONTENT_ELEMENTS = self.RCDATA_CONTENT_ELEMENTS = ()
         self.names, self.found = names, []
         self.lines = [0] + [m.end() for m in re.finditer("\n", page)]
         try:

@@ -75,6 +75,12 @@ async def test_ignored_tags_keep_their_text_and_come_back_as_written(client):
         assert "<b>bike</b>" in out and "<div>Two <code>dogs</code>.</div>" in out, out
         assert '<i translate="yes">a horse</i>' not in out  # its own attribute wins: translated
         assert "data-nmt-ignored" not in out and out.count("translate=") == 1
+    # XML: <script> and <style> are elements like any other, and an ignored one inside keeps its text (it was
+    # translated: the marking read their content as raw text, as HTML's)
+    xml = {"text": ["<doc><script><b>A man.</b></script><style><b>A dog.</b></style></doc>"], "target_lang": "DE",
+           "tag_handling": "xml", "ignore_tags": "b"}  # fmt: skip
+    out = (await client.post("/deepl/v2/translate", json=xml)).json()["translations"][0]["text"]
+    assert out == xml["text"][0], out
     broken = {**fields, "text": ["<p>A man is <keep>riding</p>"]}  # said where it is in the text as sent
     plain = await client.post("/deepl/v2/translate", json=broken)
     r = await client.post("/deepl/v2/translate", json={**broken, "ignore_tags": "keep"})

@@ -452,9 +452,10 @@ IGNORED = st.lists(st.sampled_from([*INLINES, *BLOCKS[:4], "x-widget", "B", "cod
 )
 @example(page="<p>A dog. <![<br><br>CDATA[x < y]]> A man.</p>", ignored=["b"], split="nonewlines", tags="html",
          flowing=[], splitting=[])  # fmt: skip
+@example(page="<i><script><b>x</b></script></i>", ignored=["b"], split="1", tags="xml", flowing=[], splitting=[])
 async def test_deepl_html_and_xml_with_ignored_tags_come_back_with_their_elements_as_written(
     client, after, page, ignored, split, tags, flowing, splitting
-):  # the example: found once; XML's blocks run in the text (non_splitting_tags) and inline ones split it too
+):  # the examples: found once each; XML's blocks run in the text (non_splitting_tags) and inline ones split it too
     body = {
         "text": [page],
         "target_lang": "DE",
