@@ -185,23 +185,28 @@ def stream_events(client: httpx.Client, body: dict) -> list[dict]:
         return [json.loads(line.removeprefix("data: ")) for line in r.iter_lines() if line]
 
 
-def test_what_still_runs_at_the_shutdown_timeout_gets_503_json_and_a_stream_its_error_event(tiny_checkpoint):
-    """NMT_SHUTDOWN_TIMEOUT_S=1 with seconds of work in flight (32 requests and 4 streams on 2 rows): after SIGTERM
-    each request gets its 200 or, once the second has passed, a 503 `not_ready` JSON; each stream ends with its last
-    event or an error event; nothing is cut off, nothing is logged as an exception, and the exit status is 0."""
-    with serving(tiny_checkpoint, NMT_MAX_BATCH_SIZE="2", NMT_SHUTDOWN_TIMEOUT_S="1") as (proc, base, _):
+def signalled_with_work_in_flight(checkpoint, requests: int, streams: int, signals: list[int], **settings: str):
+    """A server on 2 rows with `requests` requests and `streams` streams of seconds of work each in flight, sent
+    `signals` half a second apart: (the answers, the streams' events, its exit status, its output)."""
+    with serving(checkpoint, NMT_MAX_BATCH_SIZE="2", **settings) as (proc, base, _):
         body = {"text": TEXTS[0], "max_new_tokens": 250}
-
-        with clients(base, 36) as c, ThreadPoolExecutor(36) as pool:
-            plain = [pool.submit(c.post, "/translate", json=body) for _ in range(32)]
-            streams = [pool.submit(stream_events, c, {**body, "stream": True}) for _ in range(4)]
-            until(lambda: accepted(base, [*plain, *streams]))
-            proc.send_signal(signal.SIGTERM)
-            answers, events = [a.result() for a in plain], [s.result() for s in streams]
+        with clients(base, requests + streams) as c, ThreadPoolExecutor(requests + streams) as pool:
+            plain = [pool.submit(c.post, "/translate", json=body) for _ in range(requests)]
+            streamed = [pool.submit(stream_events, c, {**body, "stream": True}) for _ in range(streams)]
+            until(lambda: accepted(base, [*plain, *streamed]))
+            for i, sig in enumerate(signals):
+                time.sleep(0.5 * bool(i))
+                proc.send_signal(sig)
+            answers, events = [a.result() for a in plain], [s.result() for s in streamed]
         out, _ = proc.communicate(timeout=60)
+    return answers, events, proc.returncode, out
+
+
+def assert_answered_or_shutting_down(answers: list, events: list[list[dict]]) -> None:
+    """Each request its 200 or a 503 `not_ready` JSON (some of them), each stream its last event or that error's."""
     statuses = [r.status_code for r in answers]
-    print(f"shutdown timeout: {statuses.count(200)} answered 200, {statuses.count(503)} got 503")
-    assert set(statuses) <= {200, 503} and 503 in statuses
+    print(f"at the stop: {statuses.count(200)} answered 200, {statuses.count(503)} got 503")
+    assert set(statuses) <= {200, 503} and 503 in statuses, statuses
     for r in answers:
         if r.status_code == 503:
             assert r.json() == {"error": "the server is shutting down", "type": "not_ready"}
@@ -210,32 +215,29 @@ def test_what_still_runs_at_the_shutdown_timeout_gets_503_json_and_a_stream_its_
     for stream in events:
         last = stream[-1]
         assert "finish_reason" in last or last == {"error": "the server is shutting down", "type": "not_ready"}
+
+
+def test_what_still_runs_at_the_shutdown_timeout_gets_503_json_and_a_stream_its_error_event(tiny_checkpoint):
+    """NMT_SHUTDOWN_TIMEOUT_S=1 with seconds of work in flight (32 requests and 4 streams on 2 rows): after SIGTERM
+    each request gets its 200 or, once the second has passed, a 503 `not_ready` JSON; each stream ends with its last
+    event or an error event; nothing is cut off, nothing is logged as an exception, and the exit status is 0."""
+    answers, events, status, out = signalled_with_work_in_flight(
+        tiny_checkpoint, 32, 4, [signal.SIGTERM], NMT_SHUTDOWN_TIMEOUT_S="1"
+    )  # fmt: skip
+    assert_answered_or_shutting_down(answers, events)
     assert any("error" in stream[-1] for stream in events)
-    assert proc.returncode == 0, out
+    assert status == 0, out
     assert "Exception" not in out and "Traceback" not in out, out
 
 
 def test_a_second_ctrl_c_quits_at_once_answering_what_still_runs_503_and_exits_non_zero(tiny_checkpoint):
     """Ctrl-C drains; a second quits without waiting, as uvicorn's does. uvicorn cancelled the requests still running
     (plain-text 500s, tracebacks) and the server then exited 0, as from a clean stop."""
-    with serving(tiny_checkpoint, NMT_MAX_BATCH_SIZE="2", NMT_SHUTDOWN_TIMEOUT_S="60") as (proc, base, _):
-        body = {"text": TEXTS[0], "max_new_tokens": 250}
-        with clients(base, 12) as c, ThreadPoolExecutor(12) as pool:
-            plain = [pool.submit(c.post, "/translate", json=body) for _ in range(10)]
-            streams = [pool.submit(stream_events, c, {**body, "stream": True}) for _ in range(2)]
-            until(lambda: accepted(base, [*plain, *streams]))
-            proc.send_signal(signal.SIGINT)
-            time.sleep(0.5)
-            proc.send_signal(signal.SIGINT)
-            answers, events = [a.result() for a in plain], [s.result() for s in streams]
-        out, _ = proc.communicate(timeout=60)
-    statuses = [r.status_code for r in answers]
-    assert set(statuses) <= {200, 503} and 503 in statuses, statuses
-    assert all(r.json() == {"error": "the server is shutting down", "type": "not_ready"} for r in answers
-               if r.status_code == 503)  # fmt: skip
-    for stream in events:
-        assert "finish_reason" in stream[-1] or stream[-1]["type"] == "not_ready", stream[-1]
-    assert proc.returncode == 1 and "quit at a second Ctrl-C" in out, out
+    answers, events, status, out = signalled_with_work_in_flight(
+        tiny_checkpoint, 10, 2, [signal.SIGINT, signal.SIGINT], NMT_SHUTDOWN_TIMEOUT_S="60"
+    )  # fmt: skip
+    assert_answered_or_shutting_down(answers, events)
+    assert status == 1 and "quit at a second Ctrl-C" in out, out
     assert "Traceback" not in out and "Exception" not in out, out
 
 
