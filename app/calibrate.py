@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from model.confidence import (
     select,
 )
 from model.tokenizer import lines_or_exit
+from model.workspace import unwritable
 
 CHUNK = 64  # texts per engine call (the engine's max_batch_texts)
 
@@ -136,11 +136,8 @@ def report(probabilities: np.ndarray, chrf: np.ndarray, threshold: float) -> dic
 def writable_dir_or_exit(directory: Path, flag: str) -> None:
     """Exits if confidence.json cannot be written into directory (made if need be): said before the translating,
     not after it."""
-    existing = next(p for p in (directory, *directory.parents) if p.exists())  # where the directory starts
-    if not existing.is_dir():
-        sys.exit(f"nmt-calibrate: {flag} {directory}: {existing} is a file; give a directory (made if need be)")
-    if not os.access(existing, os.W_OK):
-        sys.exit(f"nmt-calibrate: cannot write in {existing}: give --out a directory you can write in")
+    if why := unwritable(directory):
+        sys.exit(f"nmt-calibrate: {flag} {directory}: {why}; give a directory you can write in (made if need be)")
 
 
 def main(argv: list[str] | None = None) -> None:

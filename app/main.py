@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import sys
 from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
-from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -34,6 +32,7 @@ from app.metrics import Metrics, RequestMetrics
 from app.models import Models
 from app.settings import MAX_BODY_BYTES, Settings
 from app.viewer import router as viewer
+from model.workspace import unwritable
 
 log = logging.getLogger("nmt_serve")
 HTTP_KINDS = {
@@ -98,16 +97,6 @@ def create_app(settings: Settings | None = None, on_load_failure: Callable[[str]
     app.include_router(router, dependencies=keyed)
     app.include_router(files_api.router, dependencies=keyed)  # files as jobs (app/files_api.py)
     return app
-
-
-def unwritable(directory: Path) -> str | None:
-    """Why the server could not keep files in `directory` (made where missing), or None where it can."""
-    existing = next(p for p in (directory, *directory.parents) if p.exists())
-    if not existing.is_dir():
-        return f"{existing} is a file"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} cannot be written (permissions, or a read-only file system)"
-    return None
 
 
 async def say_unwritable(settings: Settings) -> None:

@@ -57,6 +57,16 @@ class Workspace:
         return f"Workspace({str(self.path)!r})"
 
 
+def unwritable(directory: Path) -> str | None:
+    """Why a process could not keep files in `directory` (made where missing), or None where it can."""
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} cannot be written (permissions, or a read-only file system)"
+    return None
+
+
 def remove_abandoned(parent: Path, prefix: str) -> list[Path]:
     """Remove the directories `prefix`* in `parent` whose owner's lock is free (their process died); those removed."""
     removed = []
