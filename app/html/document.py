@@ -44,6 +44,7 @@ class Node:
     forward: bool = False  # and whether it goes in front of the word after it
     left: str | None = None  # the page's character before it, where the unit's text left it out (app/html/flow.py's
     right: str | None = None  # _across: whitespace a protected span took with it), and after it
+    after: str = ""  # the page's text right after its end tag that it takes with it (a full stop: flow.py's _across)
 
     @property
     def ranged(self) -> bool:

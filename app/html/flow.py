@@ -12,7 +12,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from app.html.document import Block, InlineTag, Node, Unit
-from app.protect.masking import after_sentence, forward
+from app.protect.masking import CLOSING, after_sentence, forward
 from app.protect.restoring import word_char
 from app.segment import blank
 
@@ -135,6 +135,7 @@ def _across(out: list) -> list:
         if group.strip(WHITESPACE) == group:  # glued to a word across a tag (`Visit <b>{name}</b>now`): as in a run
             left, right = _beside(out, i, -1), _beside(out, i, 1)
             x.forward = forward(left[-1:] + group + right[:1], len(left[-1:]), len(left[-1:]) + len(group))
+        alone = not x.forward and _own_sentence(out, i, taken)
         step = 1 if x.forward else -1
         j, crossed = i + step, []
         while 0 <= j < len(out) and out[j][0] in ("open", "close"):
@@ -147,8 +148,8 @@ def _across(out: list) -> list:
         space = text[len(text.rstrip(WHITESPACE)) :] if step < 0 else text[: len(text) - len(text.lstrip(WHITESPACE))]
         if not space or "\n" in space or "\r" in space or word_char(other := _beside(out, i, -step)):
             continue  # no whitespace, a line break, or the space between two words that would meet
-        if step < 0 and other.strip() and after_sentence(text[: len(text) - len(space)]):
-            continue  # a sentence of its own after one (`runs. <b>{x}</b>. A`): "runs.. A" lost a full stop
+        if step < 0 and other.strip() and not alone and after_sentence(text[: len(text) - len(space)]):
+            continue  # after a sentence, but not one of its own: "runs. <b>{x}</b> now" reads "runs. now"
         taken[j] = [a, b - len(space)] if step < 0 else [a + len(space), b]
         side, edge = ("left", "open") if step < 0 else ("right", "close")
         for node in [x, *(n for k, n, _ in crossed if k == edge)]:  # it, and the elements that start (end) with it
@@ -163,6 +164,29 @@ def _across(out: list) -> list:
         done += [("text", x[a:b], at + a)] if a < b else []
         done += [("dropped", x[max(a, b) :], at + max(a, b))] if b < len(x) else []
     return done
+
+
+def _own_sentence(out: list, i: int, taken: dict[int, list[int]]) -> bool:
+    """Whether protected leaf i, alone in its element, stands as a sentence of its own after one (`runs. <b>{x}</b>.
+    A`, `runs.<b>{x}</b>. A`), as app/protect/masking.py's cuts() finds in a run; then the element takes the closing
+    punctuation after its end tag out of the unit's text (Node.after): left in, the model read "runs. . A" or
+    "runs.. A", and it dropped a full stop or kept a stray one."""
+    k, opened = i - 1, 0
+    while k >= 0 and out[k][0] == "open":
+        k, opened = k - 1, opened + 1
+    j, closed = i + 1, []
+    while j < len(out) and out[j][0] == "close":
+        closed.append(out[j][1])
+        j += 1
+    if not opened or not closed or j == len(out) or out[j][0] != "text" or taken.get(j, [0])[0]:
+        return False
+    before = html.unescape(out[k][1]) if k >= 0 and out[k][0] == "text" else "" if k < 0 else _beside(out, i, -1)
+    closing = CLOSING.match(out[j][1])
+    if not closing or not after_sentence(before):
+        return False
+    taken[j] = [closing.end(), taken.get(j, [0, len(out[j][1])])[1]]
+    closed[-1].after, closed[-1].right = closing[0], out[j][1][closing.end() : closing.end() + 1] or None
+    return True
 
 
 def _beside(out: list, i: int, step: int) -> str:

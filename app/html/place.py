@@ -57,7 +57,7 @@ def _edges(roots: list[Node], withheld: set[Node]) -> dict[Node, str]:
             edges[n] = shown[:1] + shown[-1:] if shown.strip() else ""
         else:
             inner = [edges[c] for c in n.children if edges[c]]
-            edges[n] = inner[0][:1] + inner[-1][-1:] if inner else ""
+            edges[n] = inner[0][:1] + (n.after or inner[-1])[-1:] if inner else ""
     return edges
 
 
@@ -343,7 +343,7 @@ def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node,
                 trail = " "  # showing nothing, between two words as its source was: "einem <img> Fahrrad"
             out += [lead, *n.start]
             last, at = lead or last, x
-            stack.append((n.children, 0, y, n.end + trail))
+            stack.append((n.children, 0, y, n.end + (n.after if edges[n] else "") + trail))
             continue
         if n in withheld:
             continue

@@ -57,7 +57,7 @@ def _tags(text: str) -> list[tuple[str, bool]]:
     return out
 
 
-_CLOSING = re.compile(r"[.!?…。！？]+(?=\s|$)|[.!?…:;。！？]\Z")  # a sentence's end: after a group, before it
+CLOSING = re.compile(r"[.!?…。！？]+(?=\s|$)|[.!?…:;。！？]\Z")  # a sentence's end: after a group, before it
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def cuts(text: str, spans: list[Span], before: str = "") -> list[Cut]:
         elif a > at and text[a - 1].isspace():
             while start > at and text[start - 1].isspace():
                 start -= 1
-            if (closing := _CLOSING.match(text, end)) and after_sentence(text[:start] if start else before):
+            if (closing := CLOSING.match(text, end)) and after_sentence(text[:start] if start else before):
                 end = closing.end()
         left, right = text[start - 1 : start], text[end : end + 1]
         out.append(Cut(start, end, " " if left and right and word_char(left) and word_char(right) else "", ahead))

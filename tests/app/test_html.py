@@ -705,3 +705,22 @@ def test_a_span_in_a_withheld_sentence_is_left_out_with_it_and_one_between_sente
     out = doc.render(["Zwei Hunde. Eine Katze."], [alignment])
     assert "{a}" not in out and "{name}" not in out and out.count("{b}") == 1, out
     assert out == "<p><b></b>Zwei Hunde. {b} Eine Katze.</p>", out
+
+
+def test_an_element_holding_only_a_span_as_a_sentence_of_its_own_takes_its_closing_punctuation():
+    """`runs. <b>{x}</b>. A` read "runs. . A" and `runs.<b>{x}</b>. A` "runs.. A": the model kept a stray full stop
+    or dropped one. The element takes the punctuation after it, as plain text's group does, and puts it back after
+    its end tag wherever it goes; a span after a word does not ("A dog <b>{x}</b>." reads "A dog.")."""
+    from app.protect.spans import protection
+
+    protect = protection(True, None, None)
+    pages = ["<p>The dog runs. <b>{x}</b>. A man sits.</p>", "<p>The dog runs.<b>{x}</b>! A man sits.</p>",
+             "<p>A man sits. <i><b>{x}</b></i>.</p>", "<p>A dog <b>{x}</b>. A man sits.</p>"]  # fmt: skip
+    docs = [parse(p, protect) for p in pages]
+    assert [d.units[0].text for d in docs] == ["The dog runs. A man sits."] * 2 + ["A man sits.", "A dog. A man sits."]
+    assert [d.render([d.units[0].text]) for d in docs] == pages  # its own text: the page as written
+    # "Der Hund rennt. Ein Mann sitzt." for "The dog runs. A man sits.": (target span, source span) pairs
+    alignment = [((0, 3), (0, 3)), ((4, 8), (4, 7)), ((9, 14), (8, 12)), ((14, 15), (12, 13)), ((16, 19), (14, 15)),
+                 ((20, 24), (16, 19)), ((25, 30), (20, 24)), ((30, 31), (24, 25))]  # fmt: skip
+    out = [d.render(["Der Hund rennt. Ein Mann sitzt."], [alignment]) for d in docs[:2]]
+    assert out == ["<p>Der Hund rennt. <b>{x}</b>. Ein Mann sitzt.</p>", "<p>Der Hund rennt.<b>{x}</b>! Ein Mann sitzt.</p>"]  # fmt: skip

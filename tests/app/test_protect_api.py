@@ -343,3 +343,18 @@ async def test_the_bundled_model_leaves_a_withheld_sentence_of_a_page_out_with_i
     assert all(p["withheld"] for p in pages), pages
     assert "{name}" not in plain[0] and "{x}" in plain[1]  # what plain text does
     assert [p["text"] for p in pages] == [f"<p>{plain[0]}</p>", f"<p>{plain[1]}</p>", f"<p><b></b>{plain[0]}</p>"]
+
+
+@pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "model.safetensors").exists(), reason="no bundled checkpoint")
+async def test_the_bundled_model_keeps_the_full_stop_of_an_element_standing_as_a_sentence_of_its_own():
+    """Found by black-box testing: `The dog runs.<b>{x}</b>. A man sits.` came back without the full stop after the
+    element (the unit read "The dog runs.. A man sits." and the model wrote one), and with a space before it
+    ("<b>{x}</b> . Ein") where the element followed a space. As plain text does, the element takes its sentence's
+    closing punctuation with it and the model reads "The dog runs. A man sits."."""
+    texts = ["The dog runs. {x}. A man sits.", "The dog runs.{x}. A man sits.", "The dog runs. {x}! A man sits."]
+    async with serve(Settings(model_dir=BUNDLED_MODEL_DIR, device="cpu")) as (_, bundled):
+        pages = [f"<p>{t.replace('{x}', '<b>{x}</b>')}</p>" for t in texts]
+        out = await translate(bundled, pages, format="html", protect=True)
+        plain = await translate(bundled, texts, protect=True)
+    assert out == [f"<p>{p.replace('{x}', '<b>{x}</b>')}</p>" for p in plain], (out, plain)
+    assert [p.count(".") + p.count("!") for p in out] == [3, 3, 3], out
