@@ -139,6 +139,7 @@ async def upload_file(
     """Upload a file to translate: 202 with the job (queued) once the file is read and stored; poll `GET
     /files/{id}` or follow `GET /files/{id}/events`, then download it."""
     source, target, model, format, glossary_id = map(field, (source, target, model, format, glossary_id))
+    source = s.auto(source) if source else None  # "AUTO" too, as the JSON routes read it
     data = await file.read()
     upload = await read(data, file.filename, format, jobs.limits, jobs.settings.max_request_chars)
     stored = await request.app.state.glossaries.get(glossary_id) if glossary_id else None

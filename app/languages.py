@@ -1,7 +1,8 @@
 """Language codes of a many-to-many model: what a request may call a language, and the model's code it means.
 
 A request may name a language by the model's own code (`deu_Latn`, `de`, `__de__` as M2M100 writes its tokens), by
-ISO 639-1 or 639-3 (`de`, `deu`), or by a BCP 47-like tag with a script or a region (`zh-Hant`, `sr_Cyrl`, `pt-BR`).
+ISO 639-1, 639-2 or 639-3 (`de`, `ger`, `deu`), or by a BCP 47-like tag with a script or a region (`zh-Hant`,
+`sr_Cyrl`, `pt-BR`).
 Every spelling goes through one table of ISO 639-1 codes and their 639-3 equivalents, macrolanguages with the
 individual languages that NLLB-200 uses for them (`ar`: `ara` and `arb`, `fa`: `fas`, `pes` and `prs`).
 A region counts where it names a script (`zh-TW`, `pa-PK`: Shahmukhi, not Gurmukhi) or a language of its own (`fa-AF`:
@@ -42,6 +43,13 @@ ISO_639_1 = {
 }  # fmt: skip
 # M2M100's Northern Sotho; old ISO 639-1 codes; Filipino, which mBART-50's tl_XX and Google's `tl` mean
 ALIASES = {"ns": "nso", "iw": "he", "in": "id", "ji": "yi", "jw": "jv", "fil": "tl"}
+# ISO 639-2/B's bibliographic codes, each where it differs from the terminology code (639-2/T, 639-3's) that
+# ISO_639_1 has: `fre` is `fra`, `ger` is `deu` (langcodes reads them so too; the list is closed)
+BIBLIOGRAPHIC = {
+    "alb": "sq", "arm": "hy", "baq": "eu", "bur": "my", "chi": "zh", "cze": "cs", "dut": "nl", "fre": "fr",
+    "geo": "ka", "ger": "de", "gre": "el", "ice": "is", "mac": "mk", "mao": "mi", "may": "ms", "per": "fa",
+    "rum": "ro", "slo": "sk", "tib": "bo", "wel": "cy",
+}  # fmt: skip
 # Where a language has several scripts in a model, the one meant without saying (CLDR's likely subtags)
 DEFAULT_SCRIPT = {"zho": "Hans", "kas": "Arab", "knc": "Latn", "ace": "Latn", "bjn": "Latn", "min": "Latn", "taq": "Latn"}  # fmt: skip
 # Where an ISO 639-1 code covers several individual languages of a model, the one meant without a region
@@ -107,8 +115,8 @@ def other_script(model: str, requested: str) -> str | None:
 
 
 def equivalents(language: str) -> frozenset[str]:
-    """Every ISO spelling of a language subtag: `de` -> {de, deu}; `arb` -> {arb, ar, ara}."""
-    language = ALIASES.get(language.lower(), language.lower())
+    """Every ISO spelling of a language subtag: `de` -> {de, deu}; `ger` -> {de, deu}; `arb` -> {arb, ar, ara}."""
+    language = ALIASES.get(language.lower()) or BIBLIOGRAPHIC.get(language.lower(), language.lower())
     if len(language) == 2:
         return frozenset({language, *ISO_639_1.get(language, "").split()})
     same = {language}

@@ -1,6 +1,7 @@
 """Request and response bodies, one module per API; every name is here too (`from app import schemas as s`).
 
-- `fields.py`       the checked field types (Text, Texts, Ids, Glossary, Entries; scrub), Request, ErrorResponse
+- `fields.py`       the checked field types (Text, Texts, Language, Ids, Glossary, Entries; scrub, auto), Request,
+                    ErrorResponse
 - `translate.py`    TranslateRequest
 - `translation.py`  TranslateResponse and what it holds (TranslationOut, HypothesisOut, SegmentOut, Signals, ...)
 - `stream.py`       the server-sent events of `"stream": true` (TokenEvent, EndEvent, ErrorEvent)
@@ -18,10 +19,12 @@ from app.schemas.fields import (
     ErrorResponse,
     Glossary,
     Ids,
+    Language,
     Request,
     Side,
     Text,
     Texts,
+    auto,
     scrub,
 )
 from app.schemas.glossaries import GlossariesResponse, GlossaryEntriesResponse, GlossaryOut, GlossaryRequest
@@ -67,9 +70,9 @@ __all__ = [
     "CONFIDENCE", "FLAGS", "SURROGATES", "AlignedOut", "AttentionRequest", "AttentionResponse", "CompileInfo",
     "DetokenizeRequest", "DetokenizeResponse", "EndEvent", "Entries", "ErrorEvent", "ErrorResponse", "Flag",
     "GlossariesResponse", "Glossary", "GlossaryEntriesResponse", "GlossaryOut", "GlossaryRequest", "HypothesisOut",
-    "Ids", "InfoResponse", "JobOut", "LanguageOut", "MemoryInfo", "ModelOut", "ModelsResponse", "ProgressOut",
-    "ReadyResponse", "Request", "SegmentOut", "Side", "Signals", "StatusResponse", "StreamEvent", "StreamedToken",
-    "Text", "TextOut", "Texts", "TokenEvent", "TokenOut", "TokenizeRequest", "TokenizeResponse", "TokenizeResult",
-    "TranslateRequest", "TranslateResponse", "TranslationOut", "Usage", "WithheldOut", "WithheldSegment", "WordOut",
-    "WorkerInfo", "scrub",
+    "Ids", "InfoResponse", "JobOut", "Language", "LanguageOut", "MemoryInfo", "ModelOut", "ModelsResponse",
+    "ProgressOut", "ReadyResponse", "Request", "SegmentOut", "Side", "Signals", "StatusResponse", "StreamEvent",
+    "StreamedToken", "Text", "TextOut", "Texts", "TokenEvent", "TokenOut", "TokenizeRequest", "TokenizeResponse",
+    "TokenizeResult", "TranslateRequest", "TranslateResponse", "TranslationOut", "Usage", "WithheldOut",
+    "WithheldSegment", "WordOut", "WorkerInfo", "auto", "scrub",
 ]  # fmt: skip

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.fields import Request, Text
+from app.schemas.fields import Language, Request, Text
 
 
 class AttentionRequest(Request):
     text: Text
     model: Text | None = Field(None, description="the model to use (GET /models); default the server's first")
-    target: Text | None = Field(None, description="teacher-force this translation; default: the model's own")
-    source_language: Text | None = Field(
+    target: Text | None = Field(
+        None, description="teacher-force this translation; default: the one /translate gives (the model's own; a text "
+        "without a letter as written)",
+    )  # fmt: skip
+    source_language: Language | None = Field(
         None, description="the text's language, named as /translate's `source`: picks the model as it does; a "
         "many-to-many model's source tokens carry its code (default its saved source language; `auto` detects it)",
     )  # fmt: skip
-    target_language: Text | None = Field(
+    target_language: Language | None = Field(
         None, description="the translation's language, named as /translate's `target`: picks the model as it does; a "
         "many-to-many model's decoder is fed its code (default its saved target language)",
     )  # fmt: skip

@@ -89,7 +89,25 @@ def _protect(v: Any) -> bool | list[str]:
     raise ValueError(f"must be true, false or a list of kinds of spans ({', '.join(PROTECTABLE)}), got {got}")
 
 
+AUTO = "auto"  # a source language to detect
+
+
+def auto(code: str) -> str:
+    """A language code as sent, with "auto" in any case ("AUTO", "Auto") as "auto": codes match in any case."""
+    return AUTO if code.lower() == AUTO else code
+
+
+def _language(v: str) -> str:
+    if not v.strip():  # it once meant "left out", while an empty "model" was a 422
+        raise ValueError(
+            f"is {'empty' if not v else 'blank'}: send a language code (`en`, `de`; GET /models lists each model's) "
+            "or leave the field out"
+        )
+    return auto(v)
+
+
 Text = Annotated[str, AfterValidator(scrub)]  # every string field of a request: no lone surrogates past here
+Language = Annotated[str, AfterValidator(scrub), AfterValidator(_language)]  # a language code, "auto" in any case
 Protect = Annotated[
     bool | list[Literal[PROTECTABLE]],
     PlainValidator(_protect, json_schema_input_type=bool | list[Literal[PROTECTABLE]]),

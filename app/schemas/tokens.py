@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.fields import Ids, Request, Side, Text, Texts
+from app.schemas.fields import Ids, Language, Request, Side, Text, Texts
 
 
 class TokenizeRequest(Request):
@@ -12,7 +12,7 @@ class TokenizeRequest(Request):
     model: Text | None = Field(None, description="the model to use (GET /models); default the server's first")
     side: Side = Field("source", description="source adds `</s>`; target adds `<s>` and `</s>`")
     add_special_tokens: bool = True
-    language: Text | None = Field(
+    language: Language | None = Field(
         None, description="the language of `side`, named as /translate's `source` or `target`: picks the model as "
         "they do; a many-to-many model's tokens carry its code (default the model's saved one; `auto` detects a "
         "source's)",

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from app.schemas.fields import Glossary, Protect, Request, Text, Texts
+from app.schemas.fields import Glossary, Language, Protect, Request, Text, Texts
 
 
 class TranslateRequest(Request):
@@ -14,12 +14,12 @@ class TranslateRequest(Request):
     model: Text | None = Field(
         None, description="the model to translate with (GET /models); default: by `source`/`target`, else the first"
     )
-    source: Text | None = Field(
+    source: Language | None = Field(
         None, description="source language code (e.g. `en`): picks the first model that translates from it; for a "
         "many-to-many model any code of its languages (`de`, `deu`, `deu_Latn`, `zh-Hant`), or `auto` (the default "
         "there) to detect it: each text of a list its own",
     )  # fmt: skip
-    target: Text | None = Field(
+    target: Language | None = Field(
         None, description="target language code (e.g. `fr`): picks the first model that translates into it; a "
         "many-to-many model needs it",
     )  # fmt: skip

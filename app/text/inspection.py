@@ -7,7 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from app.engine.errors import InputTooLong, InvalidRequest
-from app.segment import blank, segment
+from app.segment import segment, worded
 from app.text.documents import check_chars
 from app.text.results import Attention
 from model.options import max_new_tokens_for
@@ -56,17 +56,17 @@ async def attention(
     heads: list[int] | None = None, average_heads: bool = False, source_language: str | None = None,
     target_language: str | None = None,
 ) -> Attention:  # fmt: skip
-    """Attention weights over `text`, teacher-forcing `target` or else the model's own translation; a
-    many-to-many model's source carries `source_language`'s code and its decoder is fed `target_language`'s
-    (each left out: the model's saved one)."""
+    """Attention weights over `text`, teacher-forcing `target` or else the translation /translate gives: the model's
+    own, or for a text without a letter the text as written; a many-to-many model's source carries
+    `source_language`'s code and its decoder is fed `target_language`'s (each left out: the model's saved one)."""
     c = engine.config
     layers = engine.limits.indices("layers", layers, min(c.n_encoder_layers, c.n_decoder_layers))
     heads = engine.limits.indices("heads", heads, c.n_heads)
     decoding = engine.directions.or_saved(source_language, target_language)
     start = engine.directions.start(decoding)
     check_chars([text], engine.max_request_chars)  # bounded before it is tokenized, as /tokenize's
-    if seen := segment(text, "none"):  # what /translate gives the model: the text without whitespace and invisible
-        text = text[seen[0].start : seen[0].end]  # characters at its ends (its translation was another one's)
+    seen = segment(text, "none")  # what /translate gives the model: the text without whitespace and invisible
+    text = text[seen[0].start : seen[0].end] if seen else ""  # characters at its ends (a blank text: nothing)
     (src,), _ = await asyncio.to_thread(
         engine.limits.sources, engine.tokenizer, [text], False, True, None, decoding.source, truncatable=False
     )  # fmt: skip
@@ -74,12 +74,13 @@ async def attention(
         tgt = await asyncio.to_thread(engine.tokenizer.encode, target, "target", False)
         if len(tgt) > engine.max_new_tokens:
             raise InputTooLong(f"target has {len(tgt)} tokens; the limit is {engine.max_new_tokens}")
-    elif not blank(text):  # as /translate: a text of spaces or invisible characters alone is not translated
+    elif not worded(text):  # as /translate: a text without a letter comes back as written (a blank one as ""), not the
+        tgt = await asyncio.to_thread(engine.tokenizer.encode, text, "target", False)  # model's: it is the target,
+        tgt = tgt[: max_new_tokens_for(len(src), engine.max_new_tokens)]  # cut where the model's own would stop
+    else:
         async with engine.deadline():
             (hyp,) = await engine.core.generate([src], [max_new_tokens_for(len(src), engine.max_new_tokens)], start)
         tgt = hyp.tokens
-    else:
-        tgt = []
     weights = await engine.core.attention(src, tgt, layers, heads, average_heads, start)
     return Attention(
         [engine.tokenizer.id_to_token(i, "source") for i in src],

@@ -340,11 +340,29 @@ async def test_attention_teacher_forces_target_and_selects_layers_heads(client, 
 async def test_attention_of_a_blank_text_translates_nothing_as_translate_does(client):
     """Zero-width spaces and direction marks are whitespace to /translate; /attention once had the model make up a
     translation of them."""
+    empty = (await client.post("/attention", json={"text": ""})).json()
+    assert empty["encoder_tokens"] == ["</s>"]
     for text in ("\u200b\u200b", "\u200e \ufeff", "  "):
         body = (await client.post("/attention", json={"text": text})).json()
         translated = (await client.post("/translate", json={"text": text})).json()["translations"][0]["text"]
         assert body["translation"] == "" and len(body["decoder_tokens"]) == 1, (text, body)  # the start token alone
         assert translated == ""
+        assert body == empty, text  # read without its blank, as /translate reads it: it once had "▁" tokens of them
+
+
+async def test_attention_of_a_text_without_a_letter_is_of_the_text_as_translate_gives_it(client, settings, tokenizer):
+    """/translate gives back a number or an emoji as written, not given to the model; /attention once showed the model
+    writing words in its place ("Zwei 24.") beside it. Its default target is /translate's: the text itself."""
+    for text in ("42", " 1,299.00\n", "\U0001f600", "\u266a\u266a"):
+        body = (await client.post("/attention", json={"text": text})).json()
+        translated = (await client.post("/translate", json={"text": text})).json()["translations"][0]["text"]
+        forced = (await client.post("/attention", json={"text": text, "target": text.strip()})).json()
+        assert body["translation"] == translated.strip() == text.strip() and body == forced, (text, body["translation"])
+        pieces = [tokenizer.id_to_token(i) for i in tokenizer.encode(text.strip(), side="target")[:-1]]
+        assert body["decoder_tokens"] == pieces, text  # the start token and the text's pieces, as the docs say
+    long = " ".join(map(str, range(20)))  # within NMT_MAX_INPUT_TOKENS, over NMT_MAX_NEW_TOKENS: cut as a translation
+    body = (await client.post("/attention", json={"text": long})).json()
+    assert len(body["decoder_tokens"]) == 1 + settings.max_new_tokens and long.startswith(body["translation"]), body
 
 
 async def test_attention_is_of_the_translation_translate_gives_whatever_the_text_s_ends(client):

@@ -279,6 +279,15 @@ async def test_a_file_in_another_encoding_is_not_labelled_utf_8_by_any_api(clien
         assert downloaded.content == r.content == result.content
 
 
+async def test_a_file_s_source_of_auto_in_any_case_is_auto(client):
+    """Codes match in any case; "AUTO" was a 422 here ("no model here translates AUTO->de") where "auto" was not."""
+    data = text_file(PARAGRAPHS[:2])
+    done = [await finished(client, (await upload(client, data, source=auto, target="de"))["id"]) for auto in
+            ("auto", "AUTO", "Auto")]  # fmt: skip
+    downloads = [(await client.get(job["download"])).content for job in done]
+    assert all(job["status"] == "done" for job in done) and downloads[0] and len(set(downloads)) == 1, done
+
+
 async def test_a_segmented_xliff_unit_comes_back_with_a_target_of_the_same_segments_each_translated(client):
     """A CAT tool's XLIFF 1.2 (Okapi, Trados): each <mrk mtype="seg"> of a seg-source is translated as /translate
     translates it, inside the same segment of the target."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.languages import Languages, UnknownLanguage, english_name
+from app.languages import BIBLIOGRAPHIC, ISO_639_1, Languages, UnknownLanguage, english_name
 from model.multilingual_tokenizer import M2M100_LANGUAGES, MBART50_LANGUAGES
 
 NLLB = [
@@ -25,6 +25,10 @@ CASES = [  # name: what each family's model takes it for (None: a 422)
     ("de_DE", {"nllb": "deu_Latn", "m2m100": "de", "mbart50": "de_DE"}),
     ("__de__", {"nllb": "deu_Latn", "m2m100": "de", "mbart50": "de_DE"}),
     ("EN", {"nllb": "eng_Latn", "m2m100": "en", "mbart50": "en_XX"}),
+    ("ger", {"nllb": "deu_Latn", "m2m100": "de", "mbart50": "de_DE"}),  # ISO 639-2/B's, as `deu` is 639-2/T's
+    ("FRE", {"nllb": "fra_Latn", "m2m100": "fr", "mbart50": "fr_XX"}),
+    ("chi", {"nllb": "zho_Hans", "m2m100": "zh", "mbart50": "zh_CN"}),
+    ("per", {"nllb": "pes_Arab", "m2m100": "fa", "mbart50": "fa_IR"}),
     ("pt-BR", {"nllb": "por_Latn", "m2m100": "pt", "mbart50": "pt_XX"}),
     ("iw", {"nllb": "heb_Hebr", "m2m100": "he", "mbart50": "he_IL"}),
     ("ar", {"nllb": "arb_Arab", "m2m100": "ar", "mbart50": "ar_AR"}),
@@ -87,3 +91,16 @@ def test_every_code_of_each_family_has_an_english_name():
             assert english_name(name) not in (name, code), (family, code, name)
     assert english_name("ns") == "Northern Sotho" and english_name("zh-Hant") == "Chinese (Traditional)"
     assert english_name("xx") == "xx" and english_name("not a code") == "not a code"
+
+
+def test_the_bibliographic_codes_are_langcodes_own():
+    """ISO 639-2/B's codes where they differ from 639-2/T's, each the language langcodes reads it as: none missing."""
+    import langcodes
+
+    differ = {}
+    for two in ISO_639_1:
+        language = langcodes.Language.get(two)
+        if language.to_alpha3(variant="B") != language.to_alpha3():
+            differ[language.to_alpha3(variant="B")] = two
+    assert BIBLIOGRAPHIC == differ
+    assert all(langcodes.Language.get(b).language == two for b, two in BIBLIOGRAPHIC.items())

@@ -83,6 +83,46 @@ async def test_attention_and_tokenize_pick_a_pair_model_by_its_languages_as_tran
     assert_error(r, 422, "validation_error", "translates es->any")
 
 
+async def test_auto_is_a_source_in_any_case_on_every_route_that_names_languages(app, client):
+    """Codes match in any case, and LibreTranslate's and DeepL's routes took "AUTO"; the native ones once said "no
+    model here translates AUTO->fr"."""
+    engines = app.state.models.engines
+    own = {name: (await e.translate(TEXT))[0].text for name, e in engines.items()}
+    for auto in ("AUTO", "Auto", "auto"):
+        out = await translated(client, source=auto, target="fr")
+        assert (out["model"], out["translations"][0]["text"]) == ("en-fr", own["en-fr"]), auto
+        r = await client.post("/attention", json={"text": TEXT, "source_language": auto, "target_language": "fr"})
+        assert r.status_code == 200 and r.json()["translation"] == own["en-fr"], r.text
+        plain = await client.post("/tokenize", json={"text": TEXT})
+        r = await client.post("/tokenize", json={"text": TEXT, "language": auto})
+        assert r.status_code == 200 and r.json() == plain.json(), r.text
+
+
+async def test_iso_639_2_bibliographic_codes_name_their_languages(client):
+    """`fre` and `ger` are ISO 639-2/B's French and German, as `fra` and `deu` are 639-2/T's; they were a 422."""
+    for body, name in [({"target": "fre"}, "en-fr"), ({"target": "GER"}, "en-de"), ({"target": "fre-FR"}, "en-fr"),
+                       ({"model": "en-de", "target": "ger"}, "en-de")]:  # fmt: skip
+        assert (await translated(client, **body))["model"] == name, body
+    french = (await translated(client, target="fr"))["translations"][0]["text"]
+    r = await client.post("/attention", json={"text": TEXT, "target_language": "fre"})
+    assert r.status_code == 200 and r.json()["translation"] == french, r.text
+    r = await client.post("/translate", json={"text": TEXT, "model": "en-de", "target": "fre"})
+    assert_error(r, 422, "validation_error", "'en-de' translates en->de, not target 'fre'")
+
+
+@pytest.mark.parametrize(
+    "path, field", [("/translate", "source"), ("/translate", "target"), ("/attention", "source_language"),
+                    ("/attention", "target_language"), ("/tokenize", "language")],
+)  # fmt: skip
+async def test_an_empty_language_code_is_a_422_as_an_empty_model_is(client, path, field):
+    """An empty `target` once meant the default model, while an empty `model` was a 422: a client's unset variable,
+    sent as "", got a translation into a language it did not name."""
+    for empty in ("", " "):
+        r = await client.post(path, json={"text": TEXT, field: empty})
+        assert_error(r, 422, "validation_error", f"{field} is", "send a language code", "or leave the field out")
+    assert_error(await client.post(path, json={"text": TEXT, "model": ""}), 422, "validation_error", "no model ''")
+
+
 async def test_a_model_or_a_pair_that_is_not_served_is_a_422_naming_what_is(client):
     r = await client.post("/translate", json={"text": TEXT, "model": "en-es"})
     assert_error(r, 422, "validation_error", "'en-es'", "en-de (en->de), en-fr (en->fr)", "GET /models")

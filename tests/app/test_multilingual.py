@@ -445,7 +445,7 @@ async def test_tokenize_puts_the_requested_language_s_code_where_transformers_do
         ("/attention", {"source_language": "de", "target_language": "ks-Latn"}, "target 'ks-Latn' in the Latn"),
         ("/attention", {"source_language": "auto", "text": "   "}, "the text is blank"),
         ("/attention", {"target_language": "auto"}, "target 'auto' is not a language code"),
-        ("/attention", {"target_language": ""}, "name the target"),
+        ("/attention", {"target_language": ""}, "target_language is empty: send a language code"),
         ("/attention", {"model": "nope", "target_language": "fr"}, "there is no model 'nope'"),
         ("/tokenize", {"language": "xx"}, "does not translate source 'xx'"),
         ("/tokenize", {"language": "pa-Arab", "side": "target"}, "does not write target 'pa-Arab' in the Arab"),
