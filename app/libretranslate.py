@@ -24,8 +24,8 @@ from app.files_api import translated_file
 from app.jobs import JobError, JobNotDone, UnknownJob
 from app.jobs.intake import extensions, job_for, read
 from app.jobs.store import ID
-from app.languages import cut, english_name
-from app.models import Models
+from app.languages import UnknownLanguage, cut, english_name
+from app.models import Models, UnknownModel
 from app.protect.spans import ADDRESSES
 from app.schemas import ErrorResponse, scrub
 from app.text import Engine, Translation
@@ -44,6 +44,8 @@ NAMES = dict(
         "vi=Vietnamese zh=Chinese"
     ).split()
 )  # fmt: skip
+# LibreTranslate's own codes, which its clients send: Traditional Chinese and Brazilian Portuguese
+ALIASES = {"zt": "zh-hant", "pb": "pt-br"}
 KINDS = {400: "bad_request", 403: "forbidden", 404: "not_found", 503: "not_ready"}
 FIELDS = {  # what /translate reads; /detect reads q and api_key
     "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
@@ -170,7 +172,7 @@ def texts(request: Request, values: dict[str, Any]) -> list[str]:
 def field(values: dict[str, Any], name: str, default: str | None = None) -> str:
     """A string field, lower-cased (language codes, format); 400 when it is missing or not a string."""
     value = values.get(name) or default
-    if not value:
+    if not value or isinstance(value, str) and not value.strip():  # blank: no language (every model's, to pick())
         raise LibreError(400, f"Invalid request: missing {name} parameter")
     if not isinstance(value, str):
         raise LibreError(400, f"Invalid request: {name} parameter must be a string")
@@ -208,6 +210,25 @@ def min_confidence(values: dict[str, Any]) -> float | None:
     return floor
 
 
+def meant(code: str) -> str:
+    """The language a code LibreTranslate's clients send names, as the models read it: `zt` is `zh-hant`."""
+    return ALIASES.get(code, code)
+
+
+def listed(engine: Engine) -> dict[str, str]:
+    """A many-to-many model's codes, each with the name LibreTranslate's API lists it by: its short name, written as a
+    BCP 47 tag is (`ace-Arab` for NLLB's `ace_Arab`, as `az-Arab` is) where that names the code too."""
+    out = {}
+    for code, short in engine.codes.names.items():
+        out[code], tag = short, short.replace("_", "-")
+        try:
+            if tag != short and engine.codes.resolve(tag) == code:
+                out[code] = tag
+        except UnknownLanguage:
+            pass
+    return out
+
+
 def pairs(models: Models) -> dict[tuple[str, str], str]:
     """(source, target) -> the first loaded model (in NMT_MODELS order) that translates it."""
     out: dict[tuple[str, str], str] = {}
@@ -231,7 +252,7 @@ def targets(models: Models) -> dict[str, list[str]]:
     for source, target in pairs(models):
         out.setdefault(source, set()).add(target)
     for engine in many(models):
-        names = list(engine.codes.names.values())
+        names = list(listed(engine).values())
         for source in names:
             out.setdefault(source, set()).update(names)
     for source, into in out.items():
@@ -248,21 +269,29 @@ def codes(models: Models) -> tuple[str, ...]:
 
 
 def pick(models: Models, source: str, target: str) -> Engine:
-    """The engine that translates source into target; LibreTranslate's 400 for a language or a pair not served."""
-    served = pairs(models)
-    if (source, target) in served:
-        return models.pick(served[source, target])
-    for engine in many(models):
-        if source != target and engine.directions.serves(source, target):
-            return engine
-    if "loading" in models.states().values():
-        raise EngineUnavailable(f"no model loaded so far translates {source}->{target}; others are still loading")
+    """The engine that translates source into target: the first model, in NMT_MODELS order, that does (as /translate
+    and DeepL's routes choose); LibreTranslate's 400 for a language or a pair not served."""
+    wanted, engine = (meant(source), meant(target)), None
+    try:
+        if all(wanted) and "auto" not in wanted:  # models.pick's "auto" (or nothing) is any source, and no target
+            engine = models.pick(None, *wanted)
+    except UnknownModel:
+        pass
+    if engine is not None and not (engine.codes and len({engine.codes.resolve(c) for c in wanted}) == 1):  # not de->de
+        return engine
     for code in (source, target):
-        if code not in codes(models):
+        if not known(models, meant(code)):
             raise LibreError(400, f"{cut(code)} is not supported")  # as LibreTranslate says, a long name cut
     raise LibreError(
-        400, f"{name(target)} ({target}) is not available as a target language from {name(source)} ({source})"
-    )
+        400, f"{name(meant(target))} ({target}) is not available as a target language from {name(meant(source))} "
+        f"({source})",
+    )  # fmt: skip
+
+
+def known(models: Models, code: str) -> bool:
+    """Whether a loaded model translates from or into the language `code` names (in any spelling /translate reads)."""
+    ready = [models.engines[m].directions for m in models.names if models.state(m) == "ready"]
+    return code not in ("", "auto") and any(d.serves(code, None) or d.serves(None, code) for d in ready)
 
 
 def name(code: str) -> str:
@@ -292,7 +321,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
         raise LibreError(400, f"{cut(fmt)} format is not supported")
     n = alternatives(values, engine)
     decoding = Decoding(beam_size=n + 1, num_hypotheses=n + 1) if n and fmt == "text" else GREEDY  # html: none, as LT
-    decoding = replace(decoding, source=source, target=target)  # a many-to-many model's direction
+    decoding = replace(decoding, source=meant(source), target=meant(target))  # a many-to-many model's direction
     floor = min_confidence(values)
     out = await unless_disconnected(
         request.receive,
@@ -343,7 +372,7 @@ async def frontend_settings(request: Request, models: ModelsDep) -> dict[str, An
     """What LibreTranslate's web page and clients read first: limits, whether a key is needed, default languages."""
     settings = request.app.state.settings
     default = next((t for _, t in pairs(models)), "")  # the first pair model's target, else a many-to-many model's
-    saved = [e.codes.names[e.tokenizer.default_languages["target"]] for e in many(models)]
+    saved = [listed(e)[e.tokenizer.default_languages["target"]] for e in many(models)]
     target = default or next(iter(saved), "")
     keyed = settings.api_key is not None
     return {
@@ -388,7 +417,8 @@ async def translate_file(request: Request, models: ModelsDep) -> Any:
     if source == "auto":
         source = (await detect.detect([upload.sample()], codes(models)))[0][0]
     engine = pick(models, source, target)
-    job = await jobs.submit(job_for(upload, engine, source, target, [], origin="libretranslate"), upload.data)
+    job = await jobs.submit(job_for(upload, engine, meant(source), meant(target), [], origin="libretranslate"),
+                            upload.data)  # fmt: skip
     try:
         job = await unless_disconnected(request.receive, jobs.finished(job.id))
     except ClientDisconnected:

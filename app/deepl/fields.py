@@ -11,6 +11,7 @@ from starlette.exceptions import HTTPException
 
 from app import glossaries as g
 from app.deepl.errors import DeepLError
+from app.deepl.languages import checked
 from app.html import Rules, xml_rules
 from app.libretranslate import scrubbed
 from app.schemas import scrub
@@ -171,6 +172,9 @@ class Asked:
 def asked(request: Request, values: dict[str, Any]) -> Asked:
     """The request's fields, each checked as DeepL checks it (400), then its size (413)."""
     items, target, source = texts(values), string(values, "target_lang", required=True), string(values, "source_lang")
+    checked(target, "target_lang")
+    if source:
+        checked(source, "source_lang")
     tags = choice(values, "tag_handling", {"html", "xml"})
     html = tags is not None
     split = SPLIT[choice(values, "split_sentences", set(SPLIT)) or ("nonewlines" if html else "1")]

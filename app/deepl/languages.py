@@ -6,8 +6,8 @@ import re
 
 from app.deepl.errors import DeepLError
 from app.engine import EngineUnavailable
-from app.languages import UnknownLanguage, cut, english_name, equivalents, parse
-from app.libretranslate import NAMES, many, targets
+from app.languages import ISO_639_1, UnknownLanguage, cut, english_name, equivalents, parse
+from app.libretranslate import NAMES, listed, many, targets
 from app.models import Models, UnknownModel
 from app.text import Engine
 
@@ -30,6 +30,40 @@ def base(code: str) -> str:
 
 def deepl_code(code: str) -> str:
     return code.upper()
+
+
+def iso_code(code: str) -> str:
+    """A language code as DeepL writes it, lower case: ISO 639-1 where a request named the language by its ISO 639-3
+    counterpart (`eng` -> `en`, `deu` -> `de`; not `prs`, Dari, which `fa` does not mean), else the code itself."""
+    code = base(code)
+    return next((two for two, threes in ISO_639_1.items() if threes.split()[0] == code), code)
+
+
+def checked(code: str, field: str) -> str:
+    """A `source_lang` or `target_lang` as sent, if it is a code DeepL could have: a language's (`DE`, `deu`) or one of
+    DeepL's variants (`EN-GB`, `ZH-HANT`); DeepL's 400 otherwise, `auto` too (DeepL has no such code: a source left out
+    is detected)."""
+    if code.strip().lower() == "auto":
+        how = "leave source_lang out to detect the language" if field == "source_lang" else "name a language (DE, FR)"
+        raise DeepLError(400, f"Value for '{field}' not supported: {code.strip()}; {how}")
+    if code.lower() != base(code) and code.lower() not in VARIANTS:
+        shown = code if len(code) <= 20 else f"{code[:20]}…"
+        raise DeepLError(
+            400, f"Value for '{field}' not supported: {shown}; a language's code (DE, FR) or one of DeepL's "
+            f"variants ({', '.join(sorted(v.upper() for v in VARIANTS))})",
+        )  # fmt: skip
+    return code
+
+
+def glossary_language(code: str, field: str) -> str:
+    """A glossary's `source_lang` or `target_lang` as DeepL keeps it (`de` of `DE` or `deu`): a language's code, as
+    DeepL's glossaries have (its clients send `ZH` for `ZH-HANT`); DeepL's 400 for anything else."""
+    if checked(code, field).lower() != base(code):
+        raise DeepLError(
+            400, f"Value for '{field}' not supported: {cut(code)}; a glossary's languages are language codes "
+            f"({base(code).upper()}), without a variant",
+        )  # fmt: skip
+    return iso_code(code)
 
 
 def name(code: str) -> str:
@@ -81,7 +115,7 @@ def named(models: Models, code: str) -> bool:
         try:
             engine.codes.resolve(base(code))
         except UnknownLanguage:
-            if code in engine.codes.names.values():
+            if code in listed(engine).values():
                 return False
     return True
 
@@ -90,13 +124,8 @@ def engine_for(models: Models, source: str, target: str) -> tuple[Engine, str]:
     """The engine that translates `source` into `target` (DeepL codes), and the target as it names it: a many-to-many
     model reads the variant (`pt-br`, `zh-hant`), a pair model the language. A variant DeepL does not have
     (`FR-FOOBAR`) is its 400, and so is Traditional Chinese where no model writes it (not Simplified instead)."""
-    for code, field in ((source, "source_lang"), (target, "target_lang")):
-        if code.lower() != base(code) and code.lower() not in VARIANTS:
-            shown = code if len(code) <= 20 else f"{code[:20]}…"
-            raise DeepLError(
-                400, f"Value for '{field}' not supported: {shown}; a language's code (DE, FR) or one of DeepL's "
-                f"variants ({', '.join(sorted(v.upper() for v in VARIANTS))})",
-            )  # fmt: skip
+    checked(source, "source_lang")
+    checked(target, "target_lang")
     why = None
     for code in dict.fromkeys([target.lower()] if target.lower() in SCRIPTS else [target.lower(), base(target)]):
         try:
@@ -106,6 +135,7 @@ def engine_for(models: Models, source: str, target: str) -> tuple[Engine, str]:
     if "loading" in models.states().values():
         raise EngineUnavailable(f"no model loaded so far translates {source} into {target}; others are still loading")
     served = {c for pair in pairs(models) for c in pair}
-    if base(target) not in served:
+    # ZH-HANT where Chinese is written, but not in its script: the variant is not served, as its language would not be
+    if base(target) not in served or target.lower() in SCRIPTS and models.find(None, None, target.lower()) is None:
         raise DeepLError(400, f"Value for 'target_lang' not supported: {cut(target)} ({why})")
     raise DeepLError(400, f"no model here translates {cut(source.upper())} into {cut(target.upper())} ({why})")

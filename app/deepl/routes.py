@@ -30,7 +30,19 @@ from app.deepl.fields import (
     glossary_terms,
     string,
 )
-from app.deepl.languages import base, deepl_code, engine_for, glossary_code, name, pairs, sources, target_variants
+from app.deepl.languages import (
+    base,
+    checked,
+    deepl_code,
+    engine_for,
+    glossary_code,
+    glossary_language,
+    iso_code,
+    name,
+    pairs,
+    sources,
+    target_variants,
+)
 from app.deps import ModelsDep
 from app.disconnect import unless_disconnected
 from app.engine import EngineUnavailable, InvalidRequest
@@ -38,7 +50,7 @@ from app.files_api import translated_file
 from app.html import HTML, ignoring
 from app.jobs import Job, Runner, UnknownJob
 from app.jobs.intake import job_for, read
-from app.languages import cut
+from app.languages import cut, same
 from app.models import Models
 from app.protect.spans import ADDRESSES
 from app.text import Engine, Translation
@@ -117,7 +129,7 @@ async def translate(request: Request, models: ModelsDep) -> dict[str, Any]:
     results = []
     for text, (_, marker), t, source in zip(a.texts, marked, out, languages, strict=True):
         translated = t.text.replace(" " + marker, "") if marker else t.text
-        result = {"detected_source_language": deepl_code(base(source)), "text": translated}
+        result = {"detected_source_language": deepl_code(iso_code(source)), "text": translated}
         result |= {"billed_characters": len(text)} if a.billed else {}
         results.append(result | ({"model_type_used": a.model_type} if a.model_type else {}))
     return {"translations": results}
@@ -169,13 +181,13 @@ async def create_glossary(request: Request, models: ModelsDep) -> dict[str, Any]
     """Store a glossary of `entries` (TSV, or CSV with `entries_format=csv`) for a pair the models translate."""
     values = await fields(request)
     name_, entries = string(values, "name", required=True), string(values, "entries", required=True)
-    source = base(string(values, "source_lang", required=True))
-    target = base(string(values, "target_lang", required=True))
+    source = glossary_language(string(values, "source_lang", required=True), "source_lang")
+    target = glossary_language(string(values, "target_lang", required=True), "target_lang")
     entries_format = choice(values, "entries_format", {"tsv", "csv"}) or "tsv"
-    if (source, target) not in pairs(models):
+    served = pairs(models)  # as the models name them: a pair model's `deu` is `de` too
+    if (source, target) not in served and not any(same(s, source) and same(t, target) for s, t in served):
         if "loading" in models.states().values():
             raise EngineUnavailable("the models are still loading; create the glossary once they are ready")
-        served = pairs(models)
         listed = ", ".join(f"{s}->{t}" for s, t in served[:20]) + (", ..." if len(served) > 20 else "") or "none"
         raise DeepLError(
             400, f"Unsupported glossary language pair {cut(source)}->{cut(target)}: {len(served)} pairs are served "
@@ -251,6 +263,9 @@ async def upload_document(request: Request, models: ModelsDep) -> dict[str, str]
         values = await fields(request)
         file = (await request.form()).get("file")  # the form fields() read (a JSON body has none)
         target, source = string(values, "target_lang", required=True), string(values, "source_lang")
+        checked(target, "target_lang")
+        if source:
+            checked(source, "source_lang")
         if not isinstance(file, UploadFile):
             raise DeepLError(400, "Parameter 'file' not specified.")
         if choice(values, "formality", FORMALITY) in ("more", "less"):

@@ -94,6 +94,9 @@ async def test_ignored_tags_keep_their_text_and_come_back_as_written(client):
         ({"text": TEXT}, 400, "Parameter 'target_lang' not specified."),
         ({"text": TEXT, "target_lang": "ES"}, 400, "Value for 'target_lang' not supported: ES"),
         ({"text": TEXT, "target_lang": "DE", "source_lang": "FR"}, 400, "no model here translates FR into DE"),
+        # DeepL has no "auto": it was taken as any source by a pair model, and said "AUTO" was detected
+        ({"text": TEXT, "target_lang": "DE", "source_lang": "auto"}, 400, "'source_lang' not supported: auto"),
+        ({"text": TEXT, "target_lang": "DE", "source_lang": "EN-FOO"}, 400, "Value for 'source_lang' not supported"),
         ({"text": TEXT, "target_lang": "DE", "tag_handling": "md"}, 400, "Value for 'tag_handling' not supported"),
         ({"text": TEXT, "target_lang": "DE", "split_sentences": "2"}, 400, "Value for 'split_sentences' not supported"),
         ({"text": TEXT, "target_lang": "DE", "preserve_formatting": "x"}, 400, "send 0 or 1 (true or false)"),
@@ -136,6 +139,9 @@ async def test_target_languages_are_listed_as_deepl_lists_them_and_a_pair_model_
         for code in ("ES-419", "ZH-HANS", "ZH-HANT"):
             r = await client.post("/deepl/v2/translate", json={"text": ["A dog."], "target_lang": code})
             assert r.status_code == (400 if code == "ZH-HANT" else 200), (code, r.text)
+        # as docs/deepl.md says: a variant no model writes is not supported (it said "no model here translates EN into
+        # ZH-HANT", as if another source would do)
+        assert r.json()["message"].startswith("Value for 'target_lang' not supported: ZH-HANT"), r.text
         # our API alike: a pair model is not picked for a script it does not write (it answered in Simplified)
         for target, status in (("zh-CN", 200), ("zh-Hans", 200), ("zh-TW", 422), ("zh-Hant", 422)):
             r = await client.post("/translate", json={"text": "A dog.", "target": target})
@@ -227,6 +233,12 @@ async def test_glossaries_are_shared_with_our_api_and_used_in_order(served, clie
         ({"entries": "a,b\na,c", "entries_format": "csv"}, 400, "line 2 repeats the source term 'a' of line 1"),
         ({"entries": "a\tb", "entries_format": "xlsx"}, 400, "Value for 'entries_format' not supported"),
         ({"entries": "a\tb", "name": ""}, 400, "Parameter 'name' not specified."),
+        # codes /v2/translate refuses (they were stored as en->de), "auto", and a variant: a glossary's are languages
+        ({"entries": "a\tb", "source_lang": "en-FOO"}, 400, "Value for 'source_lang' not supported: en-FOO"),
+        ({"entries": "a\tb", "target_lang": "de_bar"}, 400, "Value for 'target_lang' not supported: de_bar"),
+        ({"entries": "a\tb", "source_lang": "auto"}, 400, "Value for 'source_lang' not supported: auto"),
+        ({"entries": "a\tb", "target_lang": "DE-DE"}, 400, "Value for 'target_lang' not supported: DE-DE"),
+        ({"entries": "a\tb", "target_lang": "EN-GB"}, 400, "Value for 'target_lang' not supported: EN-GB"),
         ({"entries": "".join(f"t{i}\tx\n" for i in range(g.MAX_ENTRIES + 1))}, 413, "the limit is 10000"),
     ],
 )
@@ -234,6 +246,30 @@ async def test_a_glossary_deepl_refuses_gets_its_status(client, fields, status, 
     body = {"name": "x", "source_lang": "EN", "target_lang": "DE", **fields}
     r = await client.post("/deepl/v2/glossaries", data=body)
     assert r.status_code == status and message in r.json()["message"], r.text
+
+
+async def test_a_language_named_by_its_iso_639_3_code_is_answered_and_kept_in_deepls_form(client):
+    """/v2/translate took `eng` and said ENG was detected; /v2/glossaries refused `eng` and `deu`."""
+    for code in ("eng", "ENG", "en"):
+        r = await client.post("/v2/translate", data={"text": TEXT, "source_lang": code, "target_lang": "deu"})
+        assert r.status_code == 200, r.text
+        assert r.json()["translations"] == [{"detected_source_language": "EN", "text": (await ours(client, TEXT))[0]}]
+    body = {"name": "x", "source_lang": "eng", "target_lang": "DEU", "entries": "man\tMann"}
+    r = await client.post("/deepl/v2/glossaries", data=body)
+    assert r.status_code == 201 and (r.json()["source_lang"], r.json()["target_lang"]) == ("en", "de"), r.text
+    used = {"text": TEXT, "source_lang": "EN", "target_lang": "DE", "glossary_id": r.json()["glossary_id"]}
+    assert (await client.post("/v2/translate", data=used)).status_code == 200
+    assert (await client.delete(f"/v2/glossaries/{r.json()['glossary_id']}")).status_code == 204
+
+
+async def test_a_document_from_auto_is_refused_at_once_as_deepl_refuses_it(client):
+    """It was taken (an id and a key), then its job failed."""
+    for source in ("auto", "EN-FOO"):
+        r = await client.post("/v2/document", data={"target_lang": "DE", "source_lang": source},
+                              files={"file": ("a.txt", b"A dog runs.")})  # fmt: skip
+        assert r.status_code == 400 and r.json()["message"].startswith(
+            f"Value for 'source_lang' not supported: {source}"
+        ), r.text
 
 
 async def test_the_glossary_quota_is_deepls_456(client, monkeypatch):

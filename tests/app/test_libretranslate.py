@@ -229,6 +229,7 @@ OK = {"q": ENGLISH, "source": "en", "target": "de"}
         ({**OK, "q": 5}, "Invalid request: q parameter must be a string or a list of strings"),
         ({**OK, "q": ["a", None]}, "Invalid request: q parameter must be a string or a list of strings"),
         ({**OK, "source": 7}, "Invalid request: source parameter must be a string"),
+        ({**OK, "source": " "}, "Invalid request: missing source parameter"),  # not every model's source
         ({**OK, "target": "xx"}, "xx is not supported"),
         ({**OK, "target": "x" * 100_000}, "x" * 37 + "... is not supported"),  # not the 100 KB name echoed
         ({**OK, "source": "xx"}, "xx is not supported"),
@@ -247,6 +248,15 @@ OK = {"q": ENGLISH, "source": "en", "target": "de"}
 def test_bad_translate_requests_get_a_400_in_libretranslates_shape(base, body, message):
     r = lt(base, "translate", json=body)
     assert r.status_code == 400 and message in r.json()["error"], r.text
+
+
+def test_a_language_is_read_in_any_spelling_our_translate_reads(base):
+    """`deu`, `de-DE`, `en-US` were "not supported" here with pair models, while /translate took them."""
+    expected = ours(base, ENGLISH, source="en", target="de")[0]["text"]
+    for source, target in (("en", "deu"), ("en", "de-DE"), ("en-US", "de"), ("eng", "DE"), ("en_GB", "de_AT")):
+        assert ours(base, ENGLISH, source=source, target=target)[0]["text"] == expected
+        r = lt(base, "translate", data={"q": ENGLISH, "source": source, "target": target})
+        assert r.status_code == 200 and r.json()["translatedText"] == expected, (source, target, r.text)
 
 
 def test_a_field_given_twice_is_read_by_its_first_value_and_alternatives_by_int(base):
