@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench import peers
-from bench.common import corpus_arguments, cpu_description
+from bench.common import check_corpus, corpus_arguments, cpu_description, require_checkpoint, require_files
 
 ENGINES = ["ours_compiled", "ours_compiled_fp32", "ours_eager", "ours_int8_compiled"]
 
@@ -44,7 +44,7 @@ def ratios(new: list[dict], baseline: list[dict]) -> dict[str, float]:
             "max": round(max(per_round), 3)}  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = corpus_arguments(__doc__)
     p.add_argument(
         "--baseline", required=True, help="the checkpoint directory the new one (--model-dir) is timed against"
@@ -52,9 +52,12 @@ def main() -> None:
     p.add_argument("--engine", choices=ENGINES, default="ours_compiled", help="how both decode (bench/peers.py's)")
     p.add_argument("--rounds", type=int, default=5, help="passes per model and batch size, the two taking turns")
     p.add_argument("--ref", help="the reference translations of --src (plain or .gz): also print each model's BLEU")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    check_corpus(p, args)
+    require_checkpoint(p, "--baseline", args.baseline)
+    require_files(p, ref=args.ref)
     sizes = list(map(int, args.batch_sizes.split(",")))
     common = {**vars(args), "beam": 1, "length_penalty": 1.0, "device": "cpu", "limit_batch1": 0}
     models = {

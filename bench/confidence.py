@@ -54,8 +54,9 @@ def load_calibration(directory: Path, split: str) -> Calibration:
         )
     fitted_on = str(calibration.fitted_on.get("src", ""))
     if Path(fitted_on).name.startswith(split):
+        instead = "val" if split != "val" else "a set other than val"
         sys.exit(f"bench/confidence.py: {directory}'s calibration was fitted on {fitted_on}: the figures would not be "
-                 f"held out; fit it on another set (val)")  # fmt: skip
+                 f"held out; fit it on {instead}, or measure another --split")  # fmt: skip
     return calibration
 
 
@@ -109,9 +110,25 @@ def each_pair(p: argparse.ArgumentParser, args: argparse.Namespace, measure: Cal
 def main(argv: list[str] | None = None) -> list[dict]:
     p = pair_arguments(__doc__)
     p.add_argument("--split", default="test_2016_flickr", help="the held-out set (default test_2016_flickr)")
-    p.add_argument("--limit", type=int, help="the first N sentences only")
+    p.add_argument("--limit", type=int, default=0, help="the first N sentences only (0 = all)")
     args = p.parse_args(argv)
-    return each_pair(p, args, lambda pair, directory: measure(pair, directory, args.data, args.split, args.limit))
+    if args.limit < 0:
+        p.error(f"--limit {args.limit}: a number of sentences, at least 0 (0 = all)")
+    for pair in args.pairs:
+        require_pair_files(p, args.data, args.split, pair)
+    limit = args.limit or None
+    return each_pair(p, args, lambda pair, directory: measure(pair, directory, args.data, args.split, limit))
+
+
+def require_pair_files(p: argparse.ArgumentParser, data: Path, split: str, pair: str) -> None:
+    """p.error, naming the splits --data holds, where `split` has no file for one side of `pair` there."""
+    if not data.is_dir():
+        p.error(f"--data {data}: no such directory")
+    for path in pair_files(data, split, pair):
+        if not path.is_file():
+            held = sorted({f.name.split(".")[0] for f in data.glob(f"*.{path.name.split('.')[-2]}.gz")})
+            p.error(f"--split {split}: {path} does not exist (the splits in --data with that language: "
+                    f"{', '.join(held) or 'none'})")  # fmt: skip
 
 
 if __name__ == "__main__":

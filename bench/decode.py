@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import corpus_arguments, load_corpus, pad_batch
+from bench.common import check_corpus, corpus_arguments, load_corpus, pad_batch
 from model.decoding import greedy_decode, greedy_decode_reference
 from model.evaluate import max_new_tokens_for
 
@@ -30,8 +30,10 @@ def run(decode, model, batches) -> tuple[float, int, list[list[int]]]:
     return time.perf_counter() - t0, tokens, out
 
 
-def main() -> None:
-    args = corpus_arguments(__doc__).parse_args()
+def main(argv: list[str] | None = None) -> None:
+    p = corpus_arguments(__doc__)
+    args = p.parse_args(argv)
+    check_corpus(p, args)
     model, tok, encoded = load_corpus(args)
     results = []
     for bs in map(int, args.batch_sizes.split(",")):

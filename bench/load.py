@@ -62,6 +62,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.common import ct2_missing, cuda_missing, sizes
 from bench.peers import ISA_LIMITS, keep_to
 from bench.server import Server
 
@@ -377,15 +378,6 @@ def ct2_in_process(args: argparse.Namespace) -> Iterator[tuple[str, Callable[[in
             stop_worker(child)
 
 
-def sizes(value: str) -> list[int]:
-    """--documents: "1,5,20" -> [1, 5, 20], each at least 1."""
-    out = [int(x) for x in value.split(",")]
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: counts (sentences per document, workers), each at least 1 "
-                                         "(e.g. 1,5,20)")  # fmt: skip
-    return out
-
-
 def documents(sentences: list[str], size: int, paragraph: int = 0) -> list[str]:
     """Consecutive runs of `size` sentences, one document each (a short last run is left out): joined by spaces, with
     a paragraph break after every `paragraph` sentences (0: none). A sentence without a final . ! or ? gets a full
@@ -612,7 +604,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
     p.add_argument("--src", required=True)
-    p.add_argument("--levels", default=None, help="concurrency levels (default 1,8,32,64; 1,32 with --documents)")
+    p.add_argument("--levels", type=sizes, default=None, metavar="N,N,...",
+                   help="concurrency levels (default 1,8,32,64; 1,32 with --documents)")  # fmt: skip
     p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
     p.add_argument("--threads", type=int, default=2, help="torch threads, in-process and in the server")
     p.add_argument("--server-arg", action="append", default=[], help="extra nmt-serve argument (repeatable)")
@@ -653,7 +646,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     p.add_argument("--paragraph", type=int, default=5, help="--documents: a paragraph break after every N sentences "
                    "of a document (0 = none)")  # fmt: skip
     args = p.parse_args(argv)
-    levels = [int(x) for x in (args.levels or ("1,32" if args.documents else "1,8,32,64")).split(",")]
+    if why := cuda_missing(args.device, "leave out --device to run on the CPU"):
+        p.error(why)
+    levels = args.levels or ([1, 32] if args.documents else [1, 8, 32, 64])
     cuda = args.device.startswith("cuda")
     # in-process batches as many sentences as the highest level keeps in flight (documents: each of its largest size)
     in_flight = max(levels) * max(args.documents, default=1)
@@ -662,6 +657,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         print("CTranslate2 rounds skipped on --device cuda: they time CTranslate2 on the CPU "
               "(bench/peers.py --device cuda races on the GPU)", flush=True)  # fmt: skip
         args.ct2_rounds = 0
+    if args.ct2_rounds < 0:
+        p.error(f"--ct2-rounds {args.ct2_rounds}: at least 0 (0 = skip)")
+    if args.ct2_rounds and not args.documents and (why := ct2_missing("skip its rounds with --ct2-rounds 0")):
+        p.error(why)
     if args.dtype != "float32" and not cuda:
         p.error(f"--dtype {args.dtype} needs --device cuda; on the CPU use float32")
     if args.quantize != "none" and cuda:

@@ -86,7 +86,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import corpus_arguments, cpu_description, read_sentences
+from bench.common import (
+    check_corpus,
+    corpus_arguments,
+    cpu_description,
+    ct2_missing,
+    cuda_missing,
+    read_sentences,
+    require_files,
+)
 from model.decoding import max_new_tokens_for  # imports torch, runs nothing in it
 
 ENGINES = [
@@ -783,7 +791,7 @@ def race_cuda(args, names: list[str], sizes: list[int], sentences_note: str) -> 
     }))  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = corpus_arguments(__doc__)
     p.add_argument("--rounds", type=int, help="passes per engine and batch size, the engines taking turns (default: "
                    "3; with --device cuda, 1)")  # fmt: skip
@@ -795,8 +803,8 @@ def main() -> None:
         "where CT2 fails on a model imported from Marian)",
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the greedy race on the GPU")
-    p.add_argument("--limit-batch1", type=int, help="with --device cuda: batch 1 decodes only the first N of the "
-                   "--limit sentences (default 50; 0 = all)")  # fmt: skip
+    p.add_argument("--limit-batch1", type=int, help="batch 1 decodes only the first N of the --limit sentences "
+                   "(default: all on the CPU, 50 with --device cuda; 0 = all)")  # fmt: skip
     p.add_argument("--model", choices=("checkpoint", "opus-shape", "nllb-shape"), default="checkpoint",
                    help="checkpoint: --model-dir; opus-shape: a random Marian model of OPUS-MT's shape; nllb-shape: a "
                    "random M2M100 of NLLB-200-distilled-600M's (built in nmt-nllb-shape beside --opus-dir)")  # fmt: skip
@@ -813,7 +821,7 @@ def main() -> None:
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one engine in this process
     p.add_argument("--ct2-dir", help=argparse.SUPPRESS)  # internal: the converted model
     p.set_defaults(batch_sizes=None, limit=None)  # by device (DEFAULTS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     for key, value in DEFAULTS[args.device].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -822,12 +830,14 @@ def main() -> None:
 
     if args.beam < 1:
         p.error("--beam must be at least 1")
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: at least 1")
+    if args.limit_batch1 < 0:
+        p.error(f"--limit-batch1 {args.limit_batch1}: a number of sentences, at least 0 (0 = all)")
+    check_corpus(p, args, model_dir=args.model == "checkpoint")  # the others are built in --opus-dir's place
+    require_files(p, ref=args.ref)
     if args.device == "cuda":
         return main_cuda(p, args)
-    if args.model == "opus-shape":
-        args.model_dir = opus_shape(args.opus_dir, args.src)[0]
-    if args.model == "nllb-shape":
-        args.model_dir = nllb_shape(args.opus_dir.with_name("nmt-nllb-shape"), args.src)[0]
     default = [n for n in ENGINES if n not in ON_REQUEST]
     names = args.engines.split(",") if args.engines else BEAM_ENGINES if args.beam > 1 else default
     if unknown := [n for n in names if n.removesuffix(BASE) not in ENGINES]:
@@ -841,6 +851,14 @@ def main() -> None:
         p.error(
             f"{compiled}: the logit screen is greedy decoding's; beam search runs ours_compiled (or ours_eager, ours_int8)"
         )
+    if ct2s := [n for n in names if n.startswith("ct2_")]:
+        others = [n for n in names if n not in ct2s] or ["ours_compiled", "ours_eager"]
+        if why := ct2_missing(f"leave the ct2_* engines out (--engines {','.join(others)})"):
+            p.error(f"{', '.join(ct2s)}: {why}")
+    if args.model == "opus-shape":
+        args.model_dir = opus_shape(args.opus_dir, args.src)[0]
+    if args.model == "nllb-shape":
+        args.model_dir = nllb_shape(args.opus_dir.with_name("nmt-nllb-shape"), args.src)[0]
     sizes = list(map(int, args.batch_sizes.split(",")))
     decoding = f"beam {args.beam}, length penalty {args.length_penalty:g}" if args.beam > 1 else "greedy"
     cpu = cpu_description() + keep_to(args.isa)  # the engines' processes inherit the limits
@@ -880,14 +898,11 @@ def main() -> None:
                 per_round = sorted(t["seconds"] / m["seconds"] for m, t in zip(passes[mine], passes[theirs]))
                 row[f"{mine}/{theirs}"] = round(statistics.median(per_round), 2)
                 ranges[f"{mine}/{theirs}"] = (per_round[0], per_round[-1])
-        ref = best.get("ours_eager") or best.get("ours_compiled_fp32") or best.get("ours_compiled")
-        identical = {}
-        if ref:
-            for name, x in best.items():
-                if x is not ref:
-                    row[f"match_{name}_vs_ours_fp32"] = round(same(x["outputs"], ref["outputs"]), 4)
-                    identical[name] = sum(a == b for a, b in zip(x["outputs"], ref["outputs"]))
-                    row[f"identical_{name}_vs_ours_fp32"] = identical[name]
+        reference, identical = agreement(best)
+        row["reference"] = reference  # the keys below say ours_fp32 whichever of ours it was
+        for name, count in identical.items():
+            row[f"match_{name}_vs_ours_fp32"] = round(count / n, 4)
+            row[f"identical_{name}_vs_ours_fp32"] = count
         rows.append(row)
 
         print(f"batch {bs} ({n} sentences, {decoding}, {args.threads} threads, each engine in its own process, best "
@@ -897,14 +912,43 @@ def main() -> None:
             print(f"  {name:<18} {row[f'{name}_sent_s']:>8} sent/s {row[f'{name}_tok_s']:>9} tok/s{backend}")
         ratios = [f"{k} = {v}x (rounds {ranges[k][0]:.2f}-{ranges[k][1]:.2f})" for k, v in row.items() if "/" in k]
         print("  " + " | ".join(ratios) + " (sentences/s, median of the per-round ratios)")
-        matches = [f"{name}_vs_ours_fp32 {count / n:.1%} ({count}/{n})" for name, count in identical.items()]
-        print("  same tokens: " + ", ".join(matches), flush=True)
+        print("  " + same_tokens_line(reference, identical, n, args.beam == 1), flush=True)
         if args.ref:
             scores = bleu(args, {name: x["outputs"] for name, x in best.items()})
             row |= {f"{name}_bleu_lc": score for name, score in scores.items()}
             print("  BLEU (sacreBLEU, lowercased) against --ref: "
                   + ", ".join(f"{name} {score:.2f}" for name, score in scores.items()), flush=True)  # fmt: skip
     print(json.dumps(rows))
+
+
+# the engine whose tokens the others are compared with, the first of these that ran: float32 greedy's tokens (or beam
+# search's); ours_compiled last, as it may pick its tokens through the bfloat16 logit screen
+REFERENCES = ("ours_eager", "ours_compiled_fp32", "ours_compiled")
+
+
+def agreement(best: dict[str, dict]) -> tuple[str | None, dict[str, int]]:
+    """The reference (REFERENCES' first that ran; None when none did) and, per other engine, how many sentences it
+    decoded to the reference's tokens."""
+    reference = next((name for name in REFERENCES if name in best), None)
+    if reference is None:
+        return None, {}
+    ref = best[reference]["outputs"]
+    return reference, {name: sum(a == b for a, b in zip(x["outputs"], ref)) for name, x in best.items()
+                       if name != reference}  # fmt: skip
+
+
+def same_tokens_line(reference: str | None, identical: dict[str, int], n: int, greedy: bool = True) -> str:
+    """What the race prints of `agreement`: the engines compared, or why none were (greedy: ours_compiled screens
+    its logits; beam search's does not)."""
+    if reference is None:
+        return (f"same tokens: not compared: no float32 engine of ours ran (one of {', '.join(REFERENCES)}; "
+                "add one to --engines)")  # fmt: skip
+    screened = reference == "ours_compiled" and greedy
+    what = "with the bfloat16 logit screen where the CPU has bfloat16 matmuls" if screened else "float32"
+    if not identical:
+        return f"same tokens: not compared: only {reference} ran"
+    matches = ", ".join(f"{name} {count / n:.1%} ({count}/{n})" for name, count in identical.items())
+    return f"same tokens as {reference} ({what}): {matches}"
 
 
 def bleu(args, outputs: dict[str, list[list[int]]]) -> dict[str, float]:
@@ -925,17 +969,13 @@ def bleu(args, outputs: dict[str, list[list[int]]]) -> dict[str, float]:
 
 def main_cuda(p: argparse.ArgumentParser, args) -> None:
     """--device cuda: check what was asked, then race_cuda."""
-    import torch
-
     if args.beam != 1:
         p.error("--device cuda races greedy decoding only: leave out --beam")
     names = args.engines.split(",") if args.engines else CUDA_ENGINES
     if unknown := [n for n in names if n not in CUDA_ENGINES + HF_ENGINES]:
         p.error(f"unknown engines {unknown} for --device cuda: choose from {CUDA_ENGINES + HF_ENGINES}")
-    if not torch.cuda.is_available():
-        built = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a build without CUDA"
-        p.error(f"--device cuda: PyTorch finds no CUDA device here (torch {torch.__version__}, {built}); run it on a "
-                "machine with an NVIDIA GPU, or leave out --device for the CPU race")  # fmt: skip
+    if why := cuda_missing(args.device, "leave out --device for the CPU race"):
+        p.error(why)
     sizes = list(map(int, args.batch_sizes.split(",")))
     note = f"first {args.limit or 'all'} of {args.src}"
     if 1 in sizes and args.limit_batch1:

@@ -1,6 +1,7 @@
 """Soak test: a real nmt-serve under a mixed load for minutes, watching errors, tail latency and memory.
 
     python bench/soak.py [--model-dir DIR] [--minutes 5] [--concurrency 32] [--src test_2016_flickr.en.gz]
+        [--no-compile]   (the eager model: no minutes of compiling first)
 
 Starts `nmt-serve` (bench/load.py's helper), warms it up with the same mix for --warmup-s seconds, reads
 the server's RSS, then runs --concurrency clients for --minutes. Each client loops over a mix of requests:
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import sys
 import threading
@@ -147,7 +149,7 @@ def gauges(url: str) -> dict[str, float]:
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name in wanted}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
     p.add_argument("--src", default=str(DEFAULT_SRC), help="sentences, one a line (plain or .gz)")
@@ -160,12 +162,26 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="torch threads in the server")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--server-arg", action="append", default=[], help="extra nmt-serve argument (repeatable)")
-    args = p.parse_args()
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="serve the eager model "
+                   "(NMT_COMPILE=off; also the default where NMT_COMPILE is off or false in the environment) instead "
+                   "of compiling its graphs before the load, which takes minutes")  # fmt: skip
+    p.set_defaults(compile=os.environ.get("NMT_COMPILE", "").lower() not in ("off", "false", "0", "no"))
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
 
     from model.tokenizer import read_lines
 
     sentences = [s for s in read_lines(args.src) if s.strip()] if Path(args.src).exists() else FALLBACK
-    with running_server(args.model_dir, args.threads, args.server_arg) as (url, server):
+    if args.compile:
+        print("starting nmt-serve, which compiles its graphs before it serves (NMT_COMPILE=blocking): minutes on a "
+              "first start, seconds with them on disk; waiting up to 15 minutes for it (--no-compile serves the eager "
+              "model at once)", flush=True)  # fmt: skip
+    else:
+        print("starting nmt-serve with the eager model (NMT_COMPILE=off)", flush=True)
+    with running_server(args.model_dir, args.threads, args.server_arg, args.compile) as (url, server):
         asyncio.run(run(url, sentences, args.concurrency, args.warmup_s, args.seed + 1))
         rss_start = rss_mb(server.pid)
         print(f"warm-up {args.warmup_s:g} s done; server RSS {rss_start:.1f} MB", flush=True)

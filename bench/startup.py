@@ -43,7 +43,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.common import DEFAULT_MODEL, cpu_description
+from bench.common import DEFAULT_MODEL, cpu_description, require_checkpoint, require_files
 from bench.server import Server, free_port
 from model.tokenizer import read_lines
 
@@ -151,7 +151,7 @@ def resident_mb(pid: int) -> float | None:
     return None
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-dir", default=str(DEFAULT_MODEL))
     p.add_argument("--src", required=True, help="sentences to translate (text or .gz, one per line)")
@@ -163,7 +163,11 @@ def main() -> None:
     p.add_argument("--source", help="the requests' source language (a model of many languages needs it)")
     p.add_argument("--target", help="the requests' target language (a model of many languages needs it)")
     p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {list(RUNS)}, in order")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if unknown := [name for name in args.runs.split(",") if name not in RUNS]:
+        p.error(f"--runs: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(RUNS)}")
+    require_files(p, src=args.src)
+    require_checkpoint(p, "--model-dir", args.model_dir)
     texts = list(read_lines(args.src))[:200]
     print(f"CPU: {cpu_description()}", flush=True)
     quantize = os.environ.get("NMT_QUANTIZE", "none")

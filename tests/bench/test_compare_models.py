@@ -54,3 +54,20 @@ def test_rounds_below_one_are_refused(tmp_path, tiny_checkpoint):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2 and "--rounds must be at least 1" in done.stderr
+
+
+def test_a_baseline_source_or_reference_that_is_not_there_is_refused_before_any_work(tmp_path, tiny_checkpoint):
+    src = tmp_path / "src.en"
+    src.write_text("".join(s + "\n" for s in SENTENCES))
+    base = [sys.executable, str(BENCH / "compare_models.py"), "--model-dir", str(tiny_checkpoint)]
+    cases = [
+        (["--baseline", str(tmp_path / "old"), "--src", str(src)], f"--baseline {tmp_path / 'old'}: no such directory"),
+        (["--baseline", str(tiny_checkpoint), "--src", str(tmp_path / "none")],
+         f"--src {tmp_path / 'none'}: no such file"),
+        (["--baseline", str(tiny_checkpoint), "--src", str(src), "--ref", str(tmp_path / "ref")],
+         f"--ref {tmp_path / 'ref'}: no such file"),
+    ]  # fmt: skip
+    for args, message in cases:
+        done = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert not done.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench.gpu import Step, last_json, plan, read_junit, render_markdown, run_step, unavailable
 from bench.load import parse_args
+from tests.bench.helpers import pretend_a_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,7 +124,8 @@ def test_gpu_refuses_unknown_groups_and_a_missing_test_set(tmp_path):
     assert bad.returncode == 2 and "lunch" in bad.stderr
 
 
-def test_load_on_cuda_decodes_in_process_at_the_top_level_and_leaves_ctranslate2_out():
+def test_load_on_cuda_decodes_in_process_at_the_top_level_and_leaves_ctranslate2_out(monkeypatch):
+    pretend_a_gpu(monkeypatch)
     args, levels, batch, settings = parse_args(["--src", "x", "--device", "cuda", "--dtype", "float16",
                                                 "--levels", "1,32,512"])  # fmt: skip
     assert (levels, batch, args.ct2_rounds) == ([1, 32, 512], 512, 0)

@@ -9,6 +9,7 @@ import pytest
 
 from app.segment import segment
 from bench import load
+from tests.bench.helpers import pretend_a_gpu, pretend_no_gpu, without_ctranslate2
 
 SENTENCES = ["A dog runs.", "Two men wearing black in a city", "Is it raining?", "  A child swims!  ", "A cat sits."]
 
@@ -65,7 +66,44 @@ def test_documents_switch_the_levels_and_the_queue_and_leave_the_default_as_it_w
 def test_a_size_below_one_is_refused(capsys):
     with pytest.raises(SystemExit):
         load.parse_args(["--src", "x", "--documents", "1,0"])
-    assert "sentences per document, workers), each at least 1" in capsys.readouterr().err
+    assert "argument --documents: '1,0': comma-separated whole numbers, each at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("levels", ["0", "1,0,32", "1,x", ""])
+def test_a_level_below_one_or_not_a_number_is_refused_as_the_workers_are(levels, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        load.parse_args(["--src", "x", "--levels", levels])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and f"argument --levels: {levels!r}: comma-separated whole numbers" in err
+    assert "Traceback" not in err
+
+
+def test_device_cuda_without_a_gpu_is_refused_as_peers_refuses_it(monkeypatch, capsys):
+    pretend_no_gpu(monkeypatch)
+    with pytest.raises(SystemExit) as stopped:
+        load.parse_args(["--src", "x", "--device", "cuda", "--levels", "1,32"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "--device cuda: PyTorch finds no CUDA device here" in err
+    assert "leave out --device to run on the CPU" in err
+    pretend_a_gpu(monkeypatch)
+    with pytest.raises(SystemExit):
+        load.parse_args(["--src", "x", "--device", "cuda:3"])
+    err = capsys.readouterr().err
+    assert "--device cuda:3: there is no such device here; PyTorch finds 1 (cuda:0 to cuda:0)" in err
+    with pytest.raises(SystemExit):
+        load.parse_args(["--src", "x", "--device", "gpu"])
+    assert "--device gpu: not a device; use cpu, cuda or cuda:N" in capsys.readouterr().err
+
+
+def test_without_ctranslate2_its_rounds_are_refused_before_any_work_and_the_way_out_is_named(monkeypatch, capsys):
+    without_ctranslate2(monkeypatch)
+    with pytest.raises(SystemExit) as stopped:
+        load.parse_args(["--src", "x"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "CTranslate2 is not installed" in err
+    assert "bash scripts/install.sh bench" in err and "--ct2-rounds 0" in err
+    assert load.parse_args(["--src", "x", "--ct2-rounds", "0"])[0].ct2_rounds == 0
+    assert load.parse_args(["--src", "x", "--documents", "1,5"])[0].documents == [1, 5]  # documents race no peer
 
 
 def test_quantize_reaches_the_server_and_isa_is_a_known_limit():
@@ -79,7 +117,8 @@ def test_quantize_reaches_the_server_and_isa_is_a_known_limit():
         load.parse_args(["--src", "x.txt", "--isa", "sse2"])
 
 
-def test_on_a_gpu_documents_are_raced_against_a_batch_of_what_the_highest_level_keeps_in_flight():
+def test_on_a_gpu_documents_are_raced_against_a_batch_of_what_the_highest_level_keeps_in_flight(monkeypatch):
+    pretend_a_gpu(monkeypatch)
     _, levels, batch, _ = load.parse_args(["--src", "x", "--device", "cuda", "--documents", "1,8", "--levels", "32"])
     assert (levels, batch) == ([32], 32 * 8)
     assert load.parse_args(["--src", "x", "--device", "cuda", "--levels", "1,32,256"])[2] == 256
@@ -131,6 +170,7 @@ def test_mps_is_stopped_when_the_run_fails(fake_mps_control, tmp_path):
 
 
 def test_mps_without_its_control_program_or_without_a_gpu_is_refused(tmp_path, monkeypatch, capsys):
+    pretend_a_gpu(monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SystemExit, match="no nvidia-cuda-mps-control on the PATH"), load.mps_daemon(tmp_path):
         pass

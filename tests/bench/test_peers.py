@@ -15,6 +15,7 @@ import torch
 from bench import peers
 from model.checkpoint import load_checkpoint
 from model.decoding import max_new_tokens_for
+from tests.bench.helpers import refused, without_ctranslate2
 from tests.importers.marian_fixture import held_out_sentences
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -251,3 +252,72 @@ def test_an_engine_named_at_base_runs_from_the_baseline_checkout_in_the_same_rou
     rows = json.loads(done.stdout.strip().splitlines()[-1])
     for row in rows:
         assert row["ours_eager/ours_eager@base"] > 0 and row["identical_ours_eager@base_vs_ours_fp32"] == 3
+
+
+def refusal(capsys, argv: list[str]) -> str:
+    return refused(capsys, peers.main, argv)
+
+
+def test_files_that_are_not_there_are_refused_at_the_start(tmp_path, tiny_checkpoint, capsys):
+    src = tmp_path / "src.en"
+    src.write_text("A dog runs.\n")
+    ours = ["--model-dir", str(tiny_checkpoint), "--engines", "ours_eager"]
+    assert f"--ref {tmp_path / 'ref.de'}: no such file" in refusal(
+        capsys, [*ours, "--src", str(src), "--ref", str(tmp_path / "ref.de")]
+    )
+    assert f"--src {tmp_path / 'none.en'}: no such file" in refusal(capsys, [*ours, "--src", str(tmp_path / "none.en")])
+    missing = tmp_path / "no-model"
+    assert f"--model-dir {missing}: no such directory" in refusal(
+        capsys, ["--model-dir", str(missing), "--src", str(src)]
+    )
+    assert f"--model-dir {tmp_path}: not a checkpoint directory (it has no config.json)" in refusal(
+        capsys, ["--model-dir", str(tmp_path), "--src", str(src)]
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "1,0", "1,x", "-32"])
+def test_batch_sizes_below_one_or_not_numbers_are_refused(tmp_path, value, capsys):
+    src = tmp_path / "src.en"
+    src.write_text("A dog runs.\n")
+    err = refusal(capsys, ["--src", str(src), f"--batch-sizes={value}"])
+    assert f"argument --batch-sizes: {value!r}: comma-separated whole numbers, each at least 1" in err
+
+
+def test_without_ctranslate2_its_engines_are_refused_before_any_work(tmp_path, tiny_checkpoint, monkeypatch, capsys):
+    without_ctranslate2(monkeypatch)
+    src = tmp_path / "src.en"
+    src.write_text("A dog runs.\n")
+    err = refusal(capsys, ["--model-dir", str(tiny_checkpoint), "--src", str(src), "--engines", "ct2_fp32,ours_eager"])
+    assert "ct2_fp32: CTranslate2 is not installed: install the bench extra (bash scripts/install.sh bench)" in err
+    assert "leave the ct2_* engines out (--engines ours_eager)" in err
+    err = refusal(capsys, ["--model-dir", str(tiny_checkpoint), "--src", str(src)])  # the default engines
+    assert "ct2_fp32, ct2_fp32_dnnl, ct2_int8, ct2_int8_dnnl: CTranslate2 is not installed" in err
+
+
+def best(**outputs: list[list[int]]) -> dict[str, dict]:
+    return {name: {"outputs": out} for name, out in outputs.items()}
+
+
+def test_same_tokens_names_the_engines_compared_and_says_when_none_could_be():
+    a, b = [[1], [2], [3], [4]], [[1], [2], [0], [4]]
+    reference, identical = peers.agreement(best(ct2_fp32=b, ours_compiled=a, ours_eager=a))
+    assert (reference, identical) == ("ours_eager", {"ct2_fp32": 3, "ours_compiled": 4})
+    assert peers.same_tokens_line(reference, identical, 4) == (
+        "same tokens as ours_eager (float32): ct2_fp32 75.0% (3/4), ours_compiled 100.0% (4/4)"
+    )
+    reference, identical = peers.agreement(best(ct2_fp32=b, ours_compiled=a))  # the screened one is all there is
+    line = peers.same_tokens_line(reference, identical, 4)
+    assert line.startswith("same tokens as ours_compiled (with the bfloat16 logit screen") and "ct2_fp32 75.0%" in line
+    assert "(float32)" in peers.same_tokens_line(reference, identical, 4, greedy=False)  # beam search screens nothing
+    assert peers.agreement(best(ct2_fp32=a, ct2_int8=b)) == (None, {})
+    assert peers.same_tokens_line(None, {}, 4).startswith("same tokens: not compared: no float32 engine of ours ran")
+    alone = peers.same_tokens_line(*peers.agreement(best(ours_eager=a)), 4)
+    assert alone == "same tokens: not compared: only ours_eager ran"
+
+
+def test_limit_batch1_says_it_applies_on_the_cpu_too(capsys):
+    with pytest.raises(SystemExit):
+        peers.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "batch 1 decodes only the first N of the --limit sentences (default: all on the CPU, 50 with --device cuda" \
+        in text  # fmt: skip
