@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import peers
+from bench import decode, peers
 from model.checkpoint import load_checkpoint
 from model.decoding import max_new_tokens_for
 from tests.bench.helpers import refused, without_ctranslate2
@@ -275,11 +275,12 @@ def test_files_that_are_not_there_are_refused_at_the_start(tmp_path, tiny_checkp
     )
 
 
-@pytest.mark.parametrize("value", ["0", "1,0", "1,x", "-32"])
-def test_batch_sizes_below_one_or_not_numbers_are_refused(tmp_path, value, capsys):
+@pytest.mark.parametrize("value", ["0", "1,0", "1,x", "1,,32", "-32"])
+@pytest.mark.parametrize("script", [peers, decode], ids=["peers", "decode"])
+def test_batch_sizes_below_one_or_not_numbers_are_refused(tmp_path, script, value, capsys):
     src = tmp_path / "src.en"
     src.write_text("A dog runs.\n")
-    err = refusal(capsys, ["--src", str(src), f"--batch-sizes={value}"])
+    err = refused(capsys, script.main, ["--src", str(src), f"--batch-sizes={value}"])
     assert f"argument --batch-sizes: {value!r}: comma-separated whole numbers, each at least 1" in err
 
 
