@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 from app.html.document import Block, InlineTag, Node, Unit
 from app.protect.masking import CLOSING, after_sentence, forward
 from app.protect.restoring import word_char
-from app.segment import blank
+from app.segment import blank, segment
 
 if TYPE_CHECKING:
     from app.protect.spans import Protect
 
 WHITESPACE = " \t\n\r\f"  # HTML's
+_ENDED = re.compile(r"(?:^|[.!?。！？])[ \t]*\Z")  # a run that ends a sentence (or has no text), then spaces at most
 _PIECES = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)|[ \t\n\r\f]+|[^& \t\n\r\f]+|&")
 
 
@@ -180,13 +181,27 @@ def _own_sentence(out: list, i: int, taken: dict[int, list[int]]) -> bool:
         j += 1
     if not opened or not closed or j == len(out) or out[j][0] != "text" or taken.get(j, [0])[0]:
         return False
-    before = html.unescape(out[k][1]) if k >= 0 and out[k][0] == "text" else "" if k < 0 else _beside(out, i, -1)
+    before = _written_before(out, k + 1)
     closing = CLOSING.match(out[j][1])
-    if not closing or not after_sentence(before):
-        return False
+    if not closing or not _ENDED.search(before) or out[j][1][closing.end() : closing.end() + 1] not in ("", " "):
+        return False  # not after a full stop and plain spaces, or not before a space: "runs.\n<b>{x}</b>.\nA" as read
+    after = html.unescape(out[j][1][closing.end() :])
+    if before.strip() and after.strip() and len(segment(html.unescape(before) + after)) < 2:
+        return False  # the splitter reads on ("sees Mr. <b>{x}</b>. A"): the full stop was the sentence's
     taken[j] = [closing.end(), taken.get(j, [0, len(out[j][1])])[1]]
     closed[-1].after, closed[-1].right = closing[0], out[j][1][closing.end() : closing.end() + 1] or None
     return True
+
+
+def _written_before(out: list, i: int) -> str:
+    """The flow's text before item i of `out` as written (entities too), across tags back to its last character other
+    than whitespace."""
+    parts = []
+    for kind, x, _ in reversed(out[:i]):
+        parts.append(x if kind == "text" else " " if kind == "joiner" else x.text if kind == "leaf" else "")
+        if parts[-1].strip():
+            break
+    return "".join(reversed(parts))
 
 
 def _beside(out: list, i: int, step: int) -> str:

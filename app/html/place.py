@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from app.html.document import Alignment, Node
 
 _END = itemgetter(1)  # a range's end: the key that bisects sorted disjoint ranges by where they end
+_SENTENCE_END = ".!?。！？"
 
 
 def put_back(roots: list[Node], source: str, translation: str, alignment: Alignment | None) -> list:
@@ -343,7 +344,7 @@ def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node,
                 trail = " "  # showing nothing, between two words as its source was: "einem <img> Fahrrad"
             out += [lead, *n.start]
             last, at = lead or last, x
-            stack.append((n.children, 0, y, n.end + (n.after if edges[n] else "") + trail))
+            stack.append((n.children, 0, y, n.end + _after(n, tgt, x, edges[n]) + trail))
             continue
         if n in withheld:
             continue
@@ -351,6 +352,15 @@ def _emit(roots: list[Node], src: str, tgt: str, placed: dict, edges: dict[Node,
         out += [lead, *n.start, trail]
         last, at = (trail or n.text or edges[n] or last)[-1:], y  # edges: a protected span's own last character
     return out
+
+
+def _after(n: Node, tgt: str, x: int, shown: str) -> str:
+    """The punctuation an element standing as a sentence of its own took with it (Node.after), where it went between
+    two sentences of the translation (after one's end, or at the start, and not before punctuation): not where the
+    alignment put it inside a sentence or before the sentence's own full stop, which it would double."""
+    before, ahead = tgt[:x].rstrip()[-1:], tgt[x:].lstrip()[:1]
+    between = (not before or before in _SENTENCE_END) and not (ahead and ahead in _SENTENCE_END + "…,;:，；：)]")
+    return n.after if shown and between else ""
 
 
 def _spacing(n: Node, shown: str, src: str, last: str, ahead: str) -> tuple[str, str]:

@@ -724,3 +724,12 @@ def test_an_element_holding_only_a_span_as_a_sentence_of_its_own_takes_its_closi
                  ((20, 24), (16, 19)), ((25, 30), (20, 24)), ((30, 31), (24, 25))]  # fmt: skip
     out = [d.render(["Der Hund rennt. Ein Mann sitzt."], [alignment]) for d in docs[:2]]
     assert out == ["<p>Der Hund rennt. <b>{x}</b>. Ein Mann sitzt.</p>", "<p>Der Hund rennt.<b>{x}</b>! Ein Mann sitzt.</p>"]  # fmt: skip
+    # placed before the translation's own full stop (its source's unaligned), it does not write a second one
+    out = docs[0].render(["Der Hund rennt. Ein Mann sitzt."], [[a for a in alignment if a[1] != (12, 13)]])
+    assert out == "<p>Der Hund rennt <b>{x}</b>. Ein Mann sitzt.</p>", out
+    # not where the splitter reads on, nor across a line break or &nbsp;: the full stop stays the text's (taken, it
+    # joined two sentences, and the element wrote it inside one)
+    kept = ["<p>A man is named: <b>{name}</b>. A dog runs.</p>", "<p>A man sees Mr. <b>{x}</b>. A man sits.</p>",
+            "<p>The dog runs.\n<b>{x}</b>.\nA man sits.</p>", "<p>The dog runs.&nbsp;<b>{x}</b>. A man sits.</p>",
+            "<p>The <i>dog runs</i> <b>{x}</b>. A man sits.</p>"]  # fmt: skip
+    assert [parse(p, protect).units[0].text.count(".") for p in kept] == [p.count(".") for p in kept]
