@@ -8,11 +8,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import PurePath
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.routing import APIRoute
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 
 from app import detect
@@ -116,7 +116,7 @@ async def fields(request: Request) -> dict[str, Any]:
             values["api_key"] = scrub(request.query_params["api_key"])
         return values
     try:
-        form = await request.form()
+        form = await form_of(request)
     except HTTPException as e:  # a malformed body; a 413 from the body limit goes on
         if e.status_code != 400:
             raise
@@ -130,6 +130,15 @@ async def fields(request: Request) -> dict[str, Any]:
     if isinstance(values.get("q"), str):
         values["q"] = "\n".join(values["q"].splitlines())
     return values
+
+
+async def form_of(request: Request) -> FormData:
+    """The request's form, an urlencoded body read as UTF-8 as Flask (LibreTranslate) and DeepL read it: Starlette
+    reads its raw bytes as Latin-1, so `curl -d 'q=ß'` (not percent-encoded) was "Ã\x9f"."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
+        body = (await request.body()).decode("utf-8", errors="replace")
+        return FormData(parse_qsl(body, keep_blank_values=True, errors="replace"))
+    return await request.form()
 
 
 def scrubbed(value: Any) -> Any:

@@ -13,7 +13,7 @@ from app import glossaries as g
 from app.deepl.errors import DeepLError
 from app.deepl.languages import checked
 from app.html import Rules, xml_rules
-from app.libretranslate import scrubbed
+from app.libretranslate import form_of, scrubbed
 from app.schemas import scrub
 
 MAX_GLOSSARY_IDS = 5  # glossary_ids, as DeepL's
@@ -41,7 +41,7 @@ async def fields(request: Request) -> dict[str, Any]:
             raise DeepLError(400, "the body is not a JSON object; send the fields as one, or form-encoded")
         return {k: scrubbed(v) for k, v in values.items()}
     try:
-        form = await request.form()
+        form = await form_of(request)
     except HTTPException as e:
         if e.status_code != 400:
             raise

@@ -35,6 +35,27 @@ async def ours(client, text, **body) -> list[str]:
     return [t["text"] for t in r.json()["translations"]]
 
 
+async def test_a_form_of_raw_utf_8_is_read_as_utf_8_as_deepl_and_libretranslate_read_it(client):
+    """Found by black-box testing: `curl -d 'text=ßßßß'` sends the text's UTF-8 bytes as they are (not percent-encoded),
+    and Starlette's form parser read them as Latin-1: 8 billed characters and a translation of "ÃÃÃÃ"."""
+    raw = {"content-type": "application/x-www-form-urlencoded"}
+    text = "A naïve dog — ßß, 狗."
+    fields = {"text": text, "target_lang": "DE", "show_billed_characters": "1"}
+    encoded = (await client.post("/v2/translate", data=fields)).json()
+    r = await client.post(
+        "/v2/translate", content="&".join(f"{k}={v}" for k, v in fields.items()).encode(), headers=raw
+    )
+    assert r.json() == encoded and encoded["translations"][0]["billed_characters"] == len(text), r.text
+    fields = {"q": text, "source": "en", "target": "de"}
+    encoded = (await client.post("/libretranslate/translate", data=fields)).json()
+    r = await client.post(
+        "/libretranslate/translate", content="&".join(f"{k}={v}" for k, v in fields.items()).encode(), headers=raw
+    )
+    assert r.json() == encoded and "translatedText" in encoded, r.text
+    bad = await client.post("/v2/translate", content=b"text=A dog \xff runs.&target_lang=DE", headers=raw)
+    assert bad.status_code == 200, bad.text  # a byte that is not UTF-8: replaced, as Flask does, not a 500
+
+
 async def test_json_form_and_the_root_mount_get_the_same_answer_as_our_api(client):
     texts = ["Two dogs play.", TEXT]
     expected = {
@@ -259,6 +280,12 @@ async def test_a_language_named_by_its_iso_639_3_code_is_answered_and_kept_in_de
     assert r.status_code == 201 and (r.json()["source_lang"], r.json()["target_lang"]) == ("en", "de"), r.text
     used = {"text": TEXT, "source_lang": "EN", "target_lang": "DE", "glossary_id": r.json()["glossary_id"]}
     assert (await client.post("/v2/translate", data=used)).status_code == 200
+    assert (await client.delete(f"/v2/glossaries/{r.json()['glossary_id']}")).status_code == 204
+    # ISO 639-2/B's `ger` too, in the answer and in the glossary kept (it was answered "de" and kept as "ger")
+    r = await client.post("/deepl/v2/glossaries", data={**body, "target_lang": "ger"})
+    assert r.status_code == 201 and r.json()["target_lang"] == "de", r.text
+    kept = (await client.get(f"/glossaries/{r.json()['glossary_id']}")).json()
+    assert (kept["source_lang"], kept["target_lang"]) == ("en", "de"), kept
     assert (await client.delete(f"/v2/glossaries/{r.json()['glossary_id']}")).status_code == 204
 
 
