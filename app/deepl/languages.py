@@ -6,7 +6,7 @@ import re
 
 from app.deepl.errors import DeepLError
 from app.engine import EngineUnavailable
-from app.languages import ISO_639_1, UnknownLanguage, cut, english_name, equivalents, parse
+from app.languages import ALIASES, BIBLIOGRAPHIC, ISO_639_1, UnknownLanguage, cut, english_name, equivalents, parse
 from app.libretranslate import NAMES, listed, many, targets
 from app.models import Models, UnknownModel
 from app.text import Engine
@@ -34,8 +34,9 @@ def deepl_code(code: str) -> str:
 
 def iso_code(code: str) -> str:
     """A language code as DeepL writes it, lower case: ISO 639-1 where a request named the language by its ISO 639-3
-    counterpart (`eng` -> `en`, `deu` -> `de`; not `prs`, Dari, which `fa` does not mean), else the code itself."""
-    code = base(code)
+    or 639-2/B counterpart or an old code (`eng`, `ger` -> `de`, `iw` -> `he`; not `prs`, Dari, which `fa` does not
+    mean), else the code itself."""
+    code = ALIASES.get(base(code)) or BIBLIOGRAPHIC.get(base(code)) or base(code)  # `iw` -> `he`, `ger` -> `de`
     return next((two for two, threes in ISO_639_1.items() if threes.split()[0] == code), code)
 
 
