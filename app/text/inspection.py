@@ -70,13 +70,15 @@ async def attention(
     (src,), _ = await asyncio.to_thread(
         engine.limits.sources, engine.tokenizer, [text], False, True, None, decoding.source, truncatable=False
     )  # fmt: skip
+    shown = None  # the translation, where it is not its tokens' text
     if target is not None:
         tgt = await asyncio.to_thread(engine.tokenizer.encode, target, "target", False)
         if len(tgt) > engine.max_new_tokens:
             raise InputTooLong(f"target has {len(tgt)} tokens; the limit is {engine.max_new_tokens}")
     elif not worded(text):  # as /translate: a text without a letter comes back as written (a blank one as ""), not the
-        tgt = await asyncio.to_thread(engine.tokenizer.encode, text, "target", False)  # model's: it is the target,
-        tgt = tgt[: max_new_tokens_for(len(src), engine.max_new_tokens)]  # cut where the model's own would stop
+        whole = await asyncio.to_thread(engine.tokenizer.encode, text, "target", False)  # model's: it is the target,
+        tgt = whole[: max_new_tokens_for(len(src), engine.max_new_tokens)]  # cut where the model's own would stop
+        shown = text if len(tgt) == len(whole) else None  # as written, where a vocabulary has no piece for it (<unk>)
     else:
         async with engine.deadline():
             (hyp,) = await engine.core.generate([src], [max_new_tokens_for(len(src), engine.max_new_tokens)], start)
@@ -84,6 +86,7 @@ async def attention(
     weights = await engine.core.attention(src, tgt, layers, heads, average_heads, start)
     return Attention(
         [engine.tokenizer.id_to_token(i, "source") for i in src],
-        [engine.tokenizer.id_to_token(i) for i in weights.decoder_ids], engine.tokenizer.decode(tgt), layers, heads,
+        [engine.tokenizer.id_to_token(i) for i in weights.decoder_ids],
+        engine.tokenizer.decode(tgt) if shown is None else shown, layers, heads,
         weights.encoder, weights.decoder, weights.cross,
     )  # fmt: skip

@@ -393,6 +393,18 @@ async def test_attention_in_the_requested_languages_is_transformers_output_atten
     assert torch.allclose(torch.tensor(default["cross_attention"], dtype=torch.float64), theirs, atol=6e-5)
 
 
+async def test_attention_of_a_text_without_a_letter_is_the_text_where_the_vocabulary_has_no_piece_for_it(client):
+    """Found by black-box testing: this model's vocabulary has no piece for "12 34" (no byte fallback, as NLLB's): its
+    tokens are <unk>, and /attention said the translation was "" where /translate gives the text back as written."""
+    for text in ("12 34", "!!!"):
+        translated = await client.post("/translate", json={"text": text, "source": "auto", "target": "fra_Latn"})
+        r = await client.post(
+            "/attention", json={"text": text, "source_language": "auto", "target_language": "fra_Latn"}
+        )
+        assert r.status_code == 200 and translated.status_code == 200, r.text
+        assert r.json()["translation"] == translated.json()["translations"][0]["text"] == text, r.json()
+
+
 async def test_attention_decodes_in_the_requested_target_language_as_translate_does(client):
     text = "Zwei Kinder spielen im Park."
     for languages in ({"source": "de", "target": "en"}, {"source": "auto", "target": "fra_Latn"}):
