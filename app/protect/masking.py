@@ -203,6 +203,7 @@ def mask(piece: str, spans: list[Span]) -> Masked:
     return Masked(piece, "".join(out), tuple(found), tuple(to_source))
 
 
+_GLUED = re.compile(r"[^\w\s]+(?=\s)")  # punctuation glued to a group and followed by whitespace: `{x}…`, `{x};`
 STAND_IN = "Word"  # what a sentence splitter reads for a group: an ordinary word, in no language's abbreviations
 
 
@@ -234,6 +235,8 @@ class StoodIn:
             a, b = start, end
             while a < b and (blank(self.source[a]) or a in by_start and by_start[a] <= b):
                 a = by_start.get(a, a + 1)
+                glued = _GLUED.match(self.source, a, b) if a in by_end else None  # `{x}… A man`: "…" is the group's,
+                a = glued.end() if glued else a  # not the model's to read (and drop) at the start of its sentence
             while b > a and (blank(self.source[b - 1]) or b in by_end and by_end[b] >= a):
                 b = by_end.get(b, b - 1)
             if a < b:

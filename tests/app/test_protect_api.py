@@ -183,6 +183,20 @@ async def test_a_span_before_a_full_stop_ends_its_sentence_as_a_word_there_would
     assert t["text"][a:b].endswith(f"{span}.")  # the full stop after the span, where the model wrote one
 
 
+@pytest.mark.parametrize("punctuation", ["…", ";", ",", "!?"])
+async def test_punctuation_glued_to_a_span_at_a_sentence_s_start_stays_with_the_span(client, punctuation):
+    """Found by black-box testing: the sentence "{x}… A man sits." gave its span to the space between sentences, and
+    the model read "… A man sits.": it dropped the "…", and its first word came back glued to the span ("{x}Ein")."""
+    first, second = "The dog runs.", "A man sits."
+    text = f"{first} {{x}}{punctuation} {second}"
+    r = await client.post("/translate", json={"text": text, "return_segments": True, "protect": True})
+    assert r.status_code == 200, r.text
+    t = r.json()["translations"][0]
+    assert t["segments"][-1]["source_span"] == [text.index(second), len(text)], t["segments"]
+    alone = await translate(client, [first, second], protect=True)
+    assert t["text"] == f"{alone[0]} {{x}}{punctuation} {alone[1]}"
+
+
 async def test_a_term_matches_only_whole_words_and_no_character_around_a_span_is_lost(client):
     """A hyphen or an apostrophe between letters is inside a word (docs/protected-spans.md): "dog" is not a whole
     word of "dog's" or "dog-dog"; spans joined by punctuation alone are one group, its punctuation as written; a
