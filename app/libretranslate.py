@@ -104,7 +104,7 @@ async def fields(request: Request) -> dict[str, Any]:
     """The request's fields as LibreTranslate reads them: a JSON object (with `api_key` from the query string where
     it has none), else the query string's and the form's (urlencoded or multipart), the query string's first, and of
     a field given twice its first value."""
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+    if media_type(request) == "application/json":
         try:
             values = await request.json()
         except (ValueError, RecursionError):  # not JSON or not UTF-8, or nested too deeply
@@ -132,10 +132,15 @@ async def fields(request: Request) -> dict[str, Any]:
     return values
 
 
+def media_type(request: Request) -> str:
+    """The request's Content-Type without its parameters, lower case (`application/json`)."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
 async def form_of(request: Request) -> FormData:
     """The request's form, an urlencoded body read as UTF-8 as Flask (LibreTranslate) and DeepL read it: Starlette
     reads its raw bytes as Latin-1, so `curl -d 'q=ß'` (not percent-encoded) was "Ã\x9f"."""
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
+    if media_type(request) == "application/x-www-form-urlencoded":
         body = (await request.body()).decode("utf-8", errors="replace")
         return FormData(parse_qsl(body, keep_blank_values=True, errors="replace"))
     return await request.form()

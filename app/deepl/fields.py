@@ -13,7 +13,7 @@ from app import glossaries as g
 from app.deepl.errors import DeepLError
 from app.deepl.languages import checked
 from app.html import Rules, xml_rules
-from app.libretranslate import form_of, scrubbed
+from app.libretranslate import form_of, media_type, scrubbed
 from app.schemas import scrub
 
 MAX_GLOSSARY_IDS = 5  # glossary_ids, as DeepL's
@@ -30,7 +30,7 @@ TRUE, FALSE = {"1", "true"}, {"0", "false"}
 async def fields(request: Request) -> dict[str, Any]:
     """The request's fields: a JSON object, else the form's (urlencoded or multipart) over the query string's, with
     the list fields (`text`, `glossary_ids`, the tag lists) as lists."""
-    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+    if media_type(request) == "application/json":
         if not await request.body():
             return {}
         try:

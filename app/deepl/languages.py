@@ -36,7 +36,8 @@ def iso_code(code: str) -> str:
     """A language code as DeepL writes it, lower case: ISO 639-1 where a request named the language by its ISO 639-3
     or 639-2/B counterpart or an old code (`eng`, `ger` -> `de`, `iw` -> `he`; not `prs`, Dari, which `fa` does not
     mean), else the code itself."""
-    code = ALIASES.get(base(code)) or BIBLIOGRAPHIC.get(base(code)) or base(code)  # `iw` -> `he`, `ger` -> `de`
+    code = base(code)
+    code = ALIASES.get(code) or BIBLIOGRAPHIC.get(code) or code  # `iw` -> `he`, `ger` -> `de`
     return next((two for two, threes in ISO_639_1.items() if threes.split()[0] == code), code)
 
 

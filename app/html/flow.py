@@ -12,7 +12,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from app.html.document import Block, InlineTag, Node, Unit
-from app.protect.masking import CLOSING, after_sentence, forward
+from app.protect.masking import CLOSING, SENTENCE_END, after_sentence, forward
 from app.protect.restoring import word_char
 from app.segment import blank, segment
 
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from app.protect.spans import Protect
 
 WHITESPACE = " \t\n\r\f"  # HTML's
-_ENDED = re.compile(r"(?:^|[.!?。！？])[ \t]*\Z")  # a run that ends a sentence (or has no text), then spaces at most
+# a run that ends a sentence (or has no text), then spaces at most
+_ENDED = re.compile(rf"(?:^|[{SENTENCE_END}])[ \t]*\Z")
 _PIECES = re.compile(r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)|[ \t\n\r\f]+|[^& \t\n\r\f]+|&")
 
 
@@ -183,13 +184,14 @@ def _own_sentence(out: list, i: int, taken: dict[int, list[int]]) -> bool:
         return False
     before = _written_before(out, k + 1)
     closing = CLOSING.match(out[j][1])
-    if not closing or not _ENDED.search(before) or out[j][1][closing.end() : closing.end() + 1] not in ("", " "):
+    space = out[j][1][closing.end() : closing.end() + 1] if closing else None  # the page's character after it
+    if not closing or not _ENDED.search(before) or space not in ("", " "):
         return False  # not after a full stop and plain spaces, or not before a space: "runs.\n<b>{x}</b>.\nA" as read
     after = html.unescape(out[j][1][closing.end() :])
     if before.strip() and after.strip() and len(segment(html.unescape(before) + after)) < 2:
         return False  # the splitter reads on ("sees Mr. <b>{x}</b>. A"): the full stop was the sentence's
     taken[j] = [closing.end(), taken.get(j, [0, len(out[j][1])])[1]]
-    closed[-1].after, closed[-1].right = closing[0], out[j][1][closing.end() : closing.end() + 1] or None
+    closed[-1].after, closed[-1].right = closing[0], space or None
     return True
 
 

@@ -27,13 +27,13 @@ from itertools import accumulate
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from app.protect.masking import SENTENCE_END
 from app.protect.restoring import closes, opens, word_char
 
 if TYPE_CHECKING:
     from app.html.document import Alignment, Node
 
 _END = itemgetter(1)  # a range's end: the key that bisects sorted disjoint ranges by where they end
-_SENTENCE_END = ".!?。！？"
 
 
 def put_back(roots: list[Node], source: str, translation: str, alignment: Alignment | None) -> list:
@@ -359,7 +359,7 @@ def _after(n: Node, tgt: str, x: int, shown: str) -> str:
     two sentences of the translation (after one's end, or at the start, and not before punctuation): not where the
     alignment put it inside a sentence or before the sentence's own full stop, which it would double."""
     before, ahead = tgt[:x].rstrip()[-1:], tgt[x:].lstrip()[:1]
-    between = (not before or before in _SENTENCE_END) and not (ahead and ahead in _SENTENCE_END + "…,;:，；：)]")
+    between = (not before or before in SENTENCE_END) and not (ahead and ahead in SENTENCE_END + "…,;:，；：)]")
     return n.after if shown and between else ""
 
 

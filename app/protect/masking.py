@@ -57,6 +57,7 @@ def _tags(text: str) -> list[tuple[str, bool]]:
     return out
 
 
+SENTENCE_END = ".!?。！？"  # what ends a sentence for certain (not "…", ":" or ";", which may go on)
 CLOSING = re.compile(r"[.!?…。！？]+(?=\s|$)|[.!?…:;。！？]\Z")  # a sentence's end: after a group, before it
 
 
